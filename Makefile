@@ -1,0 +1,37 @@
+# pubguard: `make demo` runs the secure network scenario, `make test` runs the test suite.
+# Both do all set-up on a fresh machine: Java 17+, a .venv with the package and its deps.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast fuzz lint java setup clean
+
+java:
+	@bash scripts/ensure-java.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: java $(STAMP)
+
+demo: setup
+	$(BIN)/pubguard demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+
+test: setup lint
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+fuzz: setup
+	PUBGUARD_FUZZ_FRAMES=1000000 $(BIN)/python -m pytest -q tests/net -k fuzz
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis

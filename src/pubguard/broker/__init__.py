@@ -1,0 +1,3 @@
+"""broker layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""The ``pubguard`` command line (click). Each command group lives in its own module."""
+
+__all__: list[str] = []

@@ -1,0 +1,64 @@
+"""Entry point of the ``pubguard`` command.
+
+Command modules are listed in ``COMMAND_MODULES``; each exposes ``register(group)``. Every
+:class:`~pubguard.errors.PubguardError` that escapes a command becomes one line on stderr and
+exit status 1 (2 for usage errors, as click does).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from pubguard import __version__
+from pubguard.errors import PubguardError
+
+__all__ = ["cli", "main"]
+
+COMMAND_MODULES: tuple[str, ...] = ("pubguard.cli.match_cmds",)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except PubguardError as exc:
+            click.echo(f"pubguard: error: {exc}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("pubguard: interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pubguard")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """pubguard: secure content-based publish/subscribe."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _register() -> None:
+    for mod in COMMAND_MODULES:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name == mod:  # a command module not written yet
+                continue
+            raise
+        m.register(cli)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="pubguard")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

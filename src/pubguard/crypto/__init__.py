@@ -1,0 +1,3 @@
+"""crypto layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""keys layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""net layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""overlay layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""pipeline layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

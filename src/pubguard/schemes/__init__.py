@@ -1,0 +1,3 @@
+"""schemes layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

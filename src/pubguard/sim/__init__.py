@@ -1,0 +1,3 @@
+"""sim layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""store layer (see ARCHITECTURE.md)."""
+
+__all__: list[str] = []

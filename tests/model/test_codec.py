@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pubguard.errors import InputError
+from pubguard.model import Event, read_events, read_subscriptions
+
+
+def test_reads_workload_lines(tmp_path: Path) -> None:
+    p = tmp_path / "subscriptions.jsonl"
+    p.write_text(
+        '{"subscriber": "s1", "filter": {"id": "f1", "constraints": [["age", ">", 20], ["n", "exists"]]}}\n'
+    )
+    (sub,) = list(read_subscriptions(p))
+    assert sub.subscriber == "s1" and sub.filter.id == "f1"
+    assert sub.filter.matches(Event({"age": 21, "n": "x"}))
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "malformed JSON"),
+        ('{"subscriber": "s1", "filter": {"constraints": [["a", "~", 1]]}}', "unknown operator"),
+        ('{"subscriber": "s1", "filter": {"constraints": [["a", "prefix", 1]]}}', "needs a string"),
+        ('{"subscriber": "s1", "filter": {"constraints": []}}', "at least one constraint"),
+    ],
+)
+def test_bad_line_names_file_and_line_and_stops(tmp_path: Path, line: str, message: str) -> None:
+    good = '{"subscriber": "s1", "filter": {"constraints": [["a", "=", 1]]}}'
+    p = tmp_path / "subs.jsonl"
+    p.write_text(f"{good}\n{line}\n{good}\n")
+    it = read_subscriptions(p)
+    assert next(it).subscriber == "s1"
+    with pytest.raises(InputError, match=message) as ei:
+        next(it)
+    assert ei.value.line == 2 and f"{p}:2:" in str(ei.value)
+
+
+def test_events_round_trip(tmp_path: Path) -> None:
+    e = Event({"a": 1, "b": "x", "c": 2.5, "d": True}, id="e1", type="t", payload=b"hi")
+    p = tmp_path / "events.jsonl"
+    import json
+
+    p.write_text(json.dumps(e.to_json()) + "\n")
+    (back,) = list(read_events(p))
+    assert back == e
