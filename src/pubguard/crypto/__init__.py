@@ -1,3 +1,28 @@
-"""crypto layer (see ARCHITECTURE.md)."""
+"""Thin typed wrappers over ``cryptography``. The only layer that touches ``hazmat``."""
 
-__all__: list[str] = []
+from pubguard.crypto.aead import ALGORITHMS, DEFAULT_AEAD, aad_for, open_, seal
+from pubguard.crypto.primitives import DIGEST_SIZE, KH, H, KH_verify, hkdf, prf_aes_blocks
+from pubguard.crypto.secret import SecretBytes, random_bytes
+from pubguard.crypto.signing import KemPrivateKey, KemPublicKey, SigningKey, VerifyKey, unwrap, wrap
+
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT_AEAD",
+    "DIGEST_SIZE",
+    "KH",
+    "H",
+    "KH_verify",
+    "KemPrivateKey",
+    "KemPublicKey",
+    "SecretBytes",
+    "SigningKey",
+    "VerifyKey",
+    "aad_for",
+    "hkdf",
+    "open_",
+    "prf_aes_blocks",
+    "random_bytes",
+    "seal",
+    "unwrap",
+    "wrap",
+]
