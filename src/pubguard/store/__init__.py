@@ -1,3 +1,5 @@
-"""store layer (see ARCHITECTURE.md)."""
+"""store layer: SQLite persistence for broker and key-service state (see ARCHITECTURE.md)."""
 
-__all__: list[str] = []
+from pubguard.store.sqlite import BUSY_TIMEOUT_MS, Database, Migration, open_database, row_to
+
+__all__ = ["BUSY_TIMEOUT_MS", "Database", "Migration", "open_database", "row_to"]
