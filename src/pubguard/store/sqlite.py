@@ -253,11 +253,7 @@ def _check(name: str, hint: Any, value: Any) -> Any:
         if accepted is None or isinstance(value, bool):
             continue
         if isinstance(value, accepted):
-            if opt is bool:
-                return bool(value)
-            if opt is float:
-                return float(value)
-            return value
+            return opt(value) if opt in (bool, float) else value
     raise StateError(f"corrupt row: column {name!r} has type {type(value).__name__}")
 
 
