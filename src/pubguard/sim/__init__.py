@@ -1,3 +1,17 @@
-"""sim layer (see ARCHITECTURE.md)."""
+"""sim layer (see ARCHITECTURE.md): seeded workloads and, later, the virtual-time simulator."""
 
-__all__: list[str] = []
+from pubguard.sim.workloads import (
+    VCAPS_DICTIONARY,
+    VCAPS_OPS,
+    np_rng,
+    vcaps_events,
+    vcaps_filters,
+)
+
+__all__ = [
+    "VCAPS_DICTIONARY",
+    "VCAPS_OPS",
+    "np_rng",
+    "vcaps_events",
+    "vcaps_filters",
+]
