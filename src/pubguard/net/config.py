@@ -1,0 +1,372 @@
+"""TOML configuration of one broker and of a local cluster, validated into frozen dataclasses.
+
+Every problem raises :class:`~pubguard.errors.ConfigError` naming the file and the dotted key
+(``key="parent.port"``), so ``pubguard broker --config`` can print one precise line.
+
+One broker (``broker.toml``)::
+
+    name = "b1"
+    host = "127.0.0.1"
+    port = 0                    # 0: ephemeral on first start, then sticky across restarts
+    state_dir = "state/b1"      # SQLite state, port file, log
+    profile = "plain"
+    durable = true              # persist tables, outboxes and per-link state (issue 4, item 4)
+    max_queue = 10000           # frames per outgoing link before back-pressure / slow consumer
+    heartbeat_interval = 2.0
+    heartbeat_timeout = 10.0
+
+    [tls]                       # omit only with `tls = false` (tests of framing)
+    ca = "state/ca/ca.pem"
+    cert = "state/b1/tls.pem"
+    key = "state/b1/tls.key"
+
+    [parent]                    # the broker this one dials (hierarchical tree, eventguard §2.1)
+    name = "b0"
+    host = "127.0.0.1"
+    port = 7001                 # or port_file = "state/b0/port"
+
+A cluster (``cluster.toml``)::
+
+    state_dir = "cluster-state"
+    host = "127.0.0.1"
+    [topology]
+    kind = "tree"               # or "edges" with edges = [["b0", "b1"], ...] (parent, child)
+    arity = 2
+    depth = 2
+    [broker]                    # defaults applied to every broker
+    durable = true
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from pubguard.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CLUSTER",
+    "BrokerConfig",
+    "ClusterConfig",
+    "ParentLink",
+    "TlsFiles",
+    "load_broker_config",
+    "load_cluster_config",
+    "parse_broker_config",
+    "parse_cluster_config",
+    "tree_edges",
+]
+
+PROFILES: Final = ("plain",)  # more arrive with the security profiles (issue 5)
+MAX_BROKERS: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    ca: Path
+    cert: Path
+    key: Path
+    crl: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParentLink:
+    name: str
+    host: str = "127.0.0.1"
+    port: int | None = None
+    port_file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    name: str
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    profile: str = "plain"
+    durable: bool = True
+    max_queue: int = 10_000
+    heartbeat_interval: float = 2.0
+    heartbeat_timeout: float = 10.0
+    tls: TlsFiles | None = None
+    parent: ParentLink | None = None
+    children: tuple[str, ...] = ()
+
+    def with_(self, **kw: Any) -> BrokerConfig:
+        return replace(self, **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    state_dir: Path
+    edges: tuple[tuple[str, str], ...]  # (parent, child)
+    brokers: tuple[str, ...]
+    host: str = "127.0.0.1"
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def root(self) -> str:
+        return self.brokers[0]
+
+    def parent_of(self, name: str) -> str | None:
+        for p, c in self.edges:
+            if c == name:
+                return p
+        return None
+
+    def children_of(self, name: str) -> tuple[str, ...]:
+        return tuple(c for p, c in self.edges if p == name)
+
+
+DEFAULT_CLUSTER: Final = """\
+# embedded default: a 7-broker binary tree (a = 2, depth 2) on loopback
+host = "127.0.0.1"
+[topology]
+kind = "tree"
+arity = 2
+depth = 2
+[broker]
+durable = true
+"""
+
+
+class _Reader:
+    """Typed access to a TOML table that reports the dotted key of every problem."""
+
+    def __init__(self, data: Mapping[str, Any], path: str | None, prefix: str = "") -> None:
+        self.data, self.path, self.prefix = data, path, prefix
+        self.seen: set[str] = set()
+
+    def key(self, k: str) -> str:
+        return f"{self.prefix}{k}"
+
+    def fail(self, k: str, msg: str) -> ConfigError:
+        where = f"{self.path}: " if self.path else ""
+        return ConfigError(f"{where}{self.key(k)}: {msg}", path=self.path, key=self.key(k))
+
+    def get(self, k: str, typ: type | tuple[type, ...], default: Any = ..., *, req: bool = False):
+        self.seen.add(k)
+        if k not in self.data:
+            if req or default is ...:
+                raise self.fail(k, "is required")
+            return default
+        v = self.data[k]
+        types = typ if isinstance(typ, tuple) else (typ,)
+        ok = isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
+        if not ok:
+            names = " or ".join(t.__name__ for t in types)
+            raise self.fail(k, f"must be {names}, got {type(v).__name__}")
+        return v
+
+    def table(self, k: str) -> _Reader | None:
+        v = self.get(k, dict, None)
+        return None if v is None else _Reader(v, self.path, f"{self.key(k)}.")
+
+    def name(self, k: str, default: Any = ...) -> str:
+        v = self.get(k, str, default)
+        if v is not None and (not v or not all(ch.isalnum() or ch in "-_." for ch in v)):
+            raise self.fail(k, f"{v!r} is not a valid name (letters, digits, - _ .)")
+        return v
+
+    def port(self, k: str, default: Any = ...) -> int:
+        v = self.get(k, int, default)
+        if v is not None and not 0 <= v <= 65535:
+            raise self.fail(k, f"{v} is not a port number")
+        return v
+
+    def positive(self, k: str, typ: type | tuple[type, ...], default: Any) -> Any:
+        v = self.get(k, typ, default)
+        if v <= 0:
+            raise self.fail(k, f"must be > 0, got {v}")
+        return v
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            raise self.fail(extra[0], "unknown key")
+
+
+def _path(base: Path, s: str) -> Path:
+    p = Path(s)
+    return p if p.is_absolute() else base / p
+
+
+def parse_broker_config(
+    data: Mapping[str, Any], *, path: str | None = None, base: Path | None = None
+) -> BrokerConfig:
+    base = base if base is not None else Path(path).parent if path else Path.cwd()
+    r = _Reader(data, path)
+    name = r.name("name")
+    state_dir = _path(base, r.get("state_dir", str, f"state/{name}"))
+    profile = r.get("profile", str, "plain")
+    if profile not in PROFILES:
+        raise r.fail("profile", f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    use_tls = r.get("tls_enabled", bool, True)
+    tls: TlsFiles | None = None
+    t = r.table("tls")
+    if t is not None:
+        crl = t.get("crl", str, None)
+        tls = TlsFiles(
+            _path(base, t.get("ca", str)),
+            _path(base, t.get("cert", str)),
+            _path(base, t.get("key", str)),
+            _path(base, crl) if crl else None,
+        )
+        t.done()
+    elif use_tls:
+        raise r.fail("tls", "is required (or set tls_enabled = false for plain TCP)")
+    if not use_tls:
+        tls = None
+    parent: ParentLink | None = None
+    pt = r.table("parent")
+    if pt is not None:
+        pf = pt.get("port_file", str, None)
+        parent = ParentLink(
+            pt.name("name"),
+            pt.get("host", str, "127.0.0.1"),
+            pt.port("port", None),
+            _path(base, pf) if pf else None,
+        )
+        if (parent.port is None) == (parent.port_file is None):
+            raise pt.fail("port", "give exactly one of port and port_file")
+        pt.done()
+    children = r.get("children", list, [])
+    for i, c in enumerate(children):
+        if not isinstance(c, str) or not c:
+            raise r.fail(f"children[{i}]", "must be a broker name")
+    hb = r.positive("heartbeat_interval", (int, float), 2.0)
+    hbt = r.positive("heartbeat_timeout", (int, float), 10.0)
+    if hbt <= hb:
+        raise r.fail("heartbeat_timeout", "must be greater than heartbeat_interval")
+    cfg = BrokerConfig(
+        name=name,
+        state_dir=state_dir,
+        host=r.get("host", str, "127.0.0.1"),
+        port=r.port("port", 0),
+        profile=profile,
+        durable=r.get("durable", bool, True),
+        max_queue=r.positive("max_queue", int, 10_000),
+        heartbeat_interval=float(hb),
+        heartbeat_timeout=float(hbt),
+        tls=tls,
+        parent=parent,
+        children=tuple(children),
+    )
+    r.done()
+    return cfg
+
+
+def _load_toml(path: Path | str) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}", path=str(p)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML: {exc}", path=str(p)) from None
+
+
+def load_broker_config(path: Path | str) -> BrokerConfig:
+    return parse_broker_config(_load_toml(path), path=str(path))
+
+
+def tree_edges(arity: int, depth: int, prefix: str = "b") -> list[tuple[str, str]]:
+    """Edges (parent, child) of a complete ``arity``-ary tree of ``depth`` (root alone: 0)."""
+    n = sum(arity**d for d in range(depth + 1))
+    return [(f"{prefix}{(i - 1) // arity}", f"{prefix}{i}") for i in range(1, n)]
+
+
+def parse_cluster_config(
+    data: Mapping[str, Any], *, path: str | None = None, base: Path | None = None
+) -> ClusterConfig:
+    base = base if base is not None else Path(path).parent if path else Path.cwd()
+    r = _Reader(data, path)
+    state_dir = _path(base, r.get("state_dir", str, "cluster-state"))
+    host = r.get("host", str, "127.0.0.1")
+    t = r.table("topology")
+    if t is None:
+        raise r.fail("topology", "is required")
+    kind = t.get("kind", str, "tree")
+    if kind == "tree":
+        arity = t.positive("arity", int, 2)
+        depth = t.get("depth", int, 2)
+        if depth < 0:
+            raise t.fail("depth", "must be >= 0")
+        if sum(arity**d for d in range(depth + 1)) > MAX_BROKERS:
+            raise t.fail("depth", f"tree would exceed {MAX_BROKERS} brokers")
+        edges = tree_edges(arity, depth)
+        brokers = ["b0"] + [c for _, c in edges]
+    elif kind == "edges":
+        raw = t.get("edges", list)
+        edges = []
+        for i, e in enumerate(raw):
+            if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e)):
+                raise t.fail(f"edges[{i}]", "must be [parent, child]")
+            edges.append((e[0], e[1]))
+        brokers = _check_tree(edges, t)
+    else:
+        raise t.fail("kind", f"must be 'tree' or 'edges', got {kind!r}")
+    t.done()
+    d = r.table("broker")
+    defaults: dict[str, Any] = {}
+    if d is not None:
+        defaults = dict(d.data)
+        # validate the defaults by parsing a throw-away broker config with them
+        probe = {"name": "probe", "tls_enabled": False, **defaults}
+        for k in ("name", "parent", "children", "tls", "port", "state_dir"):
+            if k in defaults:
+                raise d.fail(k, "is set per broker by the cluster, not in [broker]")
+        try:
+            parse_broker_config(probe, path=path, base=base)
+        except ConfigError as exc:
+            key = f"broker.{exc.key}" if exc.key else "broker"
+            raise ConfigError(
+                str(exc).replace(f"{exc.key}:", f"{key}:"), path=path, key=key
+            ) from None
+    r.done()
+    return ClusterConfig(state_dir, tuple(edges), tuple(brokers), host, defaults)
+
+
+def _check_tree(edges: list[tuple[str, str]], r: _Reader) -> list[str]:
+    if not edges:
+        raise r.fail("edges", "needs at least one edge")
+    parents: dict[str, str] = {}
+    for p, c in edges:
+        if c in parents:
+            raise r.fail("edges", f"{c!r} has two parents")
+        parents[c] = p
+    names = list(dict.fromkeys([n for e in edges for n in e]))
+    roots = [n for n in names if n not in parents]
+    if len(roots) != 1:
+        raise r.fail("edges", f"a tree needs exactly one root, found {roots}")
+    for n in names:
+        seen = {n}
+        while n in parents:
+            n = parents[n]
+            if n in seen:
+                raise r.fail("edges", "the edges contain a cycle")
+            seen.add(n)
+    if len(names) > MAX_BROKERS:
+        raise r.fail("edges", f"more than {MAX_BROKERS} brokers")
+    order = [roots[0]]
+    for n in order:  # breadth-first: parents start before children
+        order.extend(c for p, c in edges if p == n)
+    return order
+
+
+def load_cluster_config(
+    path: Path | str | None = None, *, state_dir: Path | None = None
+) -> ClusterConfig:
+    """Load ``path`` or, when None, the embedded default (7-broker binary tree)."""
+    if path is None:
+        data = tomllib.loads(DEFAULT_CLUSTER)
+        cfg = parse_cluster_config(data, base=Path.cwd())
+    else:
+        cfg = parse_cluster_config(_load_toml(path), path=str(path))
+    if state_dir is not None:
+        cfg = replace(cfg, state_dir=state_dir)
+    return cfg

@@ -1,0 +1,92 @@
+"""Frame encoding and strict decoding (sans-IO, no sockets)."""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pubguard.errors import FrameError
+from pubguard.net.framing import (
+    MAX_FRAME_SIZE,
+    WIRE_VERSION,
+    FrameDecoder,
+    decode_body,
+    encode_frame,
+)
+
+wire_leaf = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text() | st.binary()
+wire = st.recursive(
+    wire_leaf,
+    lambda kids: (
+        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(max_size=8), wire, max_size=6))
+def test_roundtrip(msg: dict) -> None:
+    frame = encode_frame(msg)
+    assert FrameDecoder().feed(frame) == [msg]
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=4), wire, max_size=3), max_size=5), st.data())
+def test_arbitrary_chunking(msgs: list[dict], data: st.DataObject) -> None:
+    stream = b"".join(encode_frame(m) for m in msgs)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    dec, out, prev = FrameDecoder(), [], 0
+    for c in [*cuts, len(stream)]:
+        out += dec.feed(stream[prev:c])
+        prev = c
+    assert out == msgs
+    assert dec.buffered == 0
+
+
+def _raw(body: bytes, version: int = WIRE_VERSION) -> bytes:
+    return struct.pack(">I", len(body) + 1) + bytes((version,)) + body
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        (_raw(msgpack.packb({"a": 1}), version=9), "version"),
+        (_raw(msgpack.packb([1, 2])), "map"),
+        (_raw(msgpack.packb({1: 2})), "undecodable"),
+        (_raw(msgpack.packb({"a": 1}) + b"\x00"), "undecodable"),
+        (_raw(msgpack.packb({"a": msgpack.ExtType(5, b"x")})), "undecodable|ext"),
+        (_raw(b"\xc1"), "undecodable"),
+        (struct.pack(">I", MAX_FRAME_SIZE + 1) + b"\x01", "exceeds"),
+        (struct.pack(">I", 1) + b"\x01", "shorter"),
+    ],
+)
+def test_malformed_frames_raise_frame_error(frame: bytes, why: str) -> None:
+    with pytest.raises(FrameError, match=why):
+        FrameDecoder().feed(frame)
+
+
+def test_too_deep_is_refused() -> None:
+    obj: object = 1
+    for _ in range(40):
+        obj = [obj]
+    with pytest.raises(FrameError, match="deeper"):
+        decode_body(bytes((WIRE_VERSION,)) + msgpack.packb({"a": obj}))
+
+
+def test_frames_before_garbage_are_kept_and_decoder_stays_poisoned() -> None:
+    dec = FrameDecoder()
+    good = encode_frame({"op": "x"})
+    assert dec.feed(good + _raw(b"\xc1")) == [{"op": "x"}]
+    assert isinstance(dec.error, FrameError)
+    with pytest.raises(FrameError):
+        dec.feed(good)
+
+
+def test_oversize_encode_is_refused() -> None:
+    with pytest.raises(FrameError, match="MAX_FRAME_SIZE"):
+        encode_frame({"b": b"x" * MAX_FRAME_SIZE})
+    with pytest.raises(FrameError, match="encode"):
+        encode_frame({"s": {1, 2}})  # type: ignore[dict-item]
