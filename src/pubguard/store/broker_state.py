@@ -2,10 +2,12 @@
 
 Theory of operation
 -------------------
-A broker's routing state is rebuilt, on restart, by replaying the subscriptions and
-advertisements it had accepted, in their original order, into a fresh sans-IO core; the actions
-that replay produces are discarded because their effects (messages already forwarded) were
-persisted with them. Delivery between hops is a reliable channel per link:
+The sans-IO core writes its routing tables (links, subscriptions, the forwarded set F,
+advertisements) through the ``put`` / ``delete`` / ``items`` protocol of
+``pubguard.broker.state.BrokerState``; here they live in ``core_tables`` as msgpack values in
+insertion order, so a restarted broker rebuilds exactly the routing state it had. The transport
+wraps the handling of each batch of frames in one transaction (:meth:`BrokerStore.batch`).
+Delivery between hops is a reliable channel per link:
 
 - every reliable message sent on a link gets the next sequence number of that link
   (``links.tx_next``) and stays in ``outbox`` until the peer acknowledges it (cumulative
@@ -27,15 +29,18 @@ module knows nothing of the broker core (a higher layer).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
+import msgpack
+
+from pubguard.errors import StateError
 from pubguard.store.sqlite import Database, Migration
 
-__all__ = ["DEDUP_WINDOW", "BrokerState", "LinkRow"]
+__all__ = ["DEDUP_WINDOW", "BrokerStore", "LinkRow"]
 
 DEDUP_WINDOW: Final = 100_000  # publication ids remembered for duplicate suppression
 
@@ -46,12 +51,8 @@ _MIGRATIONS: Final = (
             "CREATE TABLE links (link TEXT PRIMARY KEY, kind TEXT NOT NULL,"
             " session TEXT NOT NULL DEFAULT '', durable INTEGER NOT NULL DEFAULT 0,"
             " rx_seq INTEGER NOT NULL DEFAULT 0, tx_next INTEGER NOT NULL DEFAULT 1)",
-            "CREATE TABLE subscriptions (ord INTEGER PRIMARY KEY AUTOINCREMENT,"
-            " link TEXT NOT NULL, sub_id TEXT NOT NULL, message BLOB NOT NULL,"
-            " UNIQUE (link, sub_id))",
-            "CREATE TABLE advertisements (ord INTEGER PRIMARY KEY AUTOINCREMENT,"
-            " link TEXT NOT NULL, adv_id TEXT NOT NULL, message BLOB NOT NULL,"
-            " UNIQUE (link, adv_id))",
+            "CREATE TABLE core_tables (ord INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " tbl TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, UNIQUE (tbl, key))",
             "CREATE TABLE outbox (link TEXT NOT NULL, seq INTEGER NOT NULL,"
             " frame BLOB NOT NULL, PRIMARY KEY (link, seq)) WITHOUT ROWID",
             "CREATE TABLE dedup (n INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL)",
@@ -73,7 +74,7 @@ class LinkRow:
     tx_next: int
 
 
-class BrokerState:
+class BrokerStore:
     """SQLite-backed broker state; ``path=None`` keeps it in memory (non-durable brokers)."""
 
     def __init__(self, path: Path | str | None) -> None:
@@ -92,7 +93,7 @@ class BrokerState:
         self.db.close()
 
     @contextmanager
-    def batch(self) -> Iterator[BrokerState]:
+    def batch(self) -> Iterator[BrokerStore]:
         """One transaction for the effects of a batch of frames (all or nothing)."""
         with self.db.transaction():
             yield self
@@ -130,36 +131,42 @@ class BrokerState:
     def forget_link(self, link: str) -> None:
         """Remove every trace of a link (a non-durable client that left)."""
         with self.db.transaction():
-            for table in ("links", "subscriptions", "advertisements", "outbox"):
+            for table in ("links", "outbox"):
                 self.db.execute(f"DELETE FROM {table} WHERE link = ?", (link,))
 
-    # -- subscription and advertisement tables ---------------------------------------------
+    # -- the core's routing tables (pubguard.broker.state.BrokerState protocol) -----------
 
-    def put_subscription(self, link: str, sub_id: str, message: bytes) -> None:
-        self.db.execute(
-            "INSERT OR REPLACE INTO subscriptions(link, sub_id, message) VALUES (?, ?, ?)",
-            (link, sub_id, message),
+    def put(self, table: str, key: str, value: Mapping[str, Any]) -> None:
+        """Insert or replace; a replaced key keeps its original position."""
+        blob = msgpack.packb(dict(value), use_bin_type=True)
+        n = self.db.execute(
+            "UPDATE core_tables SET value = ? WHERE tbl = ? AND key = ?", (blob, table, key)
         )
+        if n == 0:
+            self.db.execute(
+                "INSERT INTO core_tables(tbl, key, value) VALUES (?, ?, ?)", (table, key, blob)
+            )
 
-    def delete_subscription(self, link: str, sub_id: str) -> None:
-        self.db.execute("DELETE FROM subscriptions WHERE link = ? AND sub_id = ?", (link, sub_id))
+    def delete(self, table: str, key: str) -> None:
+        self.db.execute("DELETE FROM core_tables WHERE tbl = ? AND key = ?", (table, key))
 
-    def subscriptions(self) -> list[tuple[str, str, bytes]]:
-        rows = self.db.query("SELECT link, sub_id, message FROM subscriptions ORDER BY ord")
-        return [(str(r[0]), str(r[1]), bytes(r[2])) for r in rows]
-
-    def put_advertisement(self, link: str, adv_id: str, message: bytes) -> None:
-        self.db.execute(
-            "INSERT OR REPLACE INTO advertisements(link, adv_id, message) VALUES (?, ?, ?)",
-            (link, adv_id, message),
+    def items(self, table: str) -> list[tuple[str, Mapping[str, Any]]]:
+        rows = self.db.query(
+            "SELECT key, value FROM core_tables WHERE tbl = ? ORDER BY ord", (table,)
         )
+        out: list[tuple[str, Mapping[str, Any]]] = []
+        for r in rows:
+            try:
+                value = msgpack.unpackb(bytes(r[1]), raw=False)
+            except Exception as exc:  # a corrupt row is a corrupt store, not a remote error
+                raise StateError(f"corrupt core_tables row {table}/{r[0]}: {exc}") from None
+            if not isinstance(value, dict):
+                raise StateError(f"corrupt core_tables row {table}/{r[0]}")
+            out.append((str(r[0]), value))
+        return out
 
-    def delete_advertisement(self, link: str, adv_id: str) -> None:
-        self.db.execute("DELETE FROM advertisements WHERE link = ? AND adv_id = ?", (link, adv_id))
-
-    def advertisements(self) -> list[tuple[str, str, bytes]]:
-        rows = self.db.query("SELECT link, adv_id, message FROM advertisements ORDER BY ord")
-        return [(str(r[0]), str(r[1]), bytes(r[2])) for r in rows]
+    def count(self, table: str) -> int:
+        return int(self.db.query("SELECT COUNT(*) FROM core_tables WHERE tbl = ?", (table,))[0][0])
 
     # -- outboxes (reliable, acknowledged delivery per link) -------------------------------
 
