@@ -30,17 +30,39 @@ The folder holds ``subscriptions.jsonl``, ``events.jsonl`` (formats in
 from __future__ import annotations
 
 import gc
+import json
 import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from pubguard.errors import ValidationError
-from pubguard.model import Constraint, Event, Filter, Op
+from pubguard.errors import ConfigError, InputError, PubguardError, ValidationError
+from pubguard.model import (
+    AttributeSpec,
+    Constraint,
+    Event,
+    EventType,
+    Filter,
+    Op,
+    Subscription,
+    read_events,
+    read_subscriptions,
+)
+from pubguard.sim.topic_workloads import Built, Progress, build_eventguard, build_psguard, payloads
 
 __all__ = [
+    "SHAPES",
     "VCAPS_DICTIONARY",
     "VCAPS_OPS",
+    "Workload",
+    "build",
+    "generate",
+    "load_workload",
     "np_rng",
+    "resolve_params",
     "vcaps_events",
     "vcaps_filters",
 ]
@@ -190,3 +212,269 @@ def vcaps_events(m: int, rng: random.Random, *, start: int = 1) -> list[Event]:
             attrs = {VCAPS_DICTIONARY[a]: v for a, v in chosen}
             out.append(Event(attrs, id=f"e{start + base + j}"))
     return out
+
+
+# -- the workload folder --------------------------------------------------------------------
+
+SUBSCRIPTIONS_FILE = "subscriptions.jsonl"
+EVENTS_FILE = "events.jsonl"
+META_FILE = "workload.json"
+FORMAT_VERSION = 1
+VCAPS_TYPE = "vcaps"
+VCAPS_MAX_SUBSCRIBER_FILTERS = 200  # vcaps.txt §6.1: "a random subset ... uniform in [1-200]"
+
+# Parameters of each shape and their defaults: the papers' values where they are cheap,
+# smaller where the paper's size would take more than a few seconds.
+SHAPES: dict[str, dict[str, int | float]] = {
+    "vcaps": {  # vcaps.txt §6.1: 100-10000 filters, 1000 subscribers, 200 notifications
+        "filters": 1000,
+        "subscribers": 100,
+        "events": 200,
+        "max_filters_per_subscriber": VCAPS_MAX_SUBSCRIBER_FILTERS,
+        "payload_size": 0,
+    },
+    "eventguard": {  # eventguard.txt §6.2.1: 128 topics, 32 publishers, NS = 8K subscribers
+        "topics": 128,
+        "publishers": 32,
+        "subscribers": 8192,
+        "events": 1000,
+        "topics_per_publisher": 16,
+        "topics_per_subscriber": 4,
+        "zipf_s": 1.0,
+        "payload_size": 256,
+    },
+    "psguard": {  # psguard.txt §5.2: 128 topics (4 x 32), 32 subscribers on 32 topics each
+        "topics_per_kind": 32,
+        "subscribers": 32,
+        "events": 1000,
+        "topics_per_subscriber": 32,
+        "zipf_s": 1.0,
+        "payload_size": 256,
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A loaded workload folder."""
+
+    shape: str
+    seed: int
+    params: Mapping[str, Any]
+    types: Mapping[str, EventType]
+    subscriptions: tuple[Subscription, ...]
+    events: tuple[Event, ...]
+    extras: Mapping[str, Any]
+
+    @property
+    def filters(self) -> dict[str, Filter]:
+        """Unique filters by id."""
+        return {s.filter.id: s.filter for s in self.subscriptions if s.filter.id is not None}
+
+    @property
+    def subscribers(self) -> list[str]:
+        return list(dict.fromkeys(s.subscriber for s in self.subscriptions))
+
+
+def _noop(stage: str, done: int, total: int) -> None:
+    pass
+
+
+def resolve_params(shape: str, params: Mapping[str, Any]) -> dict[str, int | float]:
+    """The shape's defaults overridden by ``params``, validated (ConfigError on bad input)."""
+    if shape not in SHAPES:
+        raise ConfigError(f"unknown shape {shape!r} (valid: {', '.join(SHAPES)})", key="shape")
+    defaults = SHAPES[shape]
+    out = dict(defaults)
+    for key, value in params.items():
+        if value is None:
+            continue
+        if key not in defaults:
+            valid = ", ".join(defaults)
+            raise ConfigError(
+                f"{key!r} does not apply to shape {shape!r} (valid: {valid})", key=key
+            )
+        want = type(defaults[key])
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} must be a number, got {value!r}", key=key)
+        if want is int and value != int(value):
+            raise ConfigError(f"{key} must be an integer, got {value!r}", key=key)
+        out[key] = want(value)
+    for key, value in out.items():
+        floor = 0 if key in ("payload_size", "events") else 1
+        if key == "zipf_s":
+            if not 0.0 <= value <= 10.0:
+                raise ConfigError(f"zipf_s must be in [0, 10], got {value}", key=key)
+        elif value < floor:
+            raise ConfigError(f"{key} must be >= {floor}, got {value}", key=key)
+    _check_relations(shape, out)
+    return out
+
+
+def _check_relations(shape: str, p: Mapping[str, Any]) -> None:
+    def need(cond: bool, msg: str, key: str) -> None:
+        if not cond:
+            raise ConfigError(msg, key=key)
+
+    if shape == "eventguard":
+        t = p["topics"]
+        need(p["topics_per_publisher"] <= t, "topics_per_publisher exceeds topics", "topics")
+        need(p["topics_per_subscriber"] <= t, "topics_per_subscriber exceeds topics", "topics")
+    elif shape == "psguard":
+        n = 4 * p["topics_per_kind"]
+        need(p["topics_per_subscriber"] <= n, f"topics_per_subscriber exceeds {n} topics", "topics")
+
+
+def _stream(seed: int, name: str) -> random.Random:
+    # One independent stream per part, so changing the number of events leaves the filters
+    # as they were. str seeds are hashed with SHA-512: stable across runs and platforms.
+    return random.Random(f"pubguard-workload/{seed}/{name}")
+
+
+def _build_vcaps(seed: int, p: Mapping[str, Any], progress: Progress) -> Built:
+    n = p["filters"]
+    filters = vcaps_filters(n, _stream(seed, "filters"))
+    progress("filters", n, n)
+    g = np_rng(_stream(seed, "subscribers"))
+    subs: list[Subscription] = []
+    top = min(p["max_filters_per_subscriber"], n)
+    for s in range(1, p["subscribers"] + 1):
+        k = int(g.integers(1, top + 1))
+        chosen = np.sort(g.choice(n, k, replace=False))
+        subs.extend(Subscription(f"s{s}", filters[i]) for i in chosen.tolist())
+    progress("subscriptions", p["subscribers"], p["subscribers"])
+    events = vcaps_events(p["events"], _stream(seed, "events"))
+    bodies = payloads(np_rng(_stream(seed, "payloads")), len(events), p["payload_size"])
+    events = [
+        Event(e.attrs, id=e.id, type=VCAPS_TYPE, payload=b)
+        for e, b in zip(events, bodies, strict=True)
+    ]
+    progress("events", len(events), len(events))
+    lo, hi = VCAPS_VALUE_RANGE
+    # NAKT ranges must be powers of two (psguard.txt §3.1); values 1-100 fit in [0, 128).
+    spec = [AttributeSpec(a, "int", True, 128, 1, kind="numeric") for a in VCAPS_DICTIONARY]
+    return Built([EventType(VCAPS_TYPE, tuple(spec))], subs, events, {"value_range": [lo, hi]})
+
+
+def build(
+    shape: str, *, seed: int, progress: Progress | None = None, **params: Any
+) -> tuple[Built, dict[str, Any]]:
+    """Build a workload in memory: ``(built, resolved parameters)``."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be an integer, got {seed!r}", key="seed")
+    p = resolve_params(shape, params)
+    cb = progress or _noop
+    if shape == "vcaps":
+        return _build_vcaps(seed, p, cb), p
+    g = np_rng(_stream(seed, shape))
+    if shape == "eventguard":
+        return build_eventguard(g, progress=cb, **p), p  # type: ignore[arg-type]
+    return build_psguard(g, progress=cb, **p), p  # type: ignore[arg-type]
+
+
+def _dump(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+
+
+def generate(
+    shape: str,
+    out_dir: Path | str,
+    *,
+    seed: int,
+    force: bool = False,
+    progress: Progress | None = None,
+    **params: Any,
+) -> dict[str, Any]:
+    """Generate a workload folder; returns the ``workload.json`` object (with ``counts``).
+
+    Raises ConfigError for bad parameters, or when ``out_dir`` holds files and ``force`` is
+    false; nothing is written in either case.
+    """
+    out = Path(out_dir)
+    p = resolve_params(shape, params)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a directory", path=str(out))
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError(f"{out} is not empty (use --force to overwrite)", path=str(out))
+    built, p = build(shape, seed=seed, progress=progress, **p)
+    cb = progress or _noop
+    out.mkdir(parents=True, exist_ok=True)
+    total = len(built.subscriptions) + len(built.events)
+    done = 0
+    for fname, items in ((SUBSCRIPTIONS_FILE, built.subscriptions), (EVENTS_FILE, built.events)):
+        with (out / fname).open("w", encoding="utf-8", newline="\n") as fh:
+            for i, item in enumerate(items, 1):
+                fh.write(_dump(item.to_json()) + "\n")
+                if i % 20000 == 0:
+                    cb("writing", done + i, total)
+        done += len(items)
+    cb("writing", total, total)
+    meta = {
+        "format": FORMAT_VERSION,
+        "shape": shape,
+        "seed": seed,
+        "params": p,
+        "counts": {
+            "types": len(built.types),
+            "subscribers": len({s.subscriber for s in built.subscriptions}),
+            "subscriptions": len(built.subscriptions),
+            "filters": len({s.filter.id for s in built.subscriptions}),
+            "events": len(built.events),
+        },
+        "types": [t.to_json() for t in built.types],
+        **built.extras,
+    }
+    (out / META_FILE).write_text(
+        json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    return meta
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+    if not isinstance(meta, dict):
+        raise InputError("workload.json must hold a JSON object", path=str(path))
+    for key, kind in (("shape", str), ("seed", int), ("params", dict), ("types", list)):
+        if not isinstance(meta.get(key), kind):
+            raise InputError(f"missing or bad {key!r}", path=str(path))
+    return meta
+
+
+def load_workload(directory: Path | str) -> Workload:
+    """Read a workload folder strictly: the first bad record raises InputError naming it."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError("not a workload folder (no such directory)", path=str(d))
+    meta_path = d / META_FILE
+    meta = _read_meta(meta_path)
+    types: dict[str, EventType] = {}
+    for t in meta["types"]:
+        try:
+            et = EventType.from_json(t) if isinstance(t, dict) else None
+        except PubguardError as exc:
+            raise InputError(f"bad event type: {exc}", path=str(meta_path)) from exc
+        if et is None:
+            raise InputError("an event type must be an object", path=str(meta_path))
+        types[et.name] = et
+    subs = tuple(read_subscriptions(d / SUBSCRIPTIONS_FILE))
+    events = tuple(read_events(d / EVENTS_FILE))
+    for n, e in enumerate(events, 1):
+        if e.type is None:
+            continue
+        et = types.get(e.type)
+        try:
+            if et is None:
+                raise ValidationError(f"unknown event type {e.type!r}")
+            et.validate(e)
+        except ValidationError as exc:
+            raise InputError(f"event {e.id or n}: {exc}", path=str(d / EVENTS_FILE)) from exc
+    reserved = {"format", "shape", "seed", "params", "counts", "types"}
+    extras = {k: v for k, v in meta.items() if k not in reserved}
+    return Workload(meta["shape"], meta["seed"], meta["params"], types, subs, events, extras)
