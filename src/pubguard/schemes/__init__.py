@@ -1,3 +1,34 @@
-"""schemes layer (see ARCHITECTURE.md)."""
+"""Security profiles: the scheme hook interface and one module per profile (ARCHITECTURE.md)."""
 
-__all__: list[str] = []
+from pubguard.schemes.base import (
+    BrokerScheme,
+    CheckContext,
+    ClientScheme,
+    LinearMatcher,
+    LinkInfo,
+    LinkKind,
+    Matcher,
+    ProtectedEvent,
+    ProtectedFilter,
+    Scheme,
+    SchemeRegistry,
+    WireValue,
+)
+from pubguard.schemes.plain import PLAIN, PlainScheme
+
+__all__ = [
+    "PLAIN",
+    "BrokerScheme",
+    "CheckContext",
+    "ClientScheme",
+    "LinearMatcher",
+    "LinkInfo",
+    "LinkKind",
+    "Matcher",
+    "PlainScheme",
+    "ProtectedEvent",
+    "ProtectedFilter",
+    "Scheme",
+    "SchemeRegistry",
+    "WireValue",
+]

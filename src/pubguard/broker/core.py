@@ -1,0 +1,587 @@
+"""The sans-IO broker core: messages in, actions out.
+
+Theory of operation
+-------------------
+A :class:`Broker` is a pure state machine (STYLE.md convention 1, h11): the driver (asyncio
+transport or the simulator) registers links, then calls ``handle(message, from_link, now)`` for
+every message that arrives and carries out the returned actions (``pubguard.broker.actions``).
+It never does I/O, never reads a clock and never raises on remote input: every refused message
+becomes a ``Drop`` with a machine-readable :class:`~pubguard.errors.DropReason`, counted in
+``drops``, and leaves the routing state untouched.
+
+Routing is Siena's hierarchical scheme (eventguard.txt §2.1, psguard.txt §2.1): brokers form a
+tree; each broker has at most one *parent* link, any number of *child* broker links and local
+*client* links.
+
+- **subscribe** from a child or client is stored under ``(link, sub_id)`` in the profile's
+  matcher, and forwarded to the parent only when no filter already forwarded covers it
+  (``ForwardSet``). Forwarded subscriptions are renamed ``<broker_id>~<hash(link, sub_id)>`` (ids
+  are hop-scoped) and carry the original ``filter`` and ``meta`` unchanged, so upstream guards
+  can verify the subscriber's permits.
+- **unsubscribe** removes the entry; if it had been forwarded, the broker forwards the
+  unsubscribe (with the unsubscriber's ``meta``) and forwards every filter that becomes
+  uncovered. Unknown ids are acknowledged (idempotent, for retried frames).
+- **publish** goes to the parent unless it came from there (so every publication reaches the
+  root of the tree) and to every child or client link with a matching filter, never back to the
+  child it came from. On a tree this delivers each event exactly once to every subscriber
+  whose filter matches: each event climbs the unique path to the root and descends only into
+  subtrees whose forwarded (covering) filters match it. A client receives one ``Deliver``
+  naming all of its matching subscriptions; with ``echo`` a publisher also gets its own
+  matching events (as NATS does).
+- **advertise / unadvertise** are flooded over the tree (to every broker link but the one they
+  came on) and kept per link, so every broker knows what is advertised and a scheme's guard can
+  consult them; routing of publications does *not* depend on advertisements (the hierarchical
+  variant of Siena), which keeps routing correct whatever order messages arrive in.
+
+Per message the core picks the scheme by the ``profile`` field, decodes the opaque wire fields
+with the scheme, asks ``broker_check`` (the guards), de-duplicates publications by event id in a
+bounded window (``DedupWindow``), matches with the scheme's index and lets ``outgoing`` rewrite
+each message as it leaves. Control messages from clients are answered with ``Ack``; drops of
+client messages with ``Error`` (narada §IV-H: errors go back to a directly connected client),
+except duplicates, which are silent. Brokers get no error replies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
+from pubguard.broker.covering import ForwardSet
+from pubguard.broker.dedup import DEDUP_MAX_IDS, DEDUP_WINDOW_S, DedupWindow
+from pubguard.broker.messages import (
+    KNOWN_OPS,
+    MAX_DETAIL_LEN,
+    Ack,
+    Advertise,
+    Deliver,
+    Error,
+    Heartbeat,
+    Message,
+    Publish,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+    decode_message,
+)
+from pubguard.broker.state import BrokerState
+from pubguard.errors import (
+    DropError,
+    DropReason,
+    FrameError,
+    InvalidToken,
+    PubguardError,
+    RevokedError,
+    StateError,
+    ValidationError,
+)
+from pubguard.schemes.base import (
+    BrokerScheme,
+    CheckContext,
+    LinkInfo,
+    LinkKind,
+    Matcher,
+    SchemeRegistry,
+)
+
+__all__ = ["MAX_BROKER_ID_LEN", "Broker"]
+
+MAX_BROKER_ID_LEN: Final = 64
+_MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
+                  Heartbeat)  # fmt: skip
+# what a scheme hook may raise on bad input; anything else is a bug and propagates
+_DECODE_ERRORS = (PubguardError, TypeError, ValueError, KeyError, IndexError, AttributeError)
+
+Key = tuple[str, str]  # (link_id, sub_id or adv_id)
+
+
+@dataclass(slots=True)
+class _Entry:
+    profile: str
+    pf: Any
+    message: Subscribe
+
+
+class _Profile:
+    """Per-profile routing tables: the scheme, its matcher and the upward forward set."""
+
+    __slots__ = ("fwd", "matcher", "scheme")
+
+    def __init__(self, scheme: BrokerScheme) -> None:
+        self.scheme = scheme
+        self.matcher: Matcher = scheme.new_matcher()
+        self.fwd = ForwardSet(scheme.covers)
+
+
+def _skey(key: Key) -> str:
+    return f"{key[0]}\x00{key[1]}"
+
+
+class Broker:
+    """One routing node. See the module docstring for the protocol."""
+
+    def __init__(
+        self,
+        broker_id: str,
+        schemes: SchemeRegistry | Iterable[BrokerScheme],
+        *,
+        store: BrokerState | None = None,
+        echo: bool = True,
+        dedup_window: float = DEDUP_WINDOW_S,
+        dedup_capacity: int = DEDUP_MAX_IDS,
+    ) -> None:
+        if not isinstance(broker_id, str) or not broker_id or len(broker_id) > MAX_BROKER_ID_LEN:
+            raise ValidationError(f"broker id must be 1-{MAX_BROKER_ID_LEN} characters")
+        self.broker_id = broker_id
+        self.schemes = schemes if isinstance(schemes, SchemeRegistry) else SchemeRegistry(schemes)
+        self.echo = echo
+        self.store = store
+        self.links: dict[str, LinkInfo] = {}
+        self.parent: str | None = None
+        self.drops: Counter[DropReason] = Counter()
+        self.counters: Counter[str] = Counter()
+        self._profiles: dict[str, _Profile] = {}
+        self._subs: dict[Key, _Entry] = {}
+        self._advs: dict[Key, Advertise] = {}
+        self._dedup = DedupWindow(dedup_window, dedup_capacity)
+        if store is not None:
+            self._restore(store)
+
+    # -- links ------------------------------------------------------------------------------
+    def add_link(self, link_id: str, kind: LinkKind | str, peer: str | None = None) -> list[Action]:
+        """Register a link; returns the state to send on it (for a broker link)."""
+        kind = LinkKind(kind)
+        if not isinstance(link_id, str) or not link_id or "\x00" in link_id:
+            raise ValidationError("link id must be a non-empty string without NUL")
+        old = self.links.get(link_id)
+        if old is not None and old.kind is not kind:
+            raise StateError(f"link {link_id!r} already exists as {old.kind.value}")
+        if kind is LinkKind.PARENT and self.parent not in (None, link_id):
+            raise StateError(f"broker {self.broker_id!r} already has parent {self.parent!r}")
+        info = LinkInfo(link_id, kind, peer)
+        self.links[link_id] = info
+        if kind is LinkKind.PARENT:
+            self.parent = link_id
+        self._persist("links", link_id, {"kind": kind.value, "peer": peer})
+        return self.link_up(link_id)
+
+    def link_up(self, link_id: str) -> list[Action]:
+        """(Re)send what the peer must know after a (re)connection: idempotent at the peer."""
+        info = self._link(link_id)
+        if info.kind is LinkKind.CLIENT:
+            return []
+        out: list[Action] = []
+        if info.kind is LinkKind.PARENT:
+            for name, prof in self._profiles.items():
+                for key in prof.fwd.forwarded:
+                    out.append(self._forward_sub(name, key))  # type: ignore[arg-type]
+        for key, adv in self._advs.items():
+            if key[0] != link_id:
+                out.append(self._advertise_to(link_id, key, adv))
+        return self._outgoing(out, 0.0)
+
+    def remove_link(self, link_id: str, now: float = 0.0) -> list[Action]:
+        """Forget a link and everything that came over it (a non-durable client left)."""
+        self._link(link_id)
+        out: list[Action] = []
+        for key in [k for k in self._subs if k[0] == link_id]:
+            out += self._remove_sub(key, {})
+        for key in [k for k in self._advs if k[0] == link_id]:
+            out += self._remove_adv(key, {}, link_id)
+        del self.links[link_id]
+        if self.parent == link_id:
+            self.parent = None
+        self._unpersist("links", link_id)
+        return self._outgoing(out, now)
+
+    def _link(self, link_id: str) -> LinkInfo:
+        info = self.links.get(link_id)
+        if info is None:
+            raise StateError(f"broker {self.broker_id!r} has no link {link_id!r}")
+        return info
+
+    # -- the entry point --------------------------------------------------------------------
+    def handle(
+        self, message: Message | Mapping[str, Any], from_link: str, now: float
+    ) -> list[Action]:
+        """Process one message from ``from_link`` at time ``now``; never raises on bad input."""
+        link = self._link(from_link)
+        if not isinstance(message, _MESSAGE_TYPES):
+            op = message.get("op") if isinstance(message, Mapping) else None
+            op = op[:40] if isinstance(op, str) else None
+            if op is not None and op not in KNOWN_OPS:
+                return self._drop(
+                    DropReason.UNKNOWN_TYPE, "unknown op", link, _guess_id(message), op
+                )
+            try:
+                message = decode_message(message)
+            except FrameError as exc:
+                return self._drop(DropReason.MALFORMED, str(exc), link, _guess_id(message), op)
+        self.counters[f"in.{message.op}"] += 1
+        match message:
+            case Publish():
+                return self._on_publish(message, link, now)
+            case Subscribe():
+                return self._on_subscribe(message, link, now)
+            case Unsubscribe():
+                return self._on_unsubscribe(message, link, now)
+            case Advertise():
+                return self._on_advertise(message, link, now)
+            case Unadvertise():
+                return self._on_unadvertise(message, link, now)
+            case Heartbeat() | Ack() | Error():
+                return []  # link-level traffic: the transport's business
+            case _:  # Deliver: only ever sent to clients
+                return self._drop(DropReason.MALFORMED, f"unexpected {message.op}", link,
+                                  message.ref, message.op)  # fmt: skip
+
+    # -- publications -------------------------------------------------------------------------
+    def _on_publish(self, msg: Publish, link: LinkInfo, now: float) -> list[Action]:
+        prof = self._profile(msg.profile)
+        if prof is None:
+            return self._drop(
+                DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.event_id, "publish"
+            )
+        if self._dedup.seen(msg.event_id, now):
+            return self._drop(DropReason.DUPLICATE, "seen event id", link, msg.event_id, "publish")
+        try:
+            pe = prof.scheme.decode_event(msg.routing)
+        except _DECODE_ERRORS as exc:
+            return self._drop(DropReason.MALFORMED, _why(exc), link, msg.event_id, "publish")
+        refused = self._check(prof.scheme, msg, link, now, None)
+        if refused is not None:
+            return refused
+        self._dedup.record(msg.event_id, now)
+        by_link: dict[str, list[str]] = {}
+        for lk, sid in prof.matcher.match(pe):  # type: ignore[misc]
+            by_link.setdefault(lk, []).append(sid)
+        out: list[Action] = []
+        src = link.link_id
+        for lk in sorted(by_link):
+            kind = self.links[lk].kind
+            if kind is LinkKind.CLIENT:
+                if lk != src or self.echo:
+                    out.append(DeliverTo(lk, Deliver(msg, tuple(sorted(by_link[lk])))))
+            elif lk != src:
+                out.append(Forward(lk, msg))
+        if self.parent is not None and self.parent != src:
+            out.append(Forward(self.parent, msg))
+        self.counters["delivered"] += sum(isinstance(a, DeliverTo) for a in out)
+        return self._outgoing(out, now, prof.scheme)
+
+    # -- subscriptions ------------------------------------------------------------------------
+    def _on_subscribe(self, msg: Subscribe, link: LinkInfo, now: float) -> list[Action]:
+        if link.kind is LinkKind.PARENT:
+            return self._drop(DropReason.MALFORMED, "subscription from the parent link", link,
+                              msg.sub_id, msg.op)  # fmt: skip
+        prof = self._profile(msg.profile)
+        if prof is None:
+            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.sub_id, msg.op)
+        try:
+            pf = prof.scheme.decode_filter(msg.filter)
+        except _DECODE_ERRORS as exc:
+            return self._drop(DropReason.MALFORMED, _why(exc), link, msg.sub_id, msg.op)
+        key = (link.link_id, msg.sub_id)
+        prior = self._subs.get(key)
+        refused = self._check(prof.scheme, msg, link, now, prior.message if prior else None)
+        if refused is not None:
+            return refused
+        out: list[Action] = []
+        if prior is None or prior.message != msg:
+            if prior is not None:
+                out += self._remove_sub(key, {})
+            out += self._insert_sub(key, msg, pf, prof)
+        return self._ack(link, msg) + self._outgoing(out, now)
+
+    def _on_unsubscribe(self, msg: Unsubscribe, link: LinkInfo, now: float) -> list[Action]:
+        if link.kind is LinkKind.PARENT:
+            return self._drop(DropReason.MALFORMED, "unsubscription from the parent link", link,
+                              msg.sub_id, msg.op)  # fmt: skip
+        prof = self._profile(msg.profile)
+        if prof is None:
+            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.sub_id, msg.op)
+        key = (link.link_id, msg.sub_id)
+        entry = self._subs.get(key)
+        if entry is None:
+            self.counters["unsubscribe.unknown"] += 1
+            return self._ack(link, msg)
+        if entry.profile != msg.profile:
+            return self._drop(DropReason.MALFORMED, "profile differs from the subscription", link,
+                              msg.sub_id, msg.op)  # fmt: skip
+        refused = self._check(prof.scheme, msg, link, now, entry.message)
+        if refused is not None:
+            return refused
+        return self._ack(link, msg) + self._outgoing(self._remove_sub(key, msg.meta), now)
+
+    def _insert_sub(self, key: Key, msg: Subscribe, pf: Any, prof: _Profile) -> list[Action]:
+        self._subs[key] = _Entry(msg.profile, pf, msg)
+        prof.matcher.add(key, pf)
+        self._persist("subscriptions", _skey(key), {"link": key[0], "message": msg.to_wire()})
+        added, removed = prof.fwd.insert(key, pf)
+        return self._upward(msg.profile, added, removed, {})
+
+    def _remove_sub(self, key: Key, meta: Mapping[str, Any]) -> list[Action]:
+        entry = self._subs.pop(key)
+        prof = self._profiles[entry.profile]
+        prof.matcher.remove(key)
+        self._unpersist("subscriptions", _skey(key))
+        added, removed = prof.fwd.remove(key)
+        return self._upward(entry.profile, added, removed, meta)
+
+    def _upward(
+        self, profile: str, added: list[Hashable], removed: list[Hashable], meta: Mapping[str, Any]
+    ) -> list[Action]:
+        """Subscribe the newly forwarded keys first, then unsubscribe the others, so the
+        parent never has a gap in coverage."""
+        for k in added:
+            self._persist("forwarded", _skey(k), {"profile": profile})  # type: ignore[arg-type]
+        for k in removed:
+            self._unpersist("forwarded", _skey(k))  # type: ignore[arg-type]
+        if self.parent is None:
+            return []
+        out: list[Action] = [self._forward_sub(profile, k) for k in added]  # type: ignore[arg-type]
+        for k in removed:
+            own = self._subs.get(k)  # type: ignore[call-overload]
+            # the unsubscriber's meta goes with its own entry; evicted entries carry none
+            m = meta if own is None else {}
+            out.append(Forward(self.parent, Unsubscribe(self._fwd_id(k), profile, m)))  # type: ignore[arg-type]
+        return out
+
+    def _forward_sub(self, profile: str, key: Key) -> Forward:
+        assert self.parent is not None
+        m = self._subs[key].message
+        return Forward(self.parent, Subscribe(self._fwd_id(key), profile, m.filter, m.meta))
+
+    def _fwd_id(self, key: Key) -> str:
+        h = hashlib.blake2b(_skey(key).encode(), digest_size=10).hexdigest()
+        return f"{self.broker_id}~{h}"
+
+    # -- advertisements -----------------------------------------------------------------------
+    def _on_advertise(self, msg: Advertise, link: LinkInfo, now: float) -> list[Action]:
+        prof = self._profile(msg.profile)
+        if prof is None:
+            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
+        try:
+            prof.scheme.decode_filter(msg.filter)
+        except _DECODE_ERRORS as exc:
+            return self._drop(DropReason.MALFORMED, _why(exc), link, msg.adv_id, msg.op)
+        key = (link.link_id, msg.adv_id)
+        prior = self._advs.get(key)
+        refused = self._check(prof.scheme, msg, link, now, prior)
+        if refused is not None:
+            return refused
+        out: list[Action] = []
+        if prior != msg:
+            self._advs[key] = msg
+            self._persist("advertisements", _skey(key), {"link": key[0], "message": msg.to_wire()})
+            for lk in self._broker_links(except_=link.link_id):
+                out.append(self._advertise_to(lk, key, msg))
+        return self._ack(link, msg) + self._outgoing(out, now)
+
+    def _on_unadvertise(self, msg: Unadvertise, link: LinkInfo, now: float) -> list[Action]:
+        prof = self._profile(msg.profile)
+        if prof is None:
+            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
+        key = (link.link_id, msg.adv_id)
+        prior = self._advs.get(key)
+        if prior is None:
+            self.counters["unadvertise.unknown"] += 1
+            return self._ack(link, msg)
+        if prior.profile != msg.profile:
+            return self._drop(DropReason.MALFORMED, "profile differs from the advertisement",
+                              link, msg.adv_id, msg.op)  # fmt: skip
+        refused = self._check(prof.scheme, msg, link, now, prior)
+        if refused is not None:
+            return refused
+        return self._ack(link, msg) + self._outgoing(
+            self._remove_adv(key, msg.meta, link.link_id), now
+        )
+
+    def _remove_adv(self, key: Key, meta: Mapping[str, Any], src: str) -> list[Action]:
+        adv = self._advs.pop(key)
+        self._unpersist("advertisements", _skey(key))
+        fid = self._fwd_id(key)
+        return [
+            Forward(lk, Unadvertise(fid, adv.profile, meta))
+            for lk in self._broker_links(except_=src)
+        ]
+
+    def _advertise_to(self, link_id: str, key: Key, adv: Advertise) -> Forward:
+        return Forward(link_id, Advertise(self._fwd_id(key), adv.profile, adv.filter, adv.meta))
+
+    def _broker_links(self, except_: str) -> list[str]:
+        return sorted(
+            lk for lk, i in self.links.items() if i.kind is not LinkKind.CLIENT and lk != except_
+        )
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _profile(self, name: str) -> _Profile | None:
+        prof = self._profiles.get(name)
+        if prof is None:
+            scheme = self.schemes.get(name)
+            if scheme is None:
+                return None
+            prof = self._profiles[name] = _Profile(scheme)
+        return prof
+
+    def _check(
+        self, scheme: BrokerScheme, msg: Message, link: LinkInfo, now: float, prior: Any
+    ) -> list[Action] | None:
+        ctx = CheckContext(now=now, link=link, broker_id=self.broker_id, prior=prior)
+        try:
+            reason = scheme.broker_check(msg, ctx)
+        except DropError as exc:
+            reason = exc.reason
+        except InvalidToken:
+            reason = DropReason.FORGED
+        except RevokedError:
+            reason = DropReason.REVOKED
+        except _DECODE_ERRORS:
+            reason = DropReason.MALFORMED
+        if reason is None:
+            return None
+        return self._drop(DropReason(reason), "refused by the guard", link, msg.ref, msg.op)
+
+    def _drop(
+        self,
+        reason: DropReason,
+        detail: str,
+        link: LinkInfo,
+        ref: str | None,
+        op: str | None = None,
+    ) -> list[Action]:
+        self.drops[reason] += 1
+        detail = detail[:MAX_DETAIL_LEN]
+        out: list[Action] = []
+        if link.kind is LinkKind.CLIENT and reason is not DropReason.DUPLICATE:
+            out.append(Reply(link.link_id, Error(ref or "-", reason, detail)))
+        out.append(Drop(reason, detail, ref, link.link_id, op))
+        return out
+
+    def _ack(
+        self, link: LinkInfo, msg: Subscribe | Unsubscribe | Advertise | Unadvertise
+    ) -> list[Action]:
+        if link.kind is not LinkKind.CLIENT:
+            return []
+        return [Reply(link.link_id, Ack(msg.ref, msg.op))]
+
+    def _outgoing(
+        self, actions: list[Action], now: float, scheme: BrokerScheme | None = None
+    ) -> list[Action]:
+        """Let each message's scheme rewrite (or suppress) it as it leaves on its link."""
+        out: list[Action] = []
+        for a in actions:
+            if not isinstance(a, Forward | DeliverTo):
+                out.append(a)
+                continue
+            m = a.message
+            s = scheme or self.schemes.get(_profile_of(m))
+            if s is None:
+                out.append(a)
+                continue
+            ctx = CheckContext(now=now, link=self.links[a.link], broker_id=self.broker_id)
+            m2 = s.outgoing(m, ctx)
+            if m2 is None:
+                self.counters["suppressed"] += 1
+            elif m2 is m:
+                out.append(a)
+            else:
+                out.append(type(a)(a.link, m2))
+        self.counters["sent"] += len(out)
+        return out
+
+    def _persist(self, table: str, key: str, value: Mapping[str, Any]) -> None:
+        if self.store is not None:
+            self.store.put(table, key, value)
+
+    def _unpersist(self, table: str, key: str) -> None:
+        if self.store is not None:
+            self.store.delete(table, key)
+
+    # -- inspection and restore ---------------------------------------------------------------
+    def routing_snapshot(self) -> dict[str, Any]:
+        """A comparable picture of the whole routing state (tests, ``pubguard status``)."""
+        return {
+            "links": {k: (v.kind.value, v.peer) for k, v in sorted(self.links.items())},
+            "subscriptions": {_skey(k): e.message.to_wire() for k, e in sorted(self._subs.items())},
+            "forwarded": {
+                name: sorted(_skey(k) for k in p.fwd.forwarded)  # type: ignore[arg-type]
+                for name, p in sorted(self._profiles.items())
+            },
+            "advertisements": {_skey(k): a.to_wire() for k, a in sorted(self._advs.items())},
+        }
+
+    def status(self) -> dict[str, Any]:
+        """Counts for ``pubguard status``: links, subscriptions, drops by reason, traffic."""
+        return {
+            "broker": self.broker_id,
+            "parent": self.parent,
+            "links": {k: v.kind.value for k, v in sorted(self.links.items())},
+            "subscriptions": len(self._subs),
+            "forwarded": sum(len(p.fwd.forwarded) for p in self._profiles.values()),
+            "advertisements": len(self._advs),
+            "dedup_ids": len(self._dedup),
+            "drops": {r.value: n for r, n in sorted(self.drops.items())},
+            "counters": dict(sorted(self.counters.items())),
+        }
+
+    def subscriptions(self) -> list[tuple[str, str, Subscribe]]:
+        """(link, sub_id, message) for every stored subscription."""
+        return [(k[0], k[1], e.message) for k, e in self._subs.items()]
+
+    def _restore(self, store: BrokerState) -> None:
+        for link_id, v in store.items("links"):
+            info = LinkInfo(link_id, LinkKind(v["kind"]), v.get("peer"))
+            self.links[link_id] = info
+            if info.kind is LinkKind.PARENT:
+                self.parent = link_id
+        per_profile: dict[str, list[tuple[Hashable, Any]]] = {}
+        for _, v in store.items("subscriptions"):
+            msg = decode_message(v["message"])
+            if not isinstance(msg, Subscribe):
+                raise StateError("stored subscription is not a subscribe message")
+            prof = self._profile(msg.profile)
+            if prof is None:
+                raise StateError(f"stored subscription uses unknown profile {msg.profile!r}")
+            key = (str(v["link"]), msg.sub_id)
+            pf = prof.scheme.decode_filter(msg.filter)
+            self._subs[key] = _Entry(msg.profile, pf, msg)
+            prof.matcher.add(key, pf)
+            per_profile.setdefault(msg.profile, []).append((key, pf))
+        forwarded = {k for k, _ in store.items("forwarded")}
+        for name, items in per_profile.items():
+            extra = self._profiles[name].fwd.restore(
+                items,
+                [k for k, _ in items if _skey(k) in forwarded],  # type: ignore[arg-type]
+            )
+            for k in extra:
+                store.put("forwarded", _skey(k), {"profile": name})  # type: ignore[arg-type]
+        for _, v in store.items("advertisements"):
+            adv = decode_message(v["message"])
+            if not isinstance(adv, Advertise):
+                raise StateError("stored advertisement is not an advertise message")
+            self._advs[(str(v["link"]), adv.adv_id)] = adv
+
+
+def _profile_of(m: Message) -> str:
+    if isinstance(m, Deliver):
+        return m.event.profile
+    return getattr(m, "profile", "")
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, PubguardError):
+        return str(exc)
+    return f"undecodable ({type(exc).__name__})"
+
+
+def _guess_id(obj: Any) -> str | None:
+    if isinstance(obj, Mapping):
+        for k in ("event_id", "sub_id", "adv_id", "ref"):
+            v = obj.get(k)
+            if isinstance(v, str) and 0 < len(v) <= 256:
+                return v
+    return None

@@ -1,0 +1,505 @@
+"""Broker protocol messages and their strict wire codec.
+
+Theory of operation
+-------------------
+Every message is a frozen, slotted dataclass with an ``op`` tag, validated on construction
+(STYLE.md convention 3, h11 ``_events.py``). The messages implement the five Siena primitives
+of eventguard.txt §2.1 (subscribe, unsubscribe, advertise, unadvertise, publish) plus what a
+network needs around them (deliver, ack, error, heartbeat).
+
+Profile-specific content is opaque to the core: ``filter`` (a subscription or advertisement),
+``routing`` (what brokers match a publication on), ``body`` (never read by a broker) and
+``meta`` (signatures, timestamps, permits, security tokens) are wire values in the msgpack data
+model, deep-frozen here (sequences become tuples, mappings become read-only mappings). The
+``profile`` field names the scheme that interprets them (``pubguard.schemes``).
+
+``to_wire()`` gives a plain ``dict`` ready for msgpack; :func:`decode_message` (or
+``Cls.from_wire``) is the inverse and is strict: unknown ops and fields, wrong types, oversize
+ids, bodies or nested values all raise :class:`~pubguard.errors.FrameError`. The transport only
+adds framing and the version byte.
+
+Wire form (keys in addition to ``op``; ``meta`` and ``body`` may be omitted when empty)::
+
+    subscribe    sub_id profile filter meta        unsubscribe  sub_id profile meta
+    advertise    adv_id profile filter meta        unadvertise  adv_id profile meta
+    publish      event_id profile routing body meta
+    deliver      sub_ids event(= publish fields without op)
+    ack          ref of                            error        ref reason detail
+    heartbeat    seq
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, TypeAlias
+
+from pubguard.errors import DropReason, FrameError, ValidationError
+
+__all__ = [
+    "KNOWN_OPS",
+    "MAX_BODY_BYTES",
+    "MAX_ID_LEN",
+    "MAX_SUB_IDS",
+    "MAX_WIRE_DEPTH",
+    "MAX_WIRE_ITEMS",
+    "Ack",
+    "Advertise",
+    "Deliver",
+    "Error",
+    "Heartbeat",
+    "Message",
+    "MsgOp",
+    "Publish",
+    "Subscribe",
+    "Unadvertise",
+    "Unsubscribe",
+    "decode_message",
+    "freeze_wire",
+    "thaw_wire",
+]
+
+MAX_ID_LEN: Final = 256  # characters in an id, profile name or ref
+MAX_BODY_BYTES: Final = 4 * 1024 * 1024  # an event body (payload or ciphertext)
+MAX_WIRE_DEPTH: Final = 16  # nesting of filter / routing / meta values
+MAX_WIRE_ITEMS: Final = 65_536  # total values inside one filter / routing / meta field
+MAX_SUB_IDS: Final = 65_536  # subscription ids on one delivery
+MAX_DETAIL_LEN: Final = 1024  # error detail text
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1  # msgpack's integer range
+
+
+class MsgOp(enum.StrEnum):
+    SUBSCRIBE = "subscribe"
+    UNSUBSCRIBE = "unsubscribe"
+    ADVERTISE = "advertise"
+    UNADVERTISE = "unadvertise"
+    PUBLISH = "publish"
+    DELIVER = "deliver"
+    ACK = "ack"
+    ERROR = "error"
+    HEARTBEAT = "heartbeat"
+
+
+# -- deep freeze / thaw of wire values ---------------------------------------------------------
+
+
+def freeze_wire(value: Any, *, what: str = "value") -> Any:
+    """Validate a msgpack-model value and return it deep-frozen; ValidationError if invalid."""
+    budget = [MAX_WIRE_ITEMS]
+    return _freeze(value, 0, budget, what)
+
+
+def _freeze(v: Any, depth: int, budget: list[int], what: str) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValidationError(f"{what}: more than {MAX_WIRE_ITEMS} values")
+    if v is None or isinstance(v, bool | str):
+        return v
+    if isinstance(v, int):
+        if not _INT_MIN <= v <= _INT_MAX:
+            raise ValidationError(f"{what}: integer out of range")
+        return v
+    if isinstance(v, float):
+        if math.isnan(v):
+            raise ValidationError(f"{what}: NaN is not a wire value")
+        return v
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v)
+    if depth >= MAX_WIRE_DEPTH:
+        raise ValidationError(f"{what}: nested deeper than {MAX_WIRE_DEPTH}")
+    if isinstance(v, list | tuple):
+        return tuple(_freeze(x, depth + 1, budget, what) for x in v)
+    if isinstance(v, Mapping):
+        out: dict[str, Any] = {}
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise ValidationError(f"{what}: mapping keys must be strings")
+            out[k] = _freeze(x, depth + 1, budget, what)
+        return MappingProxyType(out)
+    raise ValidationError(f"{what}: {type(v).__name__} is not a wire value")
+
+
+def thaw_wire(v: Any) -> Any:
+    """The inverse of :func:`freeze_wire`: plain lists and dicts, ready for msgpack."""
+    if isinstance(v, tuple):
+        return [thaw_wire(x) for x in v]
+    if isinstance(v, Mapping):
+        return {k: thaw_wire(x) for k, x in v.items()}
+    return v
+
+
+def _frozen_map(v: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise ValidationError(f"{what} must be a mapping, not {type(v).__name__}")
+    return freeze_wire(v, what=what)  # type: ignore[no-any-return]
+
+
+def _check_id(v: Any, what: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValidationError(f"{what} must be a non-empty string")
+    if len(v) > MAX_ID_LEN:
+        raise ValidationError(f"{what} longer than {MAX_ID_LEN} characters")
+    return v
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+# -- the messages ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    """subscribe(f) from a subscriber or a child broker (eventguard.txt §2.1, §4.2)."""
+
+    op: ClassVar[str] = MsgOp.SUBSCRIBE.value
+    sub_id: str
+    profile: str
+    filter: Mapping[str, Any]
+    meta: Mapping[str, Any] = field(default_factory=_empty)
+
+    def __post_init__(self) -> None:
+        _check_id(self.sub_id, "sub_id")
+        _check_id(self.profile, "profile")
+        object.__setattr__(self, "filter", _frozen_map(self.filter, "filter"))
+        object.__setattr__(self, "meta", _frozen_map(self.meta, "meta"))
+
+    @property
+    def ref(self) -> str:
+        return self.sub_id
+
+    def to_wire(self) -> dict[str, Any]:
+        d = {"op": self.op, "sub_id": self.sub_id, "profile": self.profile}
+        d["filter"] = thaw_wire(self.filter)
+        if self.meta:
+            d["meta"] = thaw_wire(self.meta)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    """unsubscribe(f) (eventguard.txt §4.5): cancels ``sub_id`` on the link it arrives on."""
+
+    op: ClassVar[str] = MsgOp.UNSUBSCRIBE.value
+    sub_id: str
+    profile: str
+    meta: Mapping[str, Any] = field(default_factory=_empty)
+
+    def __post_init__(self) -> None:
+        _check_id(self.sub_id, "sub_id")
+        _check_id(self.profile, "profile")
+        object.__setattr__(self, "meta", _frozen_map(self.meta, "meta"))
+
+    @property
+    def ref(self) -> str:
+        return self.sub_id
+
+    def to_wire(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, "sub_id": self.sub_id, "profile": self.profile}
+        if self.meta:
+            d["meta"] = thaw_wire(self.meta)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Advertise:
+    """advertise(f) from a publisher (eventguard.txt §2.1, §4.3)."""
+
+    op: ClassVar[str] = MsgOp.ADVERTISE.value
+    adv_id: str
+    profile: str
+    filter: Mapping[str, Any]
+    meta: Mapping[str, Any] = field(default_factory=_empty)
+
+    def __post_init__(self) -> None:
+        _check_id(self.adv_id, "adv_id")
+        _check_id(self.profile, "profile")
+        object.__setattr__(self, "filter", _frozen_map(self.filter, "filter"))
+        object.__setattr__(self, "meta", _frozen_map(self.meta, "meta"))
+
+    @property
+    def ref(self) -> str:
+        return self.adv_id
+
+    def to_wire(self) -> dict[str, Any]:
+        d = {"op": self.op, "adv_id": self.adv_id, "profile": self.profile}
+        d["filter"] = thaw_wire(self.filter)
+        if self.meta:
+            d["meta"] = thaw_wire(self.meta)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Unadvertise:
+    """unadvertise(f) (eventguard.txt §4.6)."""
+
+    op: ClassVar[str] = MsgOp.UNADVERTISE.value
+    adv_id: str
+    profile: str
+    meta: Mapping[str, Any] = field(default_factory=_empty)
+
+    def __post_init__(self) -> None:
+        _check_id(self.adv_id, "adv_id")
+        _check_id(self.profile, "profile")
+        object.__setattr__(self, "meta", _frozen_map(self.meta, "meta"))
+
+    @property
+    def ref(self) -> str:
+        return self.adv_id
+
+    def to_wire(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, "adv_id": self.adv_id, "profile": self.profile}
+        if self.meta:
+            d["meta"] = thaw_wire(self.meta)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """publish(e): ``routing`` is matched by brokers, ``body`` is opaque to them."""
+
+    op: ClassVar[str] = MsgOp.PUBLISH.value
+    event_id: str
+    profile: str
+    routing: Mapping[str, Any]
+    body: bytes = b""
+    meta: Mapping[str, Any] = field(default_factory=_empty)
+
+    def __post_init__(self) -> None:
+        _check_id(self.event_id, "event_id")
+        _check_id(self.profile, "profile")
+        object.__setattr__(self, "routing", _frozen_map(self.routing, "routing"))
+        if isinstance(self.body, bytearray | memoryview):
+            object.__setattr__(self, "body", bytes(self.body))
+        if not isinstance(self.body, bytes):
+            raise ValidationError("body must be bytes")
+        if len(self.body) > MAX_BODY_BYTES:
+            raise ValidationError(f"body larger than {MAX_BODY_BYTES} bytes")
+        object.__setattr__(self, "meta", _frozen_map(self.meta, "meta"))
+
+    @property
+    def ref(self) -> str:
+        return self.event_id
+
+    def to_wire(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"op": self.op, **self._fields()}
+        return d
+
+    def _fields(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"event_id": self.event_id, "profile": self.profile}
+        d["routing"] = thaw_wire(self.routing)
+        if self.body:
+            d["body"] = self.body
+        if self.meta:
+            d["meta"] = thaw_wire(self.meta)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """A publication handed to a local client, naming which of its subscriptions matched."""
+
+    op: ClassVar[str] = MsgOp.DELIVER.value
+    event: Publish
+    sub_ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.event, Publish):
+            raise ValidationError("deliver.event must be a Publish")
+        ids = self.sub_ids
+        if not isinstance(ids, list | tuple) or not ids:
+            raise ValidationError("deliver.sub_ids must be a non-empty sequence")
+        if len(ids) > MAX_SUB_IDS:
+            raise ValidationError(f"deliver carries more than {MAX_SUB_IDS} sub_ids")
+        object.__setattr__(self, "sub_ids", tuple(_check_id(s, "sub_id") for s in ids))
+
+    @property
+    def ref(self) -> str:
+        return self.event.event_id
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op, "sub_ids": list(self.sub_ids), "event": self.event._fields()}
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A broker accepted message ``ref`` (an id) of op ``of`` from a client."""
+
+    op: ClassVar[str] = MsgOp.ACK.value
+    ref: str
+    of: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.ref, "ref")
+        if self.of not in _DECODERS:
+            raise ValidationError(f"ack of unknown op {self.of!r}")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op, "ref": self.ref, "of": str(self.of)}
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """A broker dropped message ``ref`` from a directly connected client (narada §IV-H)."""
+
+    op: ClassVar[str] = MsgOp.ERROR.value
+    ref: str
+    reason: DropReason
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        _check_id(self.ref, "ref")
+        try:
+            object.__setattr__(self, "reason", DropReason(self.reason))
+        except ValueError:
+            raise ValidationError(f"unknown drop reason {self.reason!r}") from None
+        if not isinstance(self.detail, str) or len(self.detail) > MAX_DETAIL_LEN:
+            raise ValidationError(f"detail must be a string of at most {MAX_DETAIL_LEN} chars")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op, "ref": self.ref, "reason": self.reason.value, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Link liveness; answered by the transport, ignored by the core."""
+
+    op: ClassVar[str] = MsgOp.HEARTBEAT.value
+    seq: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seq, bool) or not isinstance(self.seq, int):
+            raise ValidationError("heartbeat seq must be an integer")
+        if not 0 <= self.seq <= _INT_MAX:
+            raise ValidationError("heartbeat seq out of range")
+
+    @property
+    def ref(self) -> str:
+        return str(self.seq)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op, "seq": self.seq}
+
+
+Message: TypeAlias = (
+    Subscribe | Unsubscribe | Advertise | Unadvertise | Publish | Deliver | Ack | Error | Heartbeat
+)
+
+# -- decoding -----------------------------------------------------------------------------------
+
+# op -> (required keys, optional keys, constructor from the checked dict)
+_Spec = tuple[frozenset[str], frozenset[str], Callable[[Mapping[str, Any]], Any]]
+
+
+def _publish_from(d: Mapping[str, Any]) -> Publish:
+    return Publish(d["event_id"], d["profile"], d["routing"], d.get("body", b""), d.get("meta", {}))
+
+
+def _deliver_from(d: Mapping[str, Any]) -> Deliver:
+    ev = d["event"]
+    if not isinstance(ev, Mapping):
+        raise ValidationError("deliver.event must be a mapping")
+    _check_keys(ev, *_PUBLISH_KEYS, what="deliver.event")
+    return Deliver(_publish_from(ev), d["sub_ids"])
+
+
+_PUBLISH_KEYS = (frozenset({"event_id", "profile", "routing"}), frozenset({"body", "meta"}))
+_DECODERS: dict[str, _Spec] = {
+    MsgOp.SUBSCRIBE: (
+        frozenset({"sub_id", "profile", "filter"}),
+        frozenset({"meta"}),
+        lambda d: Subscribe(d["sub_id"], d["profile"], d["filter"], d.get("meta", {})),
+    ),
+    MsgOp.UNSUBSCRIBE: (
+        frozenset({"sub_id", "profile"}),
+        frozenset({"meta"}),
+        lambda d: Unsubscribe(d["sub_id"], d["profile"], d.get("meta", {})),
+    ),
+    MsgOp.ADVERTISE: (
+        frozenset({"adv_id", "profile", "filter"}),
+        frozenset({"meta"}),
+        lambda d: Advertise(d["adv_id"], d["profile"], d["filter"], d.get("meta", {})),
+    ),
+    MsgOp.UNADVERTISE: (
+        frozenset({"adv_id", "profile"}),
+        frozenset({"meta"}),
+        lambda d: Unadvertise(d["adv_id"], d["profile"], d.get("meta", {})),
+    ),
+    MsgOp.PUBLISH: (*_PUBLISH_KEYS, _publish_from),
+    MsgOp.DELIVER: (frozenset({"sub_ids", "event"}), frozenset(), _deliver_from),
+    MsgOp.ACK: (frozenset({"ref", "of"}), frozenset(), lambda d: Ack(d["ref"], d["of"])),
+    MsgOp.ERROR: (
+        frozenset({"ref", "reason"}),
+        frozenset({"detail"}),
+        lambda d: Error(d["ref"], d["reason"], d.get("detail", "")),
+    ),
+    MsgOp.HEARTBEAT: (frozenset({"seq"}), frozenset(), lambda d: Heartbeat(d["seq"])),
+}
+
+
+def _check_keys(d: Mapping[str, Any], req: frozenset[str], opt: frozenset[str], what: str) -> None:
+    keys = set(d)
+    missing = req - keys
+    if missing:
+        raise ValidationError(f"{what} is missing {', '.join(sorted(missing))}")
+    extra = keys - req - opt - {"op"}
+    if extra:
+        shown = ", ".join(sorted(repr(k) for k in extra)[:5])
+        raise ValidationError(f"{what} has unknown fields {shown}")
+
+
+def decode_message(obj: Any) -> Message:
+    """Decode one wire dict into a message; FrameError on anything unexpected.
+
+    (The broker checks ``op in KNOWN_OPS`` first to count unknown ops as ``unknown_type``.)
+    """
+    if not isinstance(obj, Mapping):
+        raise FrameError(f"a message must be a mapping, not {type(obj).__name__}")
+    op = obj.get("op")
+    if not isinstance(op, str):
+        raise FrameError("a message needs a string 'op'")
+    spec = _DECODERS.get(op)
+    if spec is None:
+        raise FrameError(f"unknown op {op[:40]!r}")
+    req, opt, build = spec
+    try:
+        _check_keys(obj, req, opt, what=op)
+        msg: Message = build(obj)
+    except ValidationError as exc:
+        raise FrameError(f"bad {op}: {exc}") from exc
+    except (TypeError, ValueError, KeyError) as exc:  # defensive: a constructor bug or odd type
+        raise FrameError(f"bad {op}: {type(exc).__name__}") from exc
+    return msg
+
+
+KNOWN_OPS: Final = frozenset(_DECODERS)
+
+
+def _make_from_wire(cls: type) -> classmethod:  # type: ignore[type-arg]
+    def from_wire(c: type, obj: Any) -> Any:
+        msg = decode_message(obj)
+        if not isinstance(msg, c):
+            raise FrameError(f"expected {c.op}, got {msg.op}")  # type: ignore[attr-defined]
+        return msg
+
+    from_wire.__doc__ = f"Decode a wire dict that must be a {cls.__name__}; FrameError otherwise."
+    return classmethod(from_wire)
+
+
+for _cls in (
+    Subscribe,
+    Unsubscribe,
+    Advertise,
+    Unadvertise,
+    Publish,
+    Deliver,
+    Ack,
+    Error,
+    Heartbeat,
+):
+    _cls.from_wire = _make_from_wire(_cls)  # type: ignore[attr-defined,union-attr]
