@@ -16,13 +16,17 @@ class SecretBytes:
     one explicit way to get the bytes. Equality is constant-time."""
 
     __slots__ = ("_b",)
+    _b: bytes
 
     def __init__(self, b: bytes | bytearray | memoryview | SecretBytes) -> None:
+        if type(b) is bytes:  # fast path: key trees create many of these
+            _set_b(self, b)
+            return
         if isinstance(b, SecretBytes):
             b = b._b
         if not isinstance(b, bytes | bytearray | memoryview):
             raise TypeError("SecretBytes needs bytes")
-        object.__setattr__(self, "_b", bytes(b))
+        _set_b(self, bytes(b))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("SecretBytes is immutable")
@@ -55,6 +59,9 @@ class SecretBytes:
 
     def __reduce__(self) -> tuple[type, tuple[bytes]]:  # picklable for Spark executors
         return (SecretBytes, (self._b,))
+
+
+_set_b = SecretBytes.__dict__["_b"].__set__  # the slot's own setter
 
 
 def random_bytes(n: int, rng: _random.Random | None = None) -> bytes:

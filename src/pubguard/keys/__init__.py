@@ -1,3 +1,56 @@
-"""keys layer (see ARCHITECTURE.md)."""
+"""Key services (ARCHITECTURE.md, keys layer): EventGuard's meta-service (``ms``), PSGuard's
+stateless KDC and key trees (``nakt``, ``kdc``, ``cache``). Derivations are documented with
+vectors in docs/key-derivation.md."""
 
-__all__: list[str] = []
+from pubguard.keys.cache import DEFAULT_CACHE_CAPACITY, KeyCache
+from pubguard.keys.kdc import (
+    KDC,
+    CategoryTree,
+    TopicKeys,
+    derive_category,
+    derive_prefix,
+    derive_suffix,
+)
+from pubguard.keys.ms import (
+    AdvertisementGrant,
+    AdvertisementPermit,
+    MetaService,
+    Permit,
+    PermitKind,
+    SubscriptionGrant,
+    SubscriptionPermit,
+    UnadvertisementPermit,
+    UnsubscriptionPermit,
+    decode_permit,
+    verify_permit,
+)
+from pubguard.keys.nakt import derive_from, ktid, ktid_range, nakt_cover, nakt_depth
+
+__all__ = [
+    # kdc / nakt / cache (psguard.txt §3)
+    "DEFAULT_CACHE_CAPACITY",
+    "KDC",
+    "CategoryTree",
+    "KeyCache",
+    "TopicKeys",
+    "derive_category",
+    "derive_from",
+    "derive_prefix",
+    "derive_suffix",
+    "ktid",
+    "ktid_range",
+    "nakt_cover",
+    "nakt_depth",
+    # ms (eventguard.txt §4)
+    "AdvertisementGrant",
+    "AdvertisementPermit",
+    "MetaService",
+    "Permit",
+    "PermitKind",
+    "SubscriptionGrant",
+    "SubscriptionPermit",
+    "UnadvertisementPermit",
+    "UnsubscriptionPermit",
+    "decode_permit",
+    "verify_permit",
+]

@@ -1,0 +1,118 @@
+"""Key cache keyed by the longest cached prefix (psguard.txt §3.2.3 "Performance Enhancement").
+
+A subscriber (or publisher, or KDC) deriving ``K_{alpha}`` from an authorisation key
+``K_{phi}`` caches every intermediate key on the way. A later derivation of ``K_{alpha'}`` then
+starts from the cached key ``K_{phi'}`` with the longest ``phi'`` that is a prefix of
+``alpha'``: the optimal starting point, costing ``H * (|alpha'| - |phi'|)``.
+
+Nodes are paths from a tree root: a NAKT ktid (``"101"``), a string for prefix chains (pass
+the *reversed* value for suffix chains), or a tuple of names for category trees. ``tree`` is
+any hashable name of the key tree, e.g. ``("cancerTrail", "numeric", "age")``.
+
+Authorisation keys (``add``) are pinned: they are never evicted, because without them nothing
+can be derived. Derived keys live in an LRU bounded by ``capacity`` (a named limit).
+``derive`` refuses with :class:`~pubguard.errors.KeyError_` when no cached key is an ancestor
+of the target: a cache never widens what its owner is authorised for.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Final
+
+from pubguard.crypto import SecretBytes
+from pubguard.errors import KeyError_, ValidationError
+from pubguard.keys.nakt import derive_path
+
+__all__ = ["DEFAULT_CACHE_CAPACITY", "KeyCache"]
+
+#: Derived keys kept per cache (32-byte keys; 2048 keys ~ the paper's 64 KB cache, §5 Fig. 11).
+DEFAULT_CACHE_CAPACITY: Final = 2048
+
+Node = str | tuple[str, ...]
+
+
+class KeyCache:
+    """Pinned authorisation keys plus an LRU of derived keys, per key tree."""
+
+    __slots__ = ("_capacity", "_derived", "_pinned", "hits", "misses")
+
+    def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValidationError(f"cache capacity must be a non-negative integer: {capacity!r}")
+        self._capacity = capacity
+        self._pinned: dict[tuple[Hashable, Node], SecretBytes] = {}
+        self._derived: OrderedDict[tuple[Hashable, Node], SecretBytes] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"KeyCache(pinned={len(self._pinned)}, derived={len(self._derived)}, "
+            f"capacity={self._capacity})"
+        )
+
+    def __len__(self) -> int:
+        return len(self._pinned) + len(self._derived)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def add(self, tree: Hashable, node: Node, key: SecretBytes | bytes) -> None:
+        """Pin an authorisation key for ``node`` of ``tree``."""
+        if not isinstance(node, str | tuple):
+            raise ValidationError(f"a key tree node is a str or a tuple, got {node!r}")
+        self._pinned[(tree, node)] = key if isinstance(key, SecretBytes) else SecretBytes(key)
+
+    def add_all(self, tree: Hashable, keys: dict[str, SecretBytes]) -> None:
+        """Pin every key of e.g. ``KDC.numeric_auth_keys(...)``."""
+        for node, key in keys.items():
+            self.add(tree, node, key)
+
+    def forget_tree(self, tree: Hashable) -> None:
+        """Drop every key of ``tree`` (on unsubscription or at the end of an epoch)."""
+        for store in (self._pinned, self._derived):
+            for k in [k for k in store if k[0] == tree]:
+                del store[k]
+
+    def clear(self) -> None:
+        self._pinned.clear()
+        self._derived.clear()
+
+    def _lookup(self, k: tuple[Hashable, Node]) -> SecretBytes | None:
+        v = self._pinned.get(k)
+        if v is None:
+            v = self._derived.get(k)
+            if v is not None:
+                self._derived.move_to_end(k)
+        return v
+
+    def derive(self, tree: Hashable, target: Node) -> SecretBytes:
+        """Key of ``target``, from the longest cached ancestor; caches the intermediates."""
+        hit = self._lookup((tree, target))
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        start = None
+        for i in range(len(target) - 1, -1, -1):
+            start = self._lookup((tree, target[:i]))
+            if start is not None:
+                break
+        else:
+            raise KeyError_(f"no cached authorisation key is an ancestor of {target!r}")
+        key = start.reveal()
+        for j in range(i, len(target)):
+            key = derive_path(key, (target[j],))
+            self._put((tree, target[: j + 1]), SecretBytes(key))
+        return self._derived.get((tree, target)) or SecretBytes(key)
+
+    def _put(self, k: tuple[Hashable, Node], v: SecretBytes) -> None:
+        if self._capacity == 0 or k in self._pinned:
+            return
+        self._derived[k] = v
+        self._derived.move_to_end(k)
+        while len(self._derived) > self._capacity:
+            self._derived.popitem(last=False)

@@ -1,0 +1,172 @@
+"""Numeric attribute key tree (NAKT) identifiers, minimal range covers and hash-chain derivation.
+
+Theory of operation (psguard.txt §3.1). A numeric attribute ``num`` takes values in
+``[0, |R| - 1]``; ``lc`` (least count) is the smallest subscribable range. The NAKT is a complete
+binary tree of depth ``m = log2(|R| / lc)``: the node labelled by the bit string ``xi`` covers
+the values ``v`` whose ``ktid(v)`` starts with ``xi``, where ``ktid(v)`` is the ``m``-bit binary
+form of ``floor(v / lc)``. The root is the empty string ``""`` (the paper's null label).
+
+Keys flow downwards only: ``K_{xi||b} = H(K_xi || b)`` with ``b`` the ASCII byte ``0`` or ``1``
+(``H`` = SHA-256), so a key for node ``xi`` yields the key of every descendant and nothing else.
+The same step, ``H(K || label)``, builds the string prefix/suffix chains and category trees in
+:mod:`pubguard.keys.kdc`; :func:`derive_path` is that one generic step.
+
+A subscription ``[low, high]`` is split into the *minimal cover*: the fewest NAKT nodes whose
+value ranges partition ``[low, high]`` exactly (the canonical dyadic decomposition, at most
+``2m - 2`` nodes, psguard.txt §3.1 "Number of Authorization Keys"). Bounds must sit on ``lc``
+boundaries (``low % lc == 0`` and ``(high + 1) % lc == 0``) unless ``snap=True`` widens the range
+outwards to whole ``lc`` buckets (which then authorises the whole buckets).
+
+Everything here is pure; errors are :class:`~pubguard.errors.ValidationError` for malformed
+parameters and :class:`~pubguard.errors.KeyError_` for refused derivations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pubguard.crypto import SecretBytes
+from pubguard.crypto.primitives import sha256_fast
+from pubguard.crypto.secret import raw
+from pubguard.errors import KeyError_, ValidationError
+
+__all__ = [
+    "MAX_DEPTH",
+    "check_ktid",
+    "derive_from",
+    "derive_path",
+    "ktid",
+    "ktid_range",
+    "nakt_cover",
+    "nakt_depth",
+]
+
+#: Deepest NAKT accepted (|R| / lc <= 2**64); deeper trees are certainly a mistake.
+MAX_DEPTH = 64
+
+_BIT = {"0": b"0", "1": b"1"}
+
+
+def _int(name: str, x: object) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValidationError(f"{name} must be an integer, got {type(x).__name__}")
+    return x
+
+
+def nakt_depth(range_size: int, least_count: int) -> int:
+    """``m = log2(|R| / lc)``; ValidationError unless ``|R| / lc`` is a power of two."""
+    r = _int("range_size", range_size)
+    lc = _int("least_count", least_count)
+    if r <= 0 or lc <= 0:
+        raise ValidationError(f"range size {r} and least count {lc} must be positive")
+    if r % lc:
+        raise ValidationError(f"range size {r} is not a multiple of the least count {lc}")
+    leaves = r // lc
+    if leaves & (leaves - 1):
+        raise ValidationError(f"|R| / lc = {r} / {lc} = {leaves} is not a power of two")
+    m = leaves.bit_length() - 1
+    if m > MAX_DEPTH:
+        raise ValidationError(f"NAKT depth {m} exceeds the limit {MAX_DEPTH}")
+    return m
+
+
+def _check_value(v: object, r: int, what: str = "value") -> int:
+    v = _int(what, v)
+    if not 0 <= v < r:
+        raise ValidationError(f"{what} {v} is outside the attribute range [0, {r - 1}]")
+    return v
+
+
+def ktid(value: int, range_size: int, least_count: int) -> str:
+    """psguard.txt §3.1: ``ktid(v)`` = the m-bit binary string of ``floor(v / lc)``."""
+    m = nakt_depth(range_size, least_count)
+    v = _check_value(value, range_size)
+    return format(v // least_count, f"0{m}b") if m else ""
+
+
+def ktid_range(node: str, range_size: int, least_count: int) -> tuple[int, int]:
+    """The inclusive value range ``(low, high)`` covered by NAKT node ``node``."""
+    m = nakt_depth(range_size, least_count)
+    check_ktid(node, m)
+    span = least_count << (m - len(node))
+    low = int(node, 2) * span if node else 0
+    return low, low + span - 1
+
+
+def check_ktid(node: object, depth: int | None = None) -> str:
+    """Validate a key tree identifier: a string of ``0``/``1`` (at most ``depth`` bits)."""
+    if not isinstance(node, str) or node.strip("01"):
+        raise ValidationError(f"a ktid is a string of 0 and 1 bits, got {node!r}")
+    if depth is not None and len(node) > depth:
+        raise ValidationError(f"ktid {node!r} is deeper than the tree (depth {depth})")
+    return node
+
+
+def nakt_cover(
+    low: int, high: int, range_size: int, least_count: int, *, snap: bool = False
+) -> list[str]:
+    """Minimal exact cover of ``[low, high]`` by NAKT nodes, left to right.
+
+    psguard.txt §3.1: |R| = 32, lc = 4: cover of [8, 19] is ["01", "100"], of [16, 31] is ["1"].
+    """
+    m = nakt_depth(range_size, least_count)
+    low = _check_value(low, range_size, "low")
+    high = _check_value(high, range_size, "high")
+    if low > high:
+        raise ValidationError(f"empty range: low {low} > high {high}")
+    lc = least_count
+    if snap:
+        low, high = low - low % lc, high - high % lc + lc - 1
+    elif low % lc or (high + 1) % lc:
+        raise ValidationError(
+            f"range [{low}, {high}] does not sit on least-count ({lc}) boundaries; "
+            "pass snap=True to widen it to whole buckets"
+        )
+    # canonical dyadic decomposition, greedy from the left: at each step take the largest
+    # aligned block that starts at `lo` and fits in [lo, hi]; this is the minimum count.
+    lo, hi = low // lc, high // lc
+    out: list[str] = []
+    while lo <= hi:
+        size = lo & -lo if lo else 1 << m  # largest power of two dividing lo (alignment)
+        while size > hi - lo + 1:
+            size >>= 1
+        level = m - (size.bit_length() - 1)  # depth of the node
+        out.append(format(lo >> (m - level), f"0{level}b") if level else "")
+        lo += size
+    return out
+
+
+def derive_path(key: bytes | SecretBytes, labels: Sequence[str]) -> bytes:
+    """Walk down a key tree: ``K <- H(K || utf8(label))`` for each label (one hash per step).
+
+    For NAKT ids the labels are the characters ``0``/``1`` (psguard.txt §3.1:
+    ``K_{xi||b} = H(K_xi || b)``); for string chains they are characters; for category trees
+    they are node names.
+    """
+    k = raw(key)
+    h = sha256_fast
+    for lab in labels:
+        b = _BIT.get(lab) if isinstance(lab, str) and len(lab) == 1 else None
+        k = h(k + (b if b is not None else lab.encode())).digest()
+    return k
+
+
+def derive_from(auth_ktid: str, auth_key: bytes | SecretBytes, target_ktid: str) -> SecretBytes:
+    """Derive the key of ``target_ktid`` from the authorisation key of ``auth_ktid``.
+
+    psguard.txt §3.1 "Matching Publications with Subscriptions": allowed only when
+    ``auth_ktid`` is a prefix of ``target_ktid``; otherwise :class:`KeyError_`.
+    """
+    check_ktid(auth_ktid)
+    check_ktid(target_ktid)
+    if not target_ktid.startswith(auth_ktid):
+        raise KeyError_(
+            f"ktid {auth_ktid!r} is not a prefix of {target_ktid!r}: "
+            "not derivable from this authorisation key"
+        )
+    k = raw(auth_key)
+    h = sha256_fast
+    bit = _BIT
+    for c in target_ktid[len(auth_ktid) :]:
+        k = h(k + bit[c]).digest()
+    return SecretBytes(k)
