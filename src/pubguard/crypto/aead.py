@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESOCB3, ChaCha2
 
 from pubguard.crypto.primitives import hkdf
 from pubguard.crypto.secret import SecretBytes, random_bytes, raw
-from pubguard.errors import InvalidToken, LocalError
+from pubguard.errors import InvalidToken, ValidationError
 
 __all__ = ["ALGORITHMS", "DEFAULT_AEAD", "aad_for", "open_", "seal"]
 
@@ -37,6 +37,8 @@ DEFAULT_AEAD = "AES-256-GCM"
 
 def aad_for(type_id: bytes | str, attribute: str = "", epoch: int = 0, *extra: bytes) -> bytes:
     """Canonical associated data: length-prefixed type id, attribute name, epoch, extras."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < 2**64:
+        raise ValidationError(f"epoch must be an integer in [0, 2**64), got {epoch!r}")
     t = type_id.encode() if isinstance(type_id, str) else type_id
     parts = [t, attribute.encode(), struct.pack(">Q", epoch), *extra]
     return b"".join(struct.pack(">I", len(p)) + p for p in parts)
@@ -59,13 +61,13 @@ def seal(
     rng: _random.Random | None = None,
 ) -> bytes:
     if not aad:
-        raise LocalError(
+        raise ValidationError(
             "associated data is required: bind the ciphertext to its type/attribute/epoch"
         )
     try:
         alg_id, key_len, nonce_len, cls = ALGORITHMS[alg]
     except KeyError:
-        raise LocalError(
+        raise ValidationError(
             f"unknown AEAD algorithm {alg!r} (valid: {', '.join(ALGORITHMS)})"
         ) from None
     nonce = random_bytes(nonce_len, rng)

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from pubguard.crypto.secret import SecretBytes, raw
+from pubguard.errors import ValidationError
 
 __all__ = [
     "DIGEST_SIZE",
@@ -109,6 +110,6 @@ def prf_aes_blocks(key: bytes | SecretBytes, blocks: bytes) -> bytes:
     if len(k) not in (16, 32):
         k = H(k)[:16]
     if len(blocks) % 16:
-        raise ValueError("PRF input must be a whole number of 16-byte blocks")
+        raise ValidationError("PRF input must be a whole number of 16-byte blocks")
     enc = Cipher(algorithms.AES(k), modes.ECB()).encryptor()  # noqa: S305 - independent PRF blocks
     return enc.update(blocks) + enc.finalize()

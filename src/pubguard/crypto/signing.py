@@ -4,6 +4,8 @@ transport in narada-secure-delivery.txt §IV-E)."""
 
 from __future__ import annotations
 
+import random as _random
+
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -11,7 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from pubguard.crypto.aead import open_, seal
 from pubguard.crypto.primitives import hkdf
-from pubguard.errors import InvalidToken
+from pubguard.crypto.secret import random_bytes
+from pubguard.errors import InvalidToken, ValidationError
 
 __all__ = ["KemPrivateKey", "KemPublicKey", "SigningKey", "VerifyKey", "unwrap", "wrap"]
 
@@ -89,7 +92,10 @@ class SigningKey:
 
     @classmethod
     def from_private_bytes(cls, b: bytes) -> SigningKey:
-        return cls(Ed25519PrivateKey.from_private_bytes(b))
+        try:
+            return cls(Ed25519PrivateKey.from_private_bytes(b))
+        except (ValueError, TypeError):
+            raise ValidationError("an Ed25519 private key is 32 bytes") from None
 
     def private_bytes(self) -> bytes:
         return self._k.private_bytes(_RAW, _RAWPRIV, _NOENC)
@@ -142,7 +148,10 @@ class KemPrivateKey:
 
     @classmethod
     def from_private_bytes(cls, b: bytes) -> KemPrivateKey:
-        return cls(X25519PrivateKey.from_private_bytes(b))
+        try:
+            return cls(X25519PrivateKey.from_private_bytes(b))
+        except (ValueError, TypeError):
+            raise ValidationError("an X25519 private key is 32 bytes") from None
 
     def private_bytes(self) -> bytes:
         return self._k.private_bytes(_RAW, _RAWPRIV, _NOENC)
@@ -159,13 +168,22 @@ def _wrap_key(shared: bytes, eph: bytes, recipient: bytes, info: bytes) -> bytes
     return hkdf(shared, salt=eph + recipient, info=b"pubguard-wrap:" + info, length=32)
 
 
-def wrap(recipient: KemPublicKey, plaintext: bytes, *, info: bytes) -> bytes:
-    """Encrypt ``plaintext`` to ``recipient``: ``eph_pub(32) || AEAD(HKDF(X25519), pt, aad=info)``."""
-    eph = X25519PrivateKey.generate()
+def wrap(
+    recipient: KemPublicKey, plaintext: bytes, *, info: bytes, rng: _random.Random | None = None
+) -> bytes:
+    """Encrypt ``plaintext`` to ``recipient``: ``eph_pub(32) || AEAD(HKDF(X25519), pt, aad=info)``.
+
+    The ephemeral key and nonce come from the OS CSPRNG, or from ``rng`` in deterministic
+    tests and simulations."""
+    eph = (
+        X25519PrivateKey.generate()
+        if rng is None
+        else X25519PrivateKey.from_private_bytes(random_bytes(32, rng))
+    )
     eph_pub = eph.public_key().public_bytes(_RAW, _RAWPUB)
     shared = eph.exchange(recipient._k)
     key = _wrap_key(shared, eph_pub, recipient.to_bytes(), info)
-    return eph_pub + seal(key, plaintext, aad=b"pubguard-wrap:" + info)
+    return eph_pub + seal(key, plaintext, aad=b"pubguard-wrap:" + info, rng=rng)
 
 
 def unwrap(private: KemPrivateKey, blob: bytes, *, info: bytes) -> bytes:
