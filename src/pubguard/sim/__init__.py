@@ -1,17 +1,33 @@
 """sim layer (see ARCHITECTURE.md): seeded workloads and, later, the virtual-time simulator."""
 
+from pubguard.sim.topic_workloads import PSGUARD_KINDS, category_tree, zipf_weights
 from pubguard.sim.workloads import (
+    SHAPES,
     VCAPS_DICTIONARY,
     VCAPS_OPS,
+    Workload,
+    build,
+    generate,
+    load_workload,
     np_rng,
+    resolve_params,
     vcaps_events,
     vcaps_filters,
 )
 
 __all__ = [
+    "PSGUARD_KINDS",
+    "SHAPES",
     "VCAPS_DICTIONARY",
     "VCAPS_OPS",
+    "Workload",
+    "build",
+    "category_tree",
+    "generate",
+    "load_workload",
     "np_rng",
+    "resolve_params",
     "vcaps_events",
     "vcaps_filters",
+    "zipf_weights",
 ]
