@@ -1,0 +1,605 @@
+"""asyncio client: publish, subscribe, iterate over deliveries (in the style of nats-py).
+
+::
+
+    async with await connect("tls://127.0.0.1:7001", identity="alice", ssl=ctx) as client:
+        sub = await client.subscribe("age > 20")
+        await client.publish(Event({"age": 30}))
+        async for delivery in sub:
+            print(delivery.event)
+
+Theory of operation
+-------------------
+A :class:`Client` owns one link to one broker and speaks the envelope of ``protocol.py``:
+every subscribe / unsubscribe / advertise / publish is a reliable message with a sequence
+number, kept until the broker acknowledges it (cumulative ``a``). At most ``window`` messages
+are unacknowledged; ``publish`` awaits credit beyond that and awaits the socket's drain, so a
+fast publisher is slowed instead of buffering without bound (issue 4, back-pressure).
+
+Deliveries arrive as reliable messages too; the client acknowledges them after putting them on
+the subscriptions' bounded queues. A full queue drops the delivery and the next read of that
+subscription raises :class:`~pubguard.errors.SlowConsumerError` (nats-py's slow consumer).
+
+When the link fails (EOF, TLS error, no frame for ``heartbeat_timeout``) the client reconnects
+with exponential back-off. If the broker *resumed* the session (a durable client, or a broker
+that persisted this link) the client resends what the broker had not processed; otherwise it
+re-subscribes every live subscription and resends unacknowledged publications (the broker's
+de-dup window drops any that had in fact been processed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import ssl as _ssl
+import time
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from pubguard.broker.messages import (
+    Advertise,
+    Deliver,
+    Error,
+    Publish,
+    Subscribe,
+    Unsubscribe,
+    decode_message,
+)
+from pubguard.errors import (
+    FrameError,
+    PubguardError,
+    SlowConsumerError,
+    StateError,
+    TransportError,
+    ValidationError,
+)
+from pubguard.model.events import Event
+from pubguard.model.filters import Filter
+from pubguard.net import protocol
+from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.schemes.base import ClientScheme
+from pubguard.schemes.plain import PlainScheme
+
+__all__ = [
+    "DEFAULT_MAX_PENDING",
+    "DEFAULT_WINDOW",
+    "Client",
+    "Delivery",
+    "Subscription",
+    "connect",
+    "parse_url",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW: Final = 2048  # unacknowledged messages a client may have in flight
+DEFAULT_MAX_PENDING: Final = 65_536  # deliveries buffered per subscription
+HIGH_WATER: Final = 1 << 20  # bytes in the socket buffer before publish awaits drain
+CONNECT_TIMEOUT: Final = 10.0
+BACKOFF_MIN: Final = 0.05
+BACKOFF_MAX: Final = 2.0
+READ_CHUNK: Final = 1 << 16
+
+Handler = Callable[["Delivery"], Awaitable[None] | None]
+
+
+def parse_url(url: str) -> tuple[bool, str, int]:
+    """``tls://host:port`` (default) or ``tcp://host:port`` -> (use_tls, host, port)."""
+    u = urlsplit(url if "://" in url else f"tls://{url}")
+    if u.scheme not in ("tls", "tcp") or not u.hostname or u.port is None:
+        raise ValidationError(f"broker URL must look like tls://host:port, got {url!r}")
+    return u.scheme == "tls", u.hostname, u.port
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event handed to one subscription."""
+
+    event: Event
+    sub_id: str
+
+
+_CLOSED: Final = object()
+
+
+class Subscription:
+    """A live subscription: ``async for delivery in sub``, ``await sub.unsubscribe()``."""
+
+    def __init__(
+        self, client: Client, sub_id: str, filter: Filter, handler: Handler | None, max_pending: int
+    ) -> None:
+        self.client, self.id, self.filter = client, sub_id, filter
+        self.max_pending = max_pending
+        self.received = 0
+        self.dropped = 0
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._slow = False
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        if handler is not None:
+            self._task = asyncio.get_running_loop().create_task(self._run_handler(handler))
+
+    @property
+    def pending(self) -> int:
+        return len(self._items)
+
+    def _push(self, item: Any) -> None:
+        if item is not _CLOSED:
+            if len(self._items) >= self.max_pending:
+                self.dropped += 1
+                if not self._slow:
+                    log.warning("subscription %s: slow consumer, dropping deliveries", self.id)
+                self._slow = True
+                return
+            self.received += 1
+        self._items.append(item)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._push(_CLOSED)
+
+    async def next(self, timeout: float | None = None) -> Delivery:
+        """The next delivery; TimeoutError after ``timeout``; StopAsyncIteration when closed."""
+        if self._slow:
+            self._slow = False
+            raise SlowConsumerError(
+                f"subscription {self.id} dropped {self.dropped} deliveries",
+                capacity=self.max_pending,
+            )
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._waiter, timeout)
+            finally:
+                self._waiter = None
+        item = self._items[0]
+        if item is _CLOSED:
+            raise StopAsyncIteration
+        self._items.popleft()
+        return item  # type: ignore[no-any-return]
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        return await self.next()
+
+    async def _run_handler(self, handler: Handler) -> None:
+        while True:
+            try:
+                d = await self.next()
+            except StopAsyncIteration:
+                return
+            except SlowConsumerError as exc:
+                log.warning("%s", exc)
+                continue
+            try:
+                r = handler(d)
+                if r is not None:
+                    await r
+            except Exception:  # a handler bug must not kill the subscription
+                log.exception("subscription %s: handler failed", self.id)
+
+    async def unsubscribe(self) -> None:
+        await self.client.unsubscribe(self)
+
+
+class Client:
+    """One client link to one broker. Create with :func:`connect`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        identity: str,
+        ssl: _ssl.SSLContext | None,
+        durable: bool = False,
+        scheme: ClientScheme | None = None,
+        window: int = DEFAULT_WINDOW,
+        heartbeat_interval: float = 2.0,
+        heartbeat_timeout: float = 10.0,
+        reconnect: bool = True,
+    ) -> None:
+        if not identity or len(identity) > protocol.MAX_NAME:
+            raise ValidationError("identity must be a non-empty name")
+        self.host, self.port, self.identity, self.ssl = host, port, identity, ssl
+        self.durable = durable
+        self.scheme: ClientScheme = scheme if scheme is not None else PlainScheme()
+        self.window = window
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.reconnect = reconnect
+        self.session = secrets.token_hex(8)
+        self.broker_name: str | None = None
+        self.errors: deque[Error] = deque(maxlen=100)
+        self.reconnects = 0
+        self._subs: dict[str, Subscription] = {}
+        self._adverts: dict[str, Filter] = {}
+        self._unacked: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._tx_next = 1
+        self._rx_seq = 0
+        self._ids = itertools.count(1)
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._connected = asyncio.Event()
+        self._credit = asyncio.Event()
+        self._credit.set()
+        self._status: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._closing = False
+        self._last_rx = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        self._hb_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def _start(self) -> Client:
+        await self._handshake()
+        self._task = asyncio.get_running_loop().create_task(self._supervise())
+        self._hb_task = asyncio.get_running_loop().create_task(self._heartbeats())
+        return self
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def is_connected(self) -> bool:
+        return self._writer is not None
+
+    async def close(self) -> None:
+        """Close the link; pending subscriptions end their iteration."""
+        if self._closing:
+            return
+        self._closing = True
+        with contextlib.suppress(Exception):
+            if self._writer is not None and self._unacked:
+                await self.flush(timeout=1.0)
+        for t in (self._hb_task, self._task):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+        w = self._writer
+        self._drop_connection()
+        if w is not None:
+            with contextlib.suppress(Exception):
+                w.write(encode_frame(protocol.bye("client closing")))
+                w.close()
+                await asyncio.wait_for(w.wait_closed(), 1.0)
+        for s in list(self._subs.values()):
+            s._close()
+            if s._task is not None:
+                s._task.cancel()
+        self._credit.set()
+        for f in self._status.values():
+            if not f.done():
+                f.set_exception(TransportError("client closed"))
+
+    # -- public API ------------------------------------------------------------------------
+
+    async def publish(self, event: Event | Mapping[str, Any], *, profile: str | None = None) -> str:
+        """Publish ``event`` (an Event or an attribute mapping); returns its event id."""
+        ev = event if isinstance(event, Event) else Event(event)
+        pe = self.scheme.protect_event(ev, now=time.time())
+        prof = profile or self.scheme.profile
+        msg = Publish(pe.event_id, prof, pe.routing, pe.body, pe.meta).to_wire()
+        await self._send(msg)
+        return pe.event_id
+
+    async def subscribe(
+        self,
+        filter: str | Filter,
+        handler: Handler | None = None,
+        *,
+        sub_id: str | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> Subscription:
+        """Subscribe with a filter (text or Filter); iterate the result or pass ``handler``."""
+        f = Filter.parse(filter) if isinstance(filter, str) else filter
+        sid = sub_id or f"s{next(self._ids)}-{secrets.token_hex(4)}"
+        if sid in self._subs:
+            raise StateError(f"subscription {sid!r} already exists on this client")
+        sub = Subscription(self, sid, f, handler, max_pending)
+        self._subs[sid] = sub
+        await self._send(self._subscribe_msg(sub))
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        if self._subs.pop(sub.id, None) is None:
+            return
+        sub._close()
+        await self._send(Unsubscribe(sub.id, self.scheme.profile).to_wire())
+
+    async def advertise(self, filter: str | Filter, *, adv_id: str | None = None) -> str:
+        f = Filter.parse(filter) if isinstance(filter, str) else filter
+        aid = adv_id or f"a{next(self._ids)}-{secrets.token_hex(4)}"
+        self._adverts[aid] = f
+        await self._send(self._advertise_msg(aid, f))
+        return aid
+
+    async def flush(self, timeout: float | None = 10.0) -> None:
+        """Wait until the broker has acknowledged everything sent so far."""
+        target = self._tx_next - 1
+
+        async def _wait() -> None:
+            while self._unacked and next(iter(self._unacked)) <= target:
+                self._credit.clear()
+                if self._closing:
+                    raise TransportError("client closed")
+                await self._credit.wait()
+
+        await asyncio.wait_for(_wait(), timeout)
+
+    async def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The broker's status report (links, tables, queues, drop counters)."""
+        await asyncio.wait_for(self._connected.wait(), timeout)
+        q = next(self._ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._status[q] = fut
+        try:
+            self._write(protocol.status_request(q))
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._status.pop(q, None)
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _subscribe_msg(self, sub: Subscription) -> dict[str, Any]:
+        pf = self.scheme.protect_filter(sub.filter, now=time.time())
+        return Subscribe(sub.id, self.scheme.profile, pf.filter, pf.meta).to_wire()
+
+    def _advertise_msg(self, aid: str, f: Filter) -> dict[str, Any]:
+        pf = self.scheme.protect_advertisement(f, now=time.time())
+        return Advertise(aid, self.scheme.profile, pf.filter, pf.meta).to_wire()
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        while len(self._unacked) >= self.window:
+            if self._closing:
+                raise TransportError("client closed")
+            self._credit.clear()
+            await self._credit.wait()
+        if self._closing:
+            raise TransportError("client closed")
+        seq = self._tx_next
+        self._tx_next += 1
+        self._unacked[seq] = msg
+        w = self._writer
+        if w is not None:
+            w.write(encode_frame(protocol.message(seq, msg)))
+            if w.transport.get_write_buffer_size() > HIGH_WATER:
+                with contextlib.suppress(ConnectionError):
+                    await w.drain()
+
+    def _write(self, env: dict[str, Any]) -> None:
+        w = self._writer
+        if w is None:
+            raise TransportError("not connected")
+        w.write(encode_frame(env))
+
+    # -- connection ------------------------------------------------------------------------
+
+    async def _handshake(self) -> None:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=READ_CHUNK * 4),
+                CONNECT_TIMEOUT,
+            )
+        except (TimeoutError, OSError, _ssl.SSLError) as exc:
+            raise TransportError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        try:
+            writer.write(
+                encode_frame(
+                    protocol.hello(
+                        self.identity, "client", self.session, durable=self.durable, rx=self._rx_seq
+                    )
+                )
+            )
+            dec = FrameDecoder()
+            frames: list[dict[str, Any]] = []
+            while not frames:
+                data = await asyncio.wait_for(reader.read(READ_CHUNK), CONNECT_TIMEOUT)
+                if not data:
+                    raise TransportError("broker closed the connection during the handshake")
+                frames = dec.feed(data)
+            first = frames[0]
+            if protocol.check_envelope(first) == "bye":
+                raise TransportError(f"broker refused the link: {first['reason']}")
+            if first["t"] != "hello":
+                raise FrameError("expected hello from the broker")
+        except (TimeoutError, OSError, _ssl.SSLError, FrameError) as exc:
+            writer.close()
+            raise TransportError(f"handshake with {self.host}:{self.port} failed: {exc}") from exc
+        except BaseException:
+            writer.close()
+            raise
+        self.broker_name = first["name"]
+        self._reader, self._writer = reader, writer
+        self._last_rx = time.monotonic()
+        self._resume(bool(first.get("resumed", False)), first["rx"])
+        self._connected.set()
+        rest = frames[1:]
+        if rest or dec.buffered:
+            self._pending_frames, self._decoder = rest, dec
+        else:
+            self._pending_frames, self._decoder = [], dec
+
+    def _resume(self, resumed: bool, peer_rx: int) -> None:
+        w = self._writer
+        assert w is not None
+        if resumed:
+            for s in [s for s in self._unacked if s <= peer_rx]:
+                del self._unacked[s]
+        else:
+            # a fresh session on the broker: re-subscribe, re-advertise, resend publications
+            self._rx_seq = 0
+            old = [m for m in self._unacked.values() if m.get("op") == "publish"]
+            self._unacked.clear()
+            self._tx_next = 1
+            msgs = [self._subscribe_msg(s) for s in self._subs.values()]
+            msgs += [self._advertise_msg(a, f) for a, f in self._adverts.items()]
+            for m in msgs + old:
+                self._unacked[self._tx_next] = m
+                self._tx_next += 1
+        for seq, m in self._unacked.items():
+            w.write(encode_frame(protocol.message(seq, m)))
+        self._credit.set()
+
+    def _drop_connection(self) -> None:
+        w = self._writer
+        self._writer = self._reader = None
+        self._connected.clear()
+        if w is not None:
+            w.close()
+
+    async def _supervise(self) -> None:
+        backoff = BACKOFF_MIN
+        while not self._closing:
+            try:
+                await self._read_loop()
+            except (OSError, _ssl.SSLError, PubguardError) as exc:
+                log.info("client %s: link lost: %s", self.identity, exc)
+            self._drop_connection()
+            if self._closing or not self.reconnect:
+                self._credit.set()
+                for s in self._subs.values():
+                    s._close()
+                return
+            while not self._closing:
+                await asyncio.sleep(backoff)
+                try:
+                    await self._handshake()
+                    self.reconnects += 1
+                    backoff = BACKOFF_MIN
+                    break
+                except TransportError as exc:
+                    log.info("client %s: reconnect failed: %s", self.identity, exc)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        self._handle(self._pending_frames)
+        while True:
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                raise TransportError("broker closed the link")
+            self._last_rx = time.monotonic()
+            frames = self._decoder.feed(data)
+            self._handle(frames)
+            if self._decoder.error is not None:
+                raise self._decoder.error
+
+    def _handle(self, frames: list[dict[str, Any]]) -> None:
+        got = False
+        for env in frames:
+            t = protocol.check_envelope(env)
+            if t == "m":
+                seq = env["s"]
+                if seq <= self._rx_seq:
+                    continue  # a resent duplicate: already handed to the application
+                self._rx_seq = seq
+                got = True
+                self._on_message(env["m"])
+            elif t == "a":
+                upto = env["u"]
+                un = self._unacked
+                while un and next(iter(un)) <= upto:
+                    un.popitem(last=False)
+                self._credit.set()
+            elif t == "st":
+                fut = self._status.get(env["q"])
+                if fut is not None and not fut.done():
+                    fut.set_result(env["data"])
+            elif t == "bye":
+                raise TransportError(f"broker closed the link: {env['reason']}")
+            elif t == "hello":
+                raise FrameError("unexpected second hello")
+        if got and self._writer is not None:
+            self._writer.write(encode_frame(protocol.ack(self._rx_seq)))
+
+    def _on_message(self, wire: dict[str, Any]) -> None:
+        msg = decode_message(wire)
+        if isinstance(msg, Deliver):
+            ev = msg.event
+            try:
+                event = self.scheme.open_event(
+                    ev.event_id, ev.routing, ev.body, ev.meta, now=time.time()
+                )
+            except PubguardError as exc:
+                log.warning("client %s: cannot open event %s: %s", self.identity, ev.event_id, exc)
+                return
+            for sid in msg.sub_ids:
+                sub = self._subs.get(sid)
+                if sub is not None:
+                    sub._push(Delivery(event, sid))
+        elif isinstance(msg, Error):
+            self.errors.append(msg)
+            log.warning(
+                "client %s: broker dropped %s: %s %s",
+                self.identity,
+                msg.ref,
+                msg.reason,
+                msg.detail,
+            )
+
+    async def _heartbeats(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.heartbeat_interval)
+            w = self._writer
+            if w is None:
+                continue
+            if time.monotonic() - self._last_rx > self.heartbeat_timeout:
+                log.info(
+                    "client %s: no frame for %.1fs, reconnecting",
+                    self.identity,
+                    self.heartbeat_timeout,
+                )
+                w.close()
+                continue
+            with contextlib.suppress(Exception):
+                w.write(encode_frame(protocol.heartbeat()))
+
+
+async def connect(
+    url: str,
+    *,
+    identity: str,
+    ssl: _ssl.SSLContext | None = None,
+    durable: bool = False,
+    scheme: ClientScheme | None = None,
+    window: int = DEFAULT_WINDOW,
+    reconnect: bool = True,
+    heartbeat_interval: float = 2.0,
+    heartbeat_timeout: float = 10.0,
+) -> Client:
+    """Connect to the broker at ``url`` (``tls://host:port``); TransportError if refused."""
+    use_tls, host, port = parse_url(url)
+    if use_tls and ssl is None:
+        raise ValidationError("a tls:// URL needs an ssl context (client_ssl_context(...))")
+    client = Client(
+        host,
+        port,
+        identity=identity,
+        ssl=ssl if use_tls else None,
+        durable=durable,
+        scheme=scheme,
+        window=window,
+        heartbeat_interval=heartbeat_interval,
+        heartbeat_timeout=heartbeat_timeout,
+        reconnect=reconnect,
+    )
+    return await client._start()

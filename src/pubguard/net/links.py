@@ -1,0 +1,170 @@
+"""One broker link as the server sees it: a reliable, windowed, resumable channel.
+
+Theory of operation
+-------------------
+A :class:`Link` outlives its TCP/TLS connections. Outgoing reliable messages get the link's
+next sequence number and wait in ``outq`` (encoded frames) until the peer's cumulative ack
+covers them; at most ``window`` of them are written ahead of the ack (credit-based flow
+control), so a peer never has more than ``window`` unprocessed frames from us. Incoming
+reliable messages wait in ``inbox`` until the server processes them; the peer's window bounds
+that too (a peer that overruns it is cut off as a flooder). On (re)attachment the frames the
+peer has not processed (above its ``rx``) are written again; duplicates are dropped by
+sequence number on the other side (``protocol.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict, deque
+from typing import Any, Final
+
+from pubguard.net import protocol
+from pubguard.net.framing import encode_frame
+
+__all__ = ["BROKER_WINDOW", "Link"]
+
+BROKER_WINDOW: Final = 4096  # reliable frames in flight per link before we wait for acks
+
+
+class Link:
+    """Per-peer state: sequence numbers, unacknowledged frames, unprocessed input."""
+
+    __slots__ = (
+        "acked",
+        "durable",
+        "inbox",
+        "kind",
+        "last_rx",
+        "last_tx",
+        "link_id",
+        "new_frames",
+        "outq",
+        "peer",
+        "role",
+        "rx_seq",
+        "sent_upto",
+        "session",
+        "slow",
+        "tx_next",
+        "window",
+        "writer",
+    )
+
+    def __init__(
+        self,
+        link_id: str,
+        kind: str,
+        peer: str,
+        *,
+        role: str,
+        durable: bool,
+        session: str = "",
+        rx_seq: int = 0,
+        tx_next: int = 1,
+        window: int = BROKER_WINDOW,
+    ) -> None:
+        self.link_id, self.kind, self.peer, self.role = link_id, kind, peer, role
+        self.durable = durable
+        self.session = session
+        self.rx_seq = rx_seq
+        self.tx_next = tx_next
+        self.window = window
+        self.outq: OrderedDict[int, bytes] = OrderedDict()
+        self.new_frames: list[tuple[int, bytes]] = []  # enqueued in the current batch
+        self.inbox: deque[dict[str, Any]] = deque()
+        self.writer: asyncio.StreamWriter | None = None
+        self.sent_upto = 0
+        self.acked = tx_next - 1
+        self.last_rx = self.last_tx = time.monotonic()
+        self.slow = False
+
+    @property
+    def connected(self) -> bool:
+        return self.writer is not None
+
+    @property
+    def depth(self) -> int:
+        """Outgoing frames not yet acknowledged (the link's queue)."""
+        return len(self.outq)
+
+    def enqueue(self, wire: dict[str, Any]) -> None:
+        seq = self.tx_next
+        self.tx_next += 1
+        frame = encode_frame(protocol.message(seq, wire))
+        self.outq[seq] = frame
+        self.new_frames.append((seq, frame))
+
+    def take_new(self) -> list[tuple[int, bytes]]:
+        new, self.new_frames = self.new_frames, []
+        return new
+
+    def pump(self) -> None:
+        """Write queued frames while the window allows."""
+        w = self.writer
+        if w is None:
+            return
+        limit = self.acked + self.window
+        if self.sent_upto >= limit:
+            return
+        chunks = []
+        for seq, frame in self.outq.items():
+            if seq <= self.sent_upto:
+                continue
+            if seq > limit:
+                break
+            chunks.append(frame)
+            self.sent_upto = seq
+        if chunks:
+            w.write(b"".join(chunks))
+            self.last_tx = time.monotonic()
+
+    def on_ack(self, upto: int) -> int:
+        """Drop frames up to ``upto``; returns how many were released."""
+        q = self.outq
+        n = 0
+        while q:
+            seq = next(iter(q))
+            if seq > upto:
+                break
+            del q[seq]
+            n += 1
+        if upto > self.acked:
+            self.acked = upto
+        self.sent_upto = max(self.sent_upto, min(upto, self.tx_next - 1))
+        self.pump()
+        return n
+
+    def send_control(self, env: dict[str, Any]) -> None:
+        """An unsequenced envelope (ack, heartbeat, status reply, bye)."""
+        w = self.writer
+        if w is not None:
+            w.write(encode_frame(env))
+            self.last_tx = time.monotonic()
+
+    def attach(self, writer: asyncio.StreamWriter, peer_rx: int) -> None:
+        """A new connection: the peer has processed everything up to ``peer_rx``."""
+        self.writer = writer
+        self.last_rx = self.last_tx = time.monotonic()
+        self.slow = False
+        self.on_ack(peer_rx)
+        self.acked = peer_rx
+        self.sent_upto = peer_rx
+        self.pump()
+
+    def detach(self) -> asyncio.StreamWriter | None:
+        w, self.writer = self.writer, None
+        self.inbox.clear()  # unprocessed and unacknowledged: the peer resends them
+        return w
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "peer": self.peer,
+            "connected": self.connected,
+            "durable": self.durable,
+            "queue": self.depth,
+            "inbox": len(self.inbox),
+            "rx_seq": self.rx_seq,
+            "tx_next": self.tx_next,
+        }

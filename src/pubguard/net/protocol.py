@@ -1,0 +1,154 @@
+"""The link envelope: what travels in a frame around the broker messages.
+
+Theory of operation
+-------------------
+Every frame (``framing.py``) carries one envelope map tagged by ``t``; pure functions here
+build and check them, and import nothing from the server or client (nats-py's ``protocol/``).
+
+==========  ===============================================  =====================================
+``t``       fields                                           meaning
+==========  ===============================================  =====================================
+``hello``   ``v name role session durable rx [resumed]``     first frame each way; ``rx`` is the
+                                                             highest sequence already processed
+                                                             from the peer (resend what follows)
+``m``       ``s m``                                          reliable message number ``s`` (>= 1)
+                                                             carrying broker message ``m``
+``a``       ``u``                                            cumulative ack: all ``s <= u`` done
+``hb``      (none)                                           heartbeat; any frame proves liveness
+``st?``     ``q``                                            status request (operators, bench)
+``st``      ``q data``                                       status reply
+``bye``     ``reason``                                       the sender closes the link, and why
+==========  ===============================================  =====================================
+
+Reliability is per hop (eventguard.txt §2.1 assumes reliable links between neighbours; here
+they are made reliable across reconnections): a receiver acknowledges a sequence number only
+after it has processed and, for durable links, persisted its effects, and a sender keeps every
+unacknowledged message until the ack arrives, resending after a reconnection from the peer's
+``rx``. Duplicates (``s <= rx``) are dropped by the receiver, so each hop passes each message
+on once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pubguard.errors import FrameError
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "ROLES",
+    "ack",
+    "bye",
+    "check_envelope",
+    "heartbeat",
+    "hello",
+    "message",
+    "status_reply",
+    "status_request",
+]
+
+PROTOCOL_VERSION: Final = 1
+ROLES: Final = ("broker", "client")
+MAX_NAME: Final = 200
+_SEQ_MAX: Final = 2**63 - 1
+
+
+def hello(
+    name: str, role: str, session: str, *, durable: bool, rx: int, resumed: bool | None = None
+) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "t": "hello",
+        "v": PROTOCOL_VERSION,
+        "name": name,
+        "role": role,
+        "session": session,
+        "durable": durable,
+        "rx": rx,
+    }
+    if resumed is not None:
+        d["resumed"] = resumed
+    return d
+
+
+def message(seq: int, msg: dict[str, Any]) -> dict[str, Any]:
+    return {"t": "m", "s": seq, "m": msg}
+
+
+def ack(upto: int) -> dict[str, Any]:
+    return {"t": "a", "u": upto}
+
+
+def heartbeat() -> dict[str, Any]:
+    return {"t": "hb"}
+
+
+def status_request(q: int) -> dict[str, Any]:
+    return {"t": "st?", "q": q}
+
+
+def status_reply(q: int, data: dict[str, Any]) -> dict[str, Any]:
+    return {"t": "st", "q": q, "data": data}
+
+
+def bye(reason: str) -> dict[str, Any]:
+    return {"t": "bye", "reason": reason[:500]}
+
+
+def _int(d: dict[str, Any], k: str, lo: int = 0) -> int:
+    v = d.get(k)
+    if type(v) is not int or not lo <= v <= _SEQ_MAX:
+        raise FrameError(f"envelope field {k!r} must be an integer >= {lo}")
+    return v
+
+
+def _str(d: dict[str, Any], k: str, max_len: int = MAX_NAME, empty: bool = False) -> str:
+    v = d.get(k)
+    if type(v) is not str or (not v and not empty) or len(v) > max_len:
+        raise FrameError(f"envelope field {k!r} must be a string of at most {max_len} chars")
+    return v
+
+
+_FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+    "hello": (frozenset({"v", "name", "role", "session", "durable", "rx"}), frozenset({"resumed"})),
+    "m": (frozenset({"s", "m"}), frozenset()),
+    "a": (frozenset({"u"}), frozenset()),
+    "hb": (frozenset(), frozenset()),
+    "st?": (frozenset({"q"}), frozenset()),
+    "st": (frozenset({"q", "data"}), frozenset()),
+    "bye": (frozenset({"reason"}), frozenset()),
+}
+
+
+def check_envelope(d: dict[str, Any]) -> str:
+    """Check an envelope's shape and field types; return its tag. FrameError otherwise."""
+    t = d.get("t")
+    spec = _FIELDS.get(t) if type(t) is str else None
+    if spec is None:
+        raise FrameError(f"unknown envelope tag {str(t)[:20]!r}")
+    req, opt = spec
+    keys = d.keys() - {"t"}
+    if not req <= keys or not keys <= req | opt:
+        raise FrameError(f"envelope {t!r} has wrong fields")
+    if t == "m":
+        _int(d, "s", 1)
+        if type(d["m"]) is not dict:
+            raise FrameError("envelope 'm' must carry a map")
+    elif t == "a":
+        _int(d, "u")
+    elif t in ("st?", "st"):
+        _int(d, "q")
+        if t == "st" and type(d["data"]) is not dict:
+            raise FrameError("status data must be a map")
+    elif t == "bye":
+        _str(d, "reason", 500, empty=True)
+    elif t == "hello":
+        if d["v"] != PROTOCOL_VERSION:
+            raise FrameError(f"unsupported protocol version {d['v']!r}")
+        _str(d, "name")
+        _str(d, "session", empty=True)
+        if d["role"] not in ROLES:
+            raise FrameError("hello role must be 'broker' or 'client'")
+        if type(d["durable"]) is not bool or type(d.get("resumed", False)) is not bool:
+            raise FrameError("hello flags must be booleans")
+        _int(d, "rx")
+    return t  # type: ignore[return-value]

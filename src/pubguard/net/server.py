@@ -1,0 +1,583 @@
+"""The broker server: an asyncio + mutual-TLS shell around the sans-IO broker core.
+
+Theory of operation
+-------------------
+The server owns a :class:`~pubguard.broker.core.Broker` and a set of :class:`~.links.Link`
+objects, one per peer (``b:<name>`` for brokers, ``c:<name>`` for clients). Connections come
+in on one listening socket (mutual TLS 1.3: the peer's certificate must be issued by the
+project CA and name the identity it claims in its ``hello``; hermes §2.4 assumes TLS between
+brokers); the link to the parent is dialled by this broker and redialled with back-off.
+
+Reading never stops (so acknowledgements always get through); reliable messages go to the
+link's ``inbox`` and are processed in batches. A batch runs in one SQLite transaction: the core
+writes its routing tables through, new outgoing frames of durable links go to their outboxes
+and each source link's ``rx_seq`` is recorded; only after the commit are frames written and the
+batch acknowledged (``store/broker_state.py``). Hence ``kill -9`` loses no acknowledged message.
+
+Back-pressure: a broker link whose queue exceeds ``max_queue`` is *congested*; messages from
+other links then wait in their inboxes (bounded by the peers' windows), which stops their
+acknowledgements and so slows the publishers. Messages from the congested link itself are still
+processed (in a tree they never produce output towards it), which rules out a wait cycle. A
+client link over ``max_queue`` is a slow consumer: a non-durable one is disconnected, a durable
+one loses the excess deliveries (``overload`` drops, counted).
+
+A malformed frame closes only its link, with the reason logged; the broker keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import ssl as _ssl
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Final
+
+from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
+from pubguard.broker.core import Broker
+from pubguard.broker.messages import Ack
+from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
+from pubguard.net import protocol
+from pubguard.net.config import BrokerConfig
+from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.net.links import BROKER_WINDOW, Link
+from pubguard.schemes.base import LinkKind, SchemeRegistry
+from pubguard.schemes.plain import PlainScheme
+from pubguard.store.broker_state import BrokerStore, LinkRow
+
+__all__ = ["HANDSHAKE_TIMEOUT", "BrokerServer", "run_broker", "schemes_for"]
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE_TIMEOUT: Final = 10.0
+READ_CHUNK: Final = 1 << 16
+BATCH: Final = 512  # reliable messages processed per link per batch
+BACKOFF_MIN: Final = 0.05
+BACKOFF_MAX: Final = 2.0
+
+
+class _PeerClosed(Exception):
+    """The peer ended the link in an orderly way (EOF or ``bye``)."""
+
+
+def schemes_for(profile: str) -> SchemeRegistry:
+    """The broker-side schemes a broker of ``profile`` serves (plain for now; issue 5 adds)."""
+    if profile == "plain":
+        return SchemeRegistry([PlainScheme()])
+    raise ConfigError(f"unknown profile {profile!r}", key="profile")
+
+
+def _peer_identity(writer: asyncio.StreamWriter) -> tuple[str | None, str | None]:
+    """(common name, role) from the peer certificate, or (None, None) without TLS."""
+    obj = writer.get_extra_info("ssl_object")
+    if obj is None:
+        return None, None
+    cert = obj.getpeercert() or {}
+    cn = role = None
+    for rdn in cert.get("subject", ()):
+        for k, v in rdn:
+            if k == "commonName":
+                cn = v
+            elif k == "organizationalUnitName":
+                role = v
+    return cn, role
+
+
+class BrokerServer:
+    """One broker process (or an in-process broker for demos and tests)."""
+
+    def __init__(self, config: BrokerConfig, *, ssl_server: _ssl.SSLContext | None = None,
+                 ssl_client: _ssl.SSLContext | None = None) -> None:  # fmt: skip
+        self.config = config
+        self.name = config.name
+        if config.tls is not None and ssl_server is None:
+            from pubguard.crypto.x509 import client_ssl_context, server_ssl_context
+
+            t = config.tls
+            ssl_server = server_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl)
+            ssl_client = client_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl)
+        self.ssl_server, self.ssl_client = ssl_server, ssl_client
+        self.store: BrokerStore | None = None
+        if config.durable:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+            self.store = BrokerStore(config.state_dir / "broker.db")
+        self.core = Broker(config.name, schemes_for(config.profile), store=self.store)
+        self.links: dict[str, Link] = {}
+        self.stats: Counter[str] = Counter()
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._congested: set[str] = set()
+        self._scheduled = False
+        self._closing = False
+        self.session = secrets.token_hex(8)
+        self._restore()
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        st = self.store
+        if st is not None:
+            sess = st.get_meta("session")
+            if sess is None:
+                st.set_meta("session", self.session)
+            else:
+                self.session = sess
+            rows = {r.link: r for r in st.links()}
+        else:
+            rows = {}
+        stale: list[str] = []
+        for link_id, info in list(self.core.links.items()):
+            row = rows.get(link_id)
+            if info.kind is LinkKind.CLIENT and (row is None or not row.durable):
+                stale.append(link_id)  # a non-durable client: it re-subscribes when it returns
+                continue
+            link = self._new_link(link_id, info.kind.value, info.peer or "", row)
+            if st is not None:
+                for seq, frame in st.outbox(link_id):
+                    link.outq[seq] = frame
+        parent = self.config.parent
+        if parent is not None:
+            lid = f"b:{parent.name}"
+            if lid not in self.links:
+                self._new_link(lid, LinkKind.PARENT.value, parent.name, None)
+                self._apply(self.core.add_link(lid, LinkKind.PARENT, parent.name))
+        for link_id in stale:
+            self._apply(self.core.remove_link(link_id, time.time()))
+            if st is not None:
+                st.forget_link(link_id)
+        self._flush_batch()
+
+    def _new_link(self, link_id: str, kind: str, peer: str, row: LinkRow | None,
+                  *, durable: bool | None = None, session: str = "") -> Link:  # fmt: skip
+        role = "client" if kind == LinkKind.CLIENT.value else "broker"
+        if durable is None:
+            durable = role == "broker" or (row is not None and row.durable)
+        link = Link(
+            link_id,
+            kind,
+            peer,
+            role=role,
+            durable=durable and self.store is not None,
+            session=row.session if row else session,
+            rx_seq=row.rx_seq if row else 0,
+            tx_next=row.tx_next if row else 1,
+            window=BROKER_WINDOW,
+        )
+        self.links[link_id] = link
+        if self.store is not None and link.durable and row is None:
+            self.store.put_link(LinkRow(link_id, kind, link.session, True, 0, 1))
+        return link
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        cfg = self.config
+        port = cfg.port
+        if port == 0 and self.store is not None:
+            port = int(self.store.get_meta("port") or 0)  # sticky across restarts
+        self._server = await asyncio.start_server(
+            self._on_connection, cfg.host, port, ssl=self.ssl_server, reuse_address=True,
+            limit=READ_CHUNK * 4,
+        )  # fmt: skip
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self.store is not None:
+            self.store.set_meta("port", str(self.port))
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = cfg.state_dir / "port.tmp"
+        tmp.write_text(str(self.port))
+        os.replace(tmp, cfg.state_dir / "port")
+        self._spawn(self._heartbeats())
+        if cfg.parent is not None:
+            self._spawn(self._dial_parent())
+        log.info("broker %s listening on %s:%d", self.name, cfg.host, self.port)
+        return self.port
+
+    def _spawn(self, coro: Any) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for link in self.links.values():
+            w = link.detach()
+            if w is not None:
+                with contextlib.suppress(Exception):
+                    w.write(encode_frame(protocol.bye("broker shutting down")))
+                    w.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    # -- connections -----------------------------------------------------------------------
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
+        peer = writer.get_extra_info("peername")
+        link: Link | None = None
+        try:
+            dec = FrameDecoder()
+            hello, rest = await self._read_hello(reader, dec)
+            link, resumed = self._accept_hello(hello, writer)
+            writer.write(
+                encode_frame(
+                    protocol.hello(self.name, "broker", self.session, durable=link.durable,
+                                   rx=link.rx_seq, resumed=resumed)
+                )
+            )  # fmt: skip
+            if link.kind == LinkKind.CHILD.value and not resumed:
+                self._apply(self.core.link_up(link.link_id))
+                self._flush_batch()
+            link.attach(writer, hello["rx"])
+            await self._read_loop(link, reader, dec, rest)
+        except (FrameError, TransportError) as exc:
+            self.stats["closed." + type(exc).__name__] += 1
+            who = link.link_id if link else peer
+            log.warning("broker %s: closing link %s: %s", self.name, who, exc)
+            with contextlib.suppress(Exception):
+                writer.write(encode_frame(protocol.bye(str(exc))))
+        except (_PeerClosed, OSError, _ssl.SSLError, asyncio.IncompleteReadError) as exc:
+            log.info("broker %s: connection %s ended: %s", self.name, peer, exc)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if link is not None and link.writer is writer:
+                self._link_down(link)
+            writer.close()
+
+    async def _read_hello(self, reader: asyncio.StreamReader, dec: FrameDecoder
+                          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+        frames: list[dict[str, Any]] = []
+        while not frames:
+            data = await asyncio.wait_for(reader.read(READ_CHUNK), HANDSHAKE_TIMEOUT)
+            if not data:
+                raise TransportError("peer closed before hello")
+            frames = dec.feed(data)
+        if protocol.check_envelope(frames[0]) != "hello":
+            raise FrameError("the first frame must be hello")
+        return frames[0], frames[1:]
+
+    def _accept_hello(
+        self, hello: dict[str, Any], writer: asyncio.StreamWriter
+    ) -> tuple[Link, bool]:
+        name, role = hello["name"], hello["role"]
+        cn, cert_role = _peer_identity(writer)
+        if self.ssl_server is not None:
+            if cn is None or not (name == cn or name.startswith(cn + "/")):
+                raise TransportError(f"hello name {name!r} does not match certificate {cn!r}")
+            if role == "broker" and cert_role != "broker":
+                raise TransportError(f"{name!r} claims to be a broker but its certificate is not")
+        if role == "broker":
+            lid = f"b:{name}"
+            if self.config.children and name not in self.config.children:
+                raise TransportError(f"broker {name!r} is not a configured child")
+            if self.config.parent is not None and name == self.config.parent.name:
+                raise TransportError("the parent must not dial its child")
+        else:
+            lid = f"c:{name}"
+        link = self.links.get(lid)
+        old = link.detach() if link is not None else None
+        if old is not None:
+            self.stats["replaced"] += 1
+            old.close()
+        session, durable = hello["session"], hello["durable"]
+        resumed = link is not None and link.session == session
+        if link is not None and not resumed:
+            if role == "client" and link.durable and durable:
+                link.rx_seq, link.session = 0, session  # a new process of a durable subscriber
+                resumed = True
+            else:
+                self._drop_link(link)
+                link = None
+        if link is None:
+            kind = LinkKind.CHILD if role == "broker" else LinkKind.CLIENT
+            link = self._new_link(lid, kind.value, name, None, durable=durable or role == "broker",
+                                  session=session)  # fmt: skip
+            self._apply(self.core.add_link(lid, kind, name))
+        if self.store is not None and link.durable:
+            self.store.put_link(LinkRow(lid, link.kind, session, True, link.rx_seq, link.tx_next))
+        self._flush_batch()
+        return link, resumed
+
+    def _drop_link(self, link: Link) -> None:
+        """Forget a link and everything that came over it."""
+        self.links.pop(link.link_id, None)
+        self._congested.discard(link.link_id)
+        if link.link_id in self.core.links:
+            self._apply(self.core.remove_link(link.link_id, time.time()))
+        if self.store is not None:
+            self.store.forget_link(link.link_id)
+        self._flush_batch()
+
+    def _link_down(self, link: Link) -> None:
+        link.detach()
+        if link.role == "client" and not link.durable and not self._closing:
+            self._drop_link(link)
+
+    async def _read_loop(self, link: Link, reader: asyncio.StreamReader, dec: FrameDecoder,
+                         frames: list[dict[str, Any]]) -> None:  # fmt: skip
+        limit = 2 * BROKER_WINDOW
+        while True:
+            for env in frames:
+                t = protocol.check_envelope(env)
+                if t == "m":
+                    link.inbox.append(env)
+                elif t == "a":
+                    self._on_ack(link, env["u"])
+                elif t == "st?":
+                    link.send_control(protocol.status_reply(env["q"], self.status()))
+                elif t == "bye":
+                    raise _PeerClosed(f"peer said bye: {env['reason']}")
+                elif t == "hello":
+                    raise FrameError("unexpected second hello")
+            if len(link.inbox) > limit:
+                raise FrameError(f"peer overran its window ({len(link.inbox)} unprocessed)")
+            if link.inbox:
+                self._process()
+            if dec.error is not None:
+                raise dec.error
+            if link.slow:
+                raise TransportError("slow consumer")
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                raise _PeerClosed("peer closed the link")
+            link.last_rx = time.monotonic()
+            frames = dec.feed(data)
+
+    def _on_ack(self, link: Link, upto: int) -> None:
+        if upto >= link.tx_next:
+            raise FrameError(f"ack {upto} for a frame never sent")
+        if link.on_ack(upto) and self.store is not None and link.durable:
+            self.store.outbox_ack(link.link_id, upto)
+        if link.link_id in self._congested and link.depth <= self.config.max_queue // 2:
+            self._congested.discard(link.link_id)
+            self._schedule()
+
+    # -- processing ------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run_scheduled)
+
+    def _run_scheduled(self) -> None:
+        self._scheduled = False
+        if not self._closing:
+            self._process()
+
+    def _allowed(self, link: Link) -> bool:
+        c = self._congested
+        return not c or (len(c) == 1 and link.link_id in c)
+
+    def _process(self) -> None:
+        """Process the inboxes that back-pressure allows, in one transaction."""
+        ready = [lk for lk in self.links.values() if lk.inbox and lk.writer and self._allowed(lk)]
+        if not ready:
+            return
+        now = time.time()
+        acks: list[Link] = []
+        ctx = self.store.batch() if self.store is not None else contextlib.nullcontext()
+        with ctx:
+            for link in ready:
+                n = 0
+                while link.inbox and n < BATCH and self._allowed(link):
+                    env = link.inbox.popleft()
+                    n += 1
+                    seq = env["s"]
+                    if seq <= link.rx_seq:
+                        self.stats["duplicate_frames"] += 1
+                        continue
+                    link.rx_seq = seq
+                    self._apply(self.core.handle(env["m"], link.link_id, now))
+                if n:
+                    acks.append(link)
+                    if self.store is not None and link.durable:
+                        self.store.set_rx(link.link_id, link.rx_seq)
+            self._persist_new()
+        self._pump_all()
+        for link in acks:
+            link.send_control(protocol.ack(link.rx_seq))
+        if any(lk.inbox and lk.writer and self._allowed(lk) for lk in self.links.values()):
+            self._schedule()
+
+    def _apply(self, actions: list[Any]) -> None:
+        """Queue the core's send actions on their links; log drops."""
+        for a in actions:
+            if isinstance(a, Drop):
+                log.debug("broker %s: drop %s from %s: %s", self.name, a.reason, a.link, a.detail)
+                continue
+            if isinstance(a, Reply) and isinstance(a.message, Ack):
+                continue  # the link-level cumulative ack already confirms acceptance
+            link = self.links.get(a.link)
+            if link is None:
+                continue
+            if isinstance(a, DeliverTo | Reply) and link.depth >= self.config.max_queue:
+                self.core.drops[DropReason.OVERLOAD] += 1
+                if not link.durable and link.writer is not None and not link.slow:
+                    link.slow = True
+                    log.warning("broker %s: %s is a slow consumer", self.name, a.link)
+                    self._spawn(self._kick(link))
+                continue
+            link.enqueue(a.message.to_wire())
+            if isinstance(a, Forward) and link.depth > self.config.max_queue:
+                self._congested.add(link.link_id)
+
+    async def _kick(self, link: Link) -> None:
+        w = link.writer
+        if w is not None:
+            link.send_control(protocol.bye("slow consumer"))
+            w.close()
+
+    def _persist_new(self) -> None:
+        for link in self.links.values():
+            if link.new_frames:
+                new = link.take_new()
+                if self.store is not None and link.durable:
+                    self.store.outbox_add((link.link_id, s, f) for s, f in new)
+                    self.store.set_tx(link.link_id, link.tx_next)
+
+    def _flush_batch(self) -> None:
+        """Persist and send what state changes outside ``_process`` queued."""
+        if self.store is not None:
+            with self.store.batch():
+                self._persist_new()
+        else:
+            self._persist_new()
+        self._pump_all()
+
+    def _pump_all(self) -> None:
+        for link in self.links.values():
+            if link.writer is not None and link.outq:
+                link.pump()
+
+    # -- parent link and heartbeats --------------------------------------------------------
+
+    def _parent_port(self) -> int:
+        p = self.config.parent
+        assert p is not None
+        if p.port is not None:
+            return p.port
+        assert p.port_file is not None
+        try:
+            return int(p.port_file.read_text().strip())
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"parent port file {p.port_file}: {exc}") from None
+
+    async def _dial_parent(self) -> None:
+        p = self.config.parent
+        assert p is not None
+        lid = f"b:{p.name}"
+        backoff = BACKOFF_MIN
+        while not self._closing:
+            link = self.links[lid]
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(p.host, self._parent_port(), ssl=self.ssl_client,
+                                            limit=READ_CHUNK * 4),
+                    HANDSHAKE_TIMEOUT,
+                )  # fmt: skip
+            except (TimeoutError, OSError, _ssl.SSLError, TransportError) as exc:
+                log.info("broker %s: cannot reach parent %s: %s", self.name, p.name, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            try:
+                writer.write(encode_frame(protocol.hello(
+                    self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq)))  # fmt: skip
+                dec = FrameDecoder()
+                hello, rest = await self._read_hello(reader, dec)
+                cn, _ = _peer_identity(writer)
+                if hello["name"] != p.name or (self.ssl_client is not None and cn != p.name):
+                    raise TransportError(f"expected parent {p.name!r}, got {hello['name']!r}")
+                if hello["session"] != link.session:
+                    link.rx_seq = 0  # the parent's sequence numbers restarted
+                    link.session = hello["session"]
+                    if self.store is not None:
+                        self.store.put_link(
+                            LinkRow(lid, link.kind, link.session, True, 0, link.tx_next)
+                        )
+                link.attach(writer, hello["rx"])
+                if not hello.get("resumed", False):
+                    self._apply(self.core.link_up(lid))
+                    self._flush_batch()
+                backoff = BACKOFF_MIN
+                await self._read_loop(link, reader, dec, rest)
+            except (_PeerClosed, TimeoutError, FrameError, TransportError, OSError, _ssl.SSLError, asyncio.IncompleteReadError) as exc:  # fmt: skip
+                log.info("broker %s: parent link lost: %s", self.name, exc)
+            finally:
+                if link.writer is writer:
+                    self._link_down(link)
+                writer.close()
+            await asyncio.sleep(backoff)
+
+    async def _heartbeats(self) -> None:
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.heartbeat_interval / 2)
+            now = time.monotonic()
+            for link in list(self.links.values()):
+                w = link.writer
+                if w is None:
+                    continue
+                if now - link.last_rx > cfg.heartbeat_timeout:
+                    log.warning("broker %s: %s silent for %.1fs, closing", self.name,
+                                link.link_id, now - link.last_rx)  # fmt: skip
+                    w.close()
+                elif now - link.last_tx > cfg.heartbeat_interval:
+                    link.send_control(protocol.heartbeat())
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        st = self.core.status()
+        st["port"] = self.port
+        st["pid"] = os.getpid()
+        st["durable"] = self.store is not None
+        st["link_state"] = {k: v.info() for k, v in sorted(self.links.items())}
+        st["queue"] = sum(lk.depth + len(lk.inbox) for lk in self.links.values())
+        st["congested"] = sorted(self._congested)
+        st["transport"] = dict(self.stats)
+        return st
+
+
+async def run_broker(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run one broker until cancelled (``pubguard broker``); writes ``pid`` and ``port`` files."""
+    server = BrokerServer(config)
+    try:
+        await server.start()
+        (config.state_dir / "pid").write_text(str(os.getpid()))
+        if ready is not None:
+            ready.set()
+        await server.serve_forever()
+    except PubguardError:
+        raise
+    finally:
+        await server.close()
+
+
+def read_port(state_dir: Path) -> int | None:
+    try:
+        return int((state_dir / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None
