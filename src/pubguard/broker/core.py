@@ -510,6 +510,7 @@ class Broker:
             "forwarded": {
                 name: sorted(_skey(k) for k in p.fwd.forwarded)  # type: ignore[arg-type]
                 for name, p in sorted(self._profiles.items())
+                if p.fwd.forwarded
             },
             "advertisements": {_skey(k): a.to_wire() for k, a in sorted(self._advs.items())},
         }

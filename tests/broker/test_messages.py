@@ -1,0 +1,151 @@
+"""Messages validate on construction and round-trip through the strict wire codec."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pubguard.broker import (
+    MAX_BODY_BYTES,
+    MAX_ID_LEN,
+    Ack,
+    Advertise,
+    Deliver,
+    Error,
+    Heartbeat,
+    Publish,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+    decode_message,
+    freeze_wire,
+)
+from pubguard.broker.messages import MAX_WIRE_DEPTH
+from pubguard.errors import DropReason, FrameError, ValidationError
+
+FILTER = {"constraints": [["a", ">", 1], ["b", "=", "x"]]}
+PUB = Publish("e1", "plain", {"a": 1, "b": "x"}, b"payload", {"sig": b"\x00\x01", "ts": 1.5})
+
+SAMPLES = [
+    Subscribe("s1", "plain", FILTER),
+    Subscribe("s1", "psguard", {"tokens": [b"\x01" * 16]}, {"permit": b"p", "n": [1, 2]}),
+    Unsubscribe("s1", "plain"),
+    Unsubscribe("s1", "eventguard", {"ust": b"u"}),
+    Advertise("a1", "plain", FILTER),
+    Unadvertise("a1", "plain", {"uat": b"x"}),
+    PUB,
+    Publish("e2", "plain", {"a": 2.5}),
+    Deliver(PUB, ("s1", "s2")),
+    Ack("s1", "subscribe"),
+    Error("e1", DropReason.FORGED, "bad signature"),
+    Heartbeat(7),
+]
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: m.op)
+def test_round_trip_through_msgpack(msg: object) -> None:
+    wire = msg.to_wire()  # type: ignore[attr-defined]
+    back = decode_message(msgpack.unpackb(msgpack.packb(wire), raw=False))
+    assert back == msg
+    assert type(msg).from_wire(wire) == msg  # type: ignore[attr-defined]
+
+
+def test_from_wire_insists_on_its_own_type() -> None:
+    with pytest.raises(FrameError, match="expected subscribe"):
+        Subscribe.from_wire(PUB.to_wire())  # type: ignore[attr-defined]
+
+
+def test_messages_are_deeply_immutable() -> None:
+    m = Subscribe("s1", "plain", {"constraints": [["a", ">", 1]]}, {"k": [1, {"x": 2}]})
+    with pytest.raises(AttributeError):
+        m.sub_id = "s2"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        m.meta["k"] = 3  # type: ignore[index]
+    assert isinstance(m.meta["k"], tuple)
+    with pytest.raises(TypeError):
+        m.meta["k"][1]["x"] = 3
+
+
+wire_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+)
+wire_values = st.recursive(
+    wire_leaf,
+    lambda kids: (
+        st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=4), kids, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=40)
+@given(
+    routing=st.dictionaries(st.text(min_size=1, max_size=5), wire_values, max_size=4),
+    meta=st.dictionaries(st.text(max_size=5), wire_values, max_size=3),
+    body=st.binary(max_size=64),
+)
+def test_publish_round_trips_any_wire_values(routing: dict, meta: dict, body: bytes) -> None:
+    m = Publish("e", "p", routing, body, meta)
+    assert decode_message(msgpack.unpackb(msgpack.packb(m.to_wire()), raw=False)) == m
+
+
+@pytest.mark.parametrize(
+    "wire, fragment",
+    [
+        ([], "mapping"),
+        ({"sub_id": "s"}, "string 'op'"),
+        ({"op": 3}, "string 'op'"),
+        ({"op": "launch"}, "unknown op"),
+        ({"op": "subscribe", "sub_id": "s", "profile": "plain"}, "missing filter"),
+        ({"op": "subscribe", "sub_id": "s", "profile": "plain", "filter": {}, "x": 1}, "unknown"),
+        ({"op": "subscribe", "sub_id": 5, "profile": "plain", "filter": {}}, "sub_id"),
+        ({"op": "subscribe", "sub_id": "", "profile": "plain", "filter": {}}, "sub_id"),
+        (
+            {"op": "subscribe", "sub_id": "s" * (MAX_ID_LEN + 1), "profile": "p", "filter": {}},
+            "longer",
+        ),
+        ({"op": "subscribe", "sub_id": "s", "profile": "p", "filter": []}, "mapping"),
+        ({"op": "publish", "event_id": "e", "profile": "p", "routing": {1: 2}}, "keys"),
+        ({"op": "publish", "event_id": "e", "profile": "p", "routing": {}, "body": "x"}, "bytes"),
+        ({"op": "publish", "event_id": "e", "profile": "p", "routing": {"a": math.nan}}, "NaN"),
+        ({"op": "publish", "event_id": "e", "profile": "p", "routing": {"a": 2**70}}, "range"),
+        ({"op": "publish", "event_id": "e", "profile": "p", "routing": {"a": {1}}}, "set"),
+        ({"op": "deliver", "sub_ids": [], "event": PUB.to_wire()}, "sub_ids"),
+        ({"op": "deliver", "sub_ids": ["s"], "event": {"op": "publish"}}, "missing"),
+        ({"op": "ack", "ref": "s", "of": "launch"}, "unknown op"),
+        ({"op": "error", "ref": "s", "reason": "bored"}, "drop reason"),
+        ({"op": "heartbeat", "seq": True}, "integer"),
+        ({"op": "heartbeat", "seq": -1}, "range"),
+    ],
+)
+def test_decoding_is_strict(wire: object, fragment: str) -> None:
+    with pytest.raises(FrameError, match=fragment):
+        decode_message(wire)
+
+
+def test_size_limits() -> None:
+    with pytest.raises(ValidationError, match="body larger"):
+        Publish("e", "p", {}, b"x" * (MAX_BODY_BYTES + 1))
+    deep: object = 1
+    for _ in range(MAX_WIRE_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(ValidationError, match="nested deeper"):
+        freeze_wire(deep)
+    with pytest.raises(ValidationError, match="more than"):
+        freeze_wire(list(range(70_000)))
+
+
+def test_direct_construction_raises_validation_error() -> None:
+    with pytest.raises(ValidationError):
+        Subscribe("s", "plain", "not a mapping")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        Deliver("not a publish", ("s",))  # type: ignore[arg-type]
