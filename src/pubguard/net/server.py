@@ -555,7 +555,9 @@ class BrokerServer:
         st["pid"] = os.getpid()
         st["durable"] = self.store is not None
         st["link_state"] = {k: v.info() for k, v in sorted(self.links.items())}
-        st["queue"] = sum(lk.depth + len(lk.inbox) for lk in self.links.values())
+        # in flight on live links (what the bench watches); parked = kept for absent peers
+        st["queue"] = sum(lk.depth + len(lk.inbox) for lk in self.links.values() if lk.writer)
+        st["parked"] = sum(lk.depth for lk in self.links.values() if not lk.writer)
         st["congested"] = sorted(self._congested)
         st["transport"] = dict(self.stats)
         return st

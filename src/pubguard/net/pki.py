@@ -1,0 +1,87 @@
+"""The certificates of a local cluster: a CA and one TLS identity per broker and client.
+
+On first use :class:`ClusterPki` creates the CA in ``<state>/pki/ca`` and issues identities
+into ``<state>/pki/<name>/`` with ``pubguard.crypto.x509``. The CA key is encrypted at rest
+with the passphrase from ``PUBGUARD_CA_PASSPHRASE``; without it a random passphrase lives only
+in this process, so identities can be issued while the object lives (tests, the demo, ``cluster
+up``), and later only the ones issued then (``admin``, ``cli``) are available. No passphrase
+or key is ever written in clear.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import ssl
+import time
+from pathlib import Path
+from typing import Final
+
+from pubguard.crypto.x509 import (
+    CertificateAuthority,
+    Role,
+    TlsIdentity,
+    client_ssl_context,
+    issue_tls_identity,
+    server_ssl_context,
+)
+from pubguard.errors import ConfigError
+
+__all__ = ["DEFAULT_CLIENTS", "PASSPHRASE_ENV", "ClusterPki"]
+
+PASSPHRASE_ENV: Final = "PUBGUARD_CA_PASSPHRASE"
+DEFAULT_CLIENTS: Final = ("admin", "cli")
+
+
+class ClusterPki:
+    """CA + identities under ``root`` (``<state>/pki``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._ca: CertificateAuthority | None = None
+        env = os.environ.get(PASSPHRASE_ENV)
+        self._passphrase = env.encode() if env else None
+
+    @property
+    def ca_dir(self) -> Path:
+        return self.root / "ca"
+
+    def exists(self) -> bool:
+        return (self.ca_dir / "ca.pem").exists()
+
+    def ensure_ca(self) -> None:
+        if self._ca is not None:
+            return
+        if self.exists():
+            if self._passphrase is None:
+                return  # issued identities stay usable; new ones need the passphrase
+            self._ca = CertificateAuthority.load(self.ca_dir, passphrase=self._passphrase)
+            return
+        if self._passphrase is None:
+            self._passphrase = secrets.token_urlsafe(24).encode()
+        self._ca = CertificateAuthority.create(
+            "pubguard-local-ca", self.ca_dir, passphrase=self._passphrase, now=time.time()
+        )
+
+    def identity(self, name: str, role: Role | str = Role.CLIENT) -> TlsIdentity:
+        """The identity ``name``, issued now if it does not exist yet."""
+        out = self.root / name
+        ident = TlsIdentity(out / f"{name}.pem", out / f"{name}.key.pem", out / "ca.pem",
+                            out / "crl.pem")  # fmt: skip
+        if ident.cert_path.exists() and ident.key_path.exists():
+            return ident
+        self.ensure_ca()
+        if self._ca is None:
+            raise ConfigError(
+                f"no certificate for {name!r}; set {PASSPHRASE_ENV} to issue new identities",
+                key=name,
+            )
+        return issue_tls_identity(self._ca, name, role, out, now=time.time())
+
+    def client_context(self, name: str) -> ssl.SSLContext:
+        i = self.identity(name, Role.CLIENT)
+        return client_ssl_context(i.cert_path, i.key_path, i.ca_path)
+
+    def server_context(self, name: str) -> ssl.SSLContext:
+        i = self.identity(name, Role.BROKER)
+        return server_ssl_context(i.cert_path, i.key_path, i.ca_path)
