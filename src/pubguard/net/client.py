@@ -225,6 +225,7 @@ class Client:
         self.broker_name: str | None = None
         self.errors: deque[Error] = deque(maxlen=100)
         self.reconnects = 0
+        self.delivers = 0  # Deliver messages received (before subscription routing)
         self._subs: dict[str, Subscription] = {}
         self._adverts: dict[str, Filter] = {}
         self._unacked: OrderedDict[int, dict[str, Any]] = OrderedDict()
@@ -534,6 +535,7 @@ class Client:
     def _on_message(self, wire: dict[str, Any]) -> None:
         msg = decode_message(wire)
         if isinstance(msg, Deliver):
+            self.delivers += 1
             ev = msg.event
             try:
                 event = self.scheme.open_event(

@@ -1,0 +1,68 @@
+"""Fixtures for network tests: an event loop in a thread, and real broker clusters."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from pubguard.net.cluster import LocalCluster
+from pubguard.net.config import load_cluster_config
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """One asyncio loop running in a daemon thread; ``run(coro)`` waits for the result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        async def _cancel_rest() -> None:
+            me = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not me]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        self.run(_cancel_rest(), timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def aloop() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+def start_cluster(aloop: LoopThread, state: Path, *, in_process: bool) -> LocalCluster:
+    cluster = LocalCluster(load_cluster_config(None, state_dir=state), in_process=in_process)
+    try:
+        aloop.run(cluster.start(), timeout=90)
+    except BaseException:
+        aloop.run(cluster.stop())
+        raise
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def cluster7(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The default 7-broker binary tree as real processes with mutual TLS (one per module)."""
+    cluster = start_cluster(aloop, tmp_path_factory.mktemp("cluster7"), in_process=False)
+    try:
+        yield cluster
+    finally:
+        aloop.run(cluster.stop(), timeout=60)
