@@ -1,4 +1,4 @@
-# pubguard: `make demo` runs the secure network scenario, `make test` runs the test suite.
+# pubguard: `make demo` runs the demo (see README), `make test` runs lint and the test suite.
 # Both do all set-up on a fresh machine: Java 17+, a .venv with the package and its deps.
 PY ?= python3
 VENV := .venv
@@ -11,7 +11,7 @@ java:
 	@bash scripts/ensure-java.sh
 
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@test -x $(BIN)/python || { bash scripts/ensure-python.sh $(PY) && $(PY) -m venv $(VENV); }
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
