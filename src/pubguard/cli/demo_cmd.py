@@ -61,7 +61,7 @@ def run_demo(
     gen_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    index = IndexedMatcher(w.filters)
+    index = IndexedMatcher(w.filters.items())
     build_s = time.perf_counter() - t0
 
     by_filter: dict[str, list[str]] = {}
@@ -71,7 +71,7 @@ def run_demo(
     matches = [index.match(e) for e in w.events]
     match_s = time.perf_counter() - t0
 
-    reference = ReferenceMatcher(w.filters)
+    reference = ReferenceMatcher(w.filters.items())
     sample = w.events[:CHECK_SAMPLE]
     for e, got in zip(sample, matches, strict=False):
         if reference.match(e) != got:  # the demo refuses to report numbers it cannot trust

@@ -73,13 +73,13 @@ def zipf_weights(n: int, s: float, g: np.random.Generator) -> np.ndarray:
     return w / w.sum()
 
 
-def payloads(g: np.random.Generator, m: int, size: int) -> list[str]:
+def payloads(g: np.random.Generator, m: int, size: int) -> list[bytes]:
     """``m`` ASCII payloads of ``size`` bytes (alphanumeric, so the JSON stays compact)."""
     if size == 0:
-        return [""] * m
+        return [b""] * m
     idx = g.integers(0, len(_PAYLOAD_ALPHABET), (m, size))
     raw = _PAYLOAD_ALPHABET[idx]
-    return [row.tobytes().decode() for row in raw]
+    return [row.tobytes() for row in raw]
 
 
 def _unique_ids(subs: list[tuple[str, Filter]]) -> list[Subscription]:

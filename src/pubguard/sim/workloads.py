@@ -32,7 +32,7 @@ from __future__ import annotations
 import gc
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -401,7 +401,11 @@ def generate(
     out.mkdir(parents=True, exist_ok=True)
     total = len(built.subscriptions) + len(built.events)
     done = 0
-    for fname, items in ((SUBSCRIPTIONS_FILE, built.subscriptions), (EVENTS_FILE, built.events)):
+    files: tuple[tuple[str, Sequence[Subscription | Event]], ...] = (
+        (SUBSCRIPTIONS_FILE, built.subscriptions),
+        (EVENTS_FILE, built.events),
+    )
+    for fname, items in files:
         with (out / fname).open("w", encoding="utf-8", newline="\n") as fh:
             for i, item in enumerate(items, 1):
                 fh.write(_dump(item.to_json()) + "\n")
