@@ -42,6 +42,8 @@ __all__ = [
 
 DIGEST_SIZE = 32
 _BLOCK = 64  # SHA-256 block size, for HMAC pads
+_IPAD = bytes(b ^ 0x36 for b in range(256))  # RFC 2104 pads as byte translation tables
+_OPAD = bytes(b ^ 0x5C for b in range(256))
 
 try:  # CPython's own SHA-256 (3.12+: _sha2; 3.11: _sha256); same function as hashlib.sha256
     from _sha2 import sha256 as sha256_fast  # type: ignore[import-not-found]
@@ -76,8 +78,8 @@ class KeyedHash:
         if len(k) > _BLOCK:
             k = hashlib.sha256(k).digest()
         k = k.ljust(_BLOCK, b"\0")
-        self._inner = sha256_fast(bytes(b ^ 0x36 for b in k))
-        self._outer = sha256_fast(bytes(b ^ 0x5C for b in k))
+        self._inner = sha256_fast(k.translate(_IPAD))
+        self._outer = sha256_fast(k.translate(_OPAD))
 
     def __call__(self, data: bytes) -> bytes:
         i = self._inner.copy()

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pubguard.crypto import KeyedHash, SecretBytes
 from pubguard.crypto.primitives import sha256_fast
 from pubguard.errors import KeyError_, ValidationError
-from pubguard.keys.nakt import check_ktid, derive_path, ktid, nakt_cover
+from pubguard.keys.nakt import MAX_DEPTH, check_ktid, derive_path, ktid, nakt_cover_heap
 
 __all__ = [
     "KDC",
@@ -62,6 +62,8 @@ __all__ = [
 KINDS = ("numeric", "category", "prefix", "suffix")
 #: Bound on the KDC's memo of topic and root keys (a cache, not state: all recomputable).
 ROOT_MEMO_SIZE = 4096
+#: Bound on the memoised NAKT nodes per attribute tree (32-byte keys: about 2 MB at most).
+NODE_MEMO_SIZE = 1 << 15
 
 
 def label(what: str, value: object) -> bytes:
@@ -94,11 +96,12 @@ class TopicKeys:
     topics' keys or anything about ``rk``.
     """
 
-    __slots__ = ("_kh", "_roots")
+    __slots__ = ("_kh", "_roots", "_trees")
 
     def __init__(self, topic_key: SecretBytes | bytes) -> None:
         self._kh = KeyedHash(topic_key)
         self._roots: dict[tuple[str, str], bytes] = {}
+        self._trees: dict[str, tuple[dict[int, bytes], dict[int, SecretBytes]]] = {}
 
     def __repr__(self) -> str:
         return "TopicKeys(<secret>)"
@@ -122,16 +125,44 @@ class TopicKeys:
 
     # -- numeric attributes (NAKT) ---------------------------------------------------------
 
+    def _numeric(self, attr: str) -> tuple[dict[int, bytes], dict[int, SecretBytes]]:
+        t = self._trees.get(attr)
+        if t is None or len(t[0]) > NODE_MEMO_SIZE:
+            t = self._trees[attr] = ({1: self.root("numeric", attr)}, {})
+        return t
+
+    @staticmethod
+    def _node(raw: dict[int, bytes], n: int) -> bytes:
+        """Key of heap node ``n`` from its nearest memoised ancestor (the root is node 1)."""
+        k = raw.get(n)
+        if k is not None:
+            return k
+        path = []
+        while k is None:
+            path.append(n & 1)
+            n >>= 1
+            k = raw.get(n)
+        h = sha256_fast
+        for b in reversed(path):
+            n = (n << 1) | b
+            k = h(k + (b"1" if b else b"0")).digest()  # psguard.txt §3.1: H(K_xi || b)
+            raw[n] = k
+        return k
+
     def numeric_key(self, attr: str, node: str) -> SecretBytes:
         """Key of NAKT node ``node`` (any depth): ``H`` applied bit by bit from the root."""
-        return SecretBytes(derive_path(self.root("numeric", attr), check_ktid(node)))
+        check_ktid(node)
+        if len(node) > MAX_DEPTH:
+            raise ValidationError(f"ktid deeper than {MAX_DEPTH} bits")
+        return SecretBytes(self._node(self._numeric(attr)[0], int("1" + node, 2)))
 
     def numeric_event_key(
         self, attr: str, value: int, range_size: int, least_count: int
     ) -> tuple[str, SecretBytes]:
         """psguard.txt §3.1 "Encryption Key": ``K(e) = K_{ktid(v)}``; returns (ktid, key)."""
         leaf = ktid(value, range_size, least_count)
-        return leaf, SecretBytes(derive_path(self.root("numeric", attr), leaf))
+        raw, _ = self._numeric(attr)
+        return leaf, SecretBytes(self._node(raw, int("1" + leaf, 2)))
 
     def numeric_auth_keys(
         self,
@@ -144,22 +175,18 @@ class TopicKeys:
         snap: bool = False,
     ) -> dict[str, SecretBytes]:
         """psguard.txt §3.1 "Authorization Key": one key per node of the minimal cover of
-        ``[low, high]``, left to right. Shared ancestors are hashed once, so the cost is the
-        paper's ``4 log2(|R|/lc) - 2`` hashes at most."""
-        cover = nakt_cover(low, high, range_size, least_count, snap=snap)
-        root = self.root("numeric", attr)
-        h = sha256_fast
+        ``[low, high]``, left to right, keyed by ktid. Ancestors are hashed once and
+        memoised (bounded), so a cold call costs at most the paper's ``4 log2(|R|/lc) - 2``
+        hashes and a warm one none (§5 "key caching on the authorization service KDC")."""
+        cover = nakt_cover_heap(low, high, range_size, least_count, snap=snap)
+        raw, wrapped = self._numeric(attr)
+        node = self._node
         out: dict[str, SecretBytes] = {}
-        done: dict[str, bytes] = {"": root}
-        for node in cover:
-            i = len(node)
-            while node[:i] not in done:
-                i -= 1
-            k = done[node[:i]]
-            for j in range(i, len(node)):
-                k = h(k + (b"1" if node[j] == "1" else b"0")).digest()
-                done[node[: j + 1]] = k
-            out[node] = SecretBytes(k)
+        for n in cover:
+            k = wrapped.get(n)
+            if k is None:
+                k = wrapped[n] = SecretBytes(node(raw, n))
+            out[bin(n)[3:]] = k
         return out
 
     # -- category trees, string prefix and suffix chains -----------------------------------

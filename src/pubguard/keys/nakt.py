@@ -33,11 +33,13 @@ from pubguard.errors import KeyError_, ValidationError
 __all__ = [
     "MAX_DEPTH",
     "check_ktid",
+    "cover_heap",
     "derive_from",
     "derive_path",
     "ktid",
     "ktid_range",
     "nakt_cover",
+    "nakt_cover_heap",
     "nakt_depth",
 ]
 
@@ -109,6 +111,13 @@ def nakt_cover(
 
     psguard.txt §3.1: |R| = 32, lc = 4: cover of [8, 19] is ["01", "100"], of [16, 31] is ["1"].
     """
+    return [bin(n)[3:] for n in nakt_cover_heap(low, high, range_size, least_count, snap=snap)]
+
+
+def nakt_cover_heap(
+    low: int, high: int, range_size: int, least_count: int, *, snap: bool = False
+) -> list[int]:
+    """:func:`nakt_cover` as heap indices (see :func:`cover_heap`)."""
     m = nakt_depth(range_size, least_count)
     low = _check_value(low, range_size, "low")
     high = _check_value(high, range_size, "high")
@@ -122,18 +131,32 @@ def nakt_cover(
             f"range [{low}, {high}] does not sit on least-count ({lc}) boundaries; "
             "pass snap=True to widen it to whole buckets"
         )
-    # canonical dyadic decomposition, greedy from the left: at each step take the largest
-    # aligned block that starts at `lo` and fits in [lo, hi]; this is the minimum count.
-    lo, hi = low // lc, high // lc
-    out: list[str] = []
-    while lo <= hi:
-        size = lo & -lo if lo else 1 << m  # largest power of two dividing lo (alignment)
-        while size > hi - lo + 1:
-            size >>= 1
-        level = m - (size.bit_length() - 1)  # depth of the node
-        out.append(format(lo >> (m - level), f"0{level}b") if level else "")
-        lo += size
-    return out
+    return cover_heap(low // lc, high // lc, m)
+
+
+def cover_heap(lo: int, hi: int, m: int) -> list[int]:
+    """The minimal cover of the leaf interval ``[lo, hi]`` as heap indices, left to right.
+
+    Heap numbering: the root is 1 and node ``n`` has children ``2n`` (bit 0) and ``2n + 1``
+    (bit 1), so the ktid of ``n`` is ``bin(n)[3:]``. The bottom-up segment-tree walk emits the
+    canonical dyadic decomposition, which is the minimum number of nodes (property-tested
+    against a brute force in tests/keys/test_kdc_nakt.py).
+    """
+    left: list[int] = []
+    right: list[int] = []
+    lo += 1 << m
+    hi += (1 << m) + 1  # half-open
+    while lo < hi:
+        if lo & 1:
+            left.append(lo)
+            lo += 1
+        if hi & 1:
+            hi -= 1
+            right.append(hi)
+        lo >>= 1
+        hi >>= 1
+    left.extend(reversed(right))
+    return left
 
 
 def derive_path(key: bytes | SecretBytes, labels: Sequence[str]) -> bytes:
