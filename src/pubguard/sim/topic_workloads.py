@@ -19,8 +19,15 @@ psguard kinds (psguard.txt §5.2 "Experimental Setup"):
 * ``string``: attribute ``name``, 8 letters over a 4-letter alphabet; half the string topics
   take ``prefix`` constraints and half ``suffix``, of Zipf-distributed length 1-8.
 
-Every psguard event also has a secret (non-routable) attribute ``note`` and a payload; every
-eventguard event a secret ``publisher`` attribute and a payload.
+Events pick their topic by popularity; their values are uniform (``num`` in [0, 256), a
+random leaf of the category tree, 8 random letters). Every psguard event also has a secret
+(non-routable) attribute ``note`` and a payload; every eventguard event is published by a
+random publisher on one of its 16 topics (by popularity) and carries a secret ``publisher``
+attribute and a payload.
+
+Note: psguard.txt §5.2 reports 82 elements per category tree on average; a height-4 tree with
+2-4 (mean 3) children per node has 121 on average, so the paper's trees were likely shallower
+or narrower than stated. We follow the stated parameters.
 """
 
 from __future__ import annotations

@@ -322,7 +322,11 @@ def _check_relations(shape: str, p: Mapping[str, Any]) -> None:
         need(p["topics_per_subscriber"] <= t, "topics_per_subscriber exceeds topics", "topics")
     elif shape == "psguard":
         n = 4 * p["topics_per_kind"]
-        need(p["topics_per_subscriber"] <= n, f"topics_per_subscriber exceeds {n} topics", "topics")
+        need(
+            p["topics_per_subscriber"] <= n,
+            f"topics_per_subscriber exceeds the {n} topics",
+            "topics_per_subscriber",
+        )
 
 
 def _stream(seed: int, name: str) -> random.Random:
