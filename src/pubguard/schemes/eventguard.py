@@ -1,0 +1,418 @@
+"""The eventguard profile: EventGuard's six guards (eventguard.txt §4) as a broker scheme.
+
+Theory of operation
+-------------------
+Topics never travel in clear: every topic ``w`` is replaced by its token ``T(w)`` (§4.1), and
+brokers route by token equality. The trusted meta-service (MS, :mod:`pubguard.keys.ms`) issues
+MS-signed permits; brokers hold only the MS public key (never ``rk``) and publishers' keys
+reach them inside MS-signed advertisement permits.
+
+Wire forms (``meta`` fields are signed by the MS or the publisher, never by a broker)::
+
+    subscribe    filter {token: T(w)}                           meta {permit: sb(w)}     §4.2
+    advertise    filter {token: T(w), publisher: P, pk: pk(P)}  meta {permit: ad(w)}     §4.3
+    publish      routing {tokens: [T(w_1) ...]}   body E_Kr(pbl)                          §4.4
+                 meta {p: P, e: epoch, ts, wk: [E_K(w_i,e)(Kr) ...], ad: [ad(w_i) ...],
+                       sig, (mi, mn, mp: Merkle index, batch size, path)}
+    unsubscribe  meta {permit: usb(w)}  (bound to the cancelled sbId)                      §4.5
+    unadvertise  meta {permit: uad(w)}  (bound to the cancelled adId)                      §4.6
+
+The publisher signs (Ed25519, replacing ElGamal) a *leaf* digest over the event id, profile,
+publisher, epoch, timestamp, tokens, wrapped keys and ``H(body)``; with amortised signing it
+signs a Merkle root over a batch of leaves and each publication carries its path
+(:mod:`pubguard.schemes.merkle`). Ed25519 is deterministic, so the unique identifier the paper
+takes from ElGamal's ``r`` is the (signed) event id.
+
+The routing guard (§4.7), per broker: a source on the struck-out list is refused (FLOOD)
+before any signature check; then ``|ct - ts| > max_delay`` -> STALE; a token without a matching
+MS advertisement permit, a permit of another epoch or an expired one -> UNAUTHORISED; a
+revoked publisher -> REVOKED; a bad MS or publisher signature -> FORGED. Duplicate event ids
+are dropped by the core's dedup window (DUPLICATE) before the guard runs; duplicate sbIds /
+adIds under another subscription and repeated usbIds / uadIds are DUPLICATE here. Verified
+roots and permits are cached, so a batch costs one verification per broker.
+
+State (bindings, windows, strikes) is kept per ``ctx.broker_id``, so one instance may serve
+several brokers of a simulation. Rekeying (§4.8) is the MS's: keys change per epoch, tokens
+and the network's subscriptions do not. The client side is
+:class:`pubguard.schemes.eventguard_client.EventGuardClient`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pubguard.crypto import H, VerifyKey, aad_for
+from pubguard.errors import DropReason, InvalidToken, ValidationError
+from pubguard.keys.ms import (
+    AdvertisementPermit,
+    Permit,
+    SubscriptionPermit,
+    UnadvertisementPermit,
+    UnsubscriptionPermit,
+    decode_permit,
+)
+from pubguard.schemes.base import CheckContext, LinkKind, Matcher
+from pubguard.schemes.guards import (
+    DEFAULT_BAN,
+    DEFAULT_MAX_DELAY,
+    DEFAULT_STRIKE_WINDOW,
+    DEFAULT_STRIKES,
+    ExactMatcher,
+    IdBindings,
+    IdWindow,
+    SignedRootVerifier,
+    StrikeCounter,
+    TimestampWindow,
+    TTLCache,
+    pack_fields,
+)
+from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH
+
+__all__ = [
+    "EVENTGUARD",
+    "MAX_TOPICS",
+    "EventGuardBroker",
+    "PublicationFields",
+    "body_aad",
+    "key_aad",
+    "leaf_digest",
+    "make_scheme",
+    "parse_publication",
+]
+
+EVENTGUARD: Final = "eventguard"
+MAX_TOPICS: Final = 64  # topics one publication may carry
+TOKEN_BYTES: Final = 32
+ROOT_TAG: Final = b"pubguard/eventguard/root/v1\x00"
+LEAF_TAG: Final = b"pubguard/eventguard/leaf/v1\x00"
+_STRIKING: Final = frozenset(
+    {DropReason.FORGED, DropReason.UNAUTHORISED, DropReason.MALFORMED, DropReason.REVOKED}
+)
+
+
+def leaf_digest(
+    event_id: str,
+    profile: str,
+    publisher: str,
+    epoch: int,
+    ts: float,
+    tokens: Sequence[bytes],
+    wrapped: Sequence[bytes],
+    body: bytes,
+) -> bytes:
+    """The publisher-signed digest of one publication (everything but the signature/path)."""
+    return H(
+        pack_fields(
+            LEAF_TAG, event_id, profile, publisher, epoch, float(ts), len(tokens),
+            *tokens, *wrapped, H(body),
+        )
+    )  # fmt: skip
+
+
+def body_aad(event_id: str, epoch: int) -> bytes:
+    """AEAD associated data of ``E_Kr(pbl)``: binds the ciphertext to its event and epoch."""
+    return aad_for(b"eventguard/pbl", "", epoch, event_id.encode())
+
+
+def key_aad(event_id: str, epoch: int, token: bytes) -> bytes:
+    """AEAD associated data of ``E_K(w,e)(Kr)``: binds the wrapped key to token and event."""
+    return aad_for(b"eventguard/kr", "", epoch, token, event_id.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class PublicationFields:
+    """A publication's ``meta`` after strict parsing (shared by brokers and subscribers)."""
+
+    publisher: str
+    epoch: int
+    ts: float
+    tokens: tuple[bytes, ...]
+    wrapped: tuple[bytes, ...]
+    permits: tuple[bytes, ...]
+    sig: bytes
+    index: int = 0
+    size: int = 1
+    path: tuple[bytes, ...] = field(default=())
+
+    def leaf(self, event_id: str, profile: str, body: bytes) -> bytes:
+        return leaf_digest(
+            event_id, profile, self.publisher, self.epoch, self.ts, self.tokens,
+            self.wrapped, body,
+        )  # fmt: skip
+
+
+def _bytes_list(
+    v: Any, what: str, n: int | None = None, size: int | None = None
+) -> tuple[bytes, ...]:
+    if not isinstance(v, list | tuple) or not all(isinstance(x, bytes) for x in v):
+        raise ValidationError(f"eventguard {what} must be a list of bytes")
+    if n is not None and len(v) != n:
+        raise ValidationError(f"eventguard {what} must have {n} entries")
+    if size is not None and any(len(x) != size for x in v):
+        raise ValidationError(f"eventguard {what} entries must be {size} bytes")
+    return tuple(v)
+
+
+def parse_tokens(routing: Mapping[str, Any]) -> tuple[bytes, ...]:
+    if not isinstance(routing, Mapping) or set(routing) != {"tokens"}:
+        raise ValidationError("eventguard routing is exactly {tokens: [T(w) ...]}")
+    toks = _bytes_list(routing["tokens"], "tokens", size=TOKEN_BYTES)
+    if not 1 <= len(toks) <= MAX_TOPICS:
+        raise ValidationError(f"a publication carries 1..{MAX_TOPICS} tokens")
+    return toks
+
+
+def parse_publication(routing: Mapping[str, Any], meta: Mapping[str, Any]) -> PublicationFields:
+    """Strictly parse a publication's routing + meta; ValidationError when malformed."""
+    tokens = parse_tokens(routing)
+    n = len(tokens)
+    p, e, ts, sig = meta.get("p"), meta.get("e"), meta.get("ts"), meta.get("sig")
+    if not isinstance(p, str) or not p:
+        raise ValidationError("eventguard publisher must be a non-empty string")
+    if isinstance(e, bool) or not isinstance(e, int) or e < 0:
+        raise ValidationError("eventguard epoch must be a non-negative integer")
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or ts != ts:
+        raise ValidationError("eventguard timestamp must be a number")
+    if not isinstance(sig, bytes):
+        raise ValidationError("eventguard signature must be bytes")
+    mi, mn, mp = meta.get("mi", 0), meta.get("mn", 1), meta.get("mp", ())
+    if isinstance(mi, bool) or isinstance(mn, bool) or not isinstance(mi, int):
+        raise ValidationError("eventguard Merkle index must be an integer")
+    if not isinstance(mn, int) or not 0 <= mi < mn <= MAX_BATCH:
+        raise ValidationError("eventguard Merkle index/size out of range")
+    path = _bytes_list(mp, "Merkle path")
+    if len(path) > MAX_PATH:
+        raise ValidationError("eventguard Merkle path too long")
+    return PublicationFields(
+        publisher=p,
+        epoch=e,
+        ts=float(ts),
+        tokens=tokens,
+        wrapped=_bytes_list(meta.get("wk"), "wrapped keys", n),
+        permits=_bytes_list(meta.get("ad"), "advertisement permits", n),
+        sig=sig,
+        index=mi,
+        size=mn,
+        path=path,
+    )
+
+
+class _PerBroker:
+    __slots__ = ("bindings", "strikes", "withdrawals")
+
+    def __init__(self, max_delay: float, strikes: StrikeCounter) -> None:
+        self.bindings = IdBindings()  # sbId / adId -> (link, id)
+        self.withdrawals = IdWindow(max(2 * max_delay, 1.0))  # usbId / uadId
+        self.strikes = strikes
+
+
+class EventGuardBroker:
+    """Broker face of the eventguard profile (see the module docstring).
+
+    ``ms_key``: the MS public key. ``max_delay``: the routing guard's window in seconds.
+    ``strikes`` / ``strike_window`` / ``ban``: a link that sends ``strikes`` bogus messages
+    within ``strike_window`` seconds is refused (FLOOD) for ``ban`` seconds, without a signature
+    check; with ``ban_brokers=False`` only client links are banned (broker links are then
+    contained by the per-message checks alone). STALE drops never count (clock skew is not
+    malice). ``revoked``: publisher public keys (raw 32
+    bytes) refused with REVOKED; more can be added with :meth:`revoke`.
+    """
+
+    profile = EVENTGUARD
+
+    def __init__(
+        self,
+        ms_key: VerifyKey,
+        *,
+        max_delay: float = DEFAULT_MAX_DELAY,
+        strikes: int = DEFAULT_STRIKES,
+        strike_window: float = DEFAULT_STRIKE_WINDOW,
+        ban: float = DEFAULT_BAN,
+        ban_brokers: bool = True,
+        revoked: Iterable[bytes] = (),
+    ) -> None:
+        if not isinstance(ms_key, VerifyKey):
+            raise ValidationError("ms_key must be the MS VerifyKey")
+        self.ms_key = ms_key
+        self.window = TimestampWindow(max_delay)
+        self._strike_args = (strikes, strike_window, ban)
+        self.ban_brokers = ban_brokers
+        self.revoked: set[bytes] = {bytes(k) for k in revoked}
+        self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay)
+        self._permits: TTLCache[bytes, Permit] = TTLCache()  # verified permit bytes
+        self._state: dict[str, _PerBroker] = {}
+
+    def revoke(self, publisher_key: VerifyKey | bytes) -> None:
+        """Refuse this publisher's publications from now on (an operator's revocation feed)."""
+        k = publisher_key.to_bytes() if isinstance(publisher_key, VerifyKey) else publisher_key
+        self.revoked.add(bytes(k))
+
+    # -- decoding and matching ----------------------------------------------------------------
+    def decode_filter(self, wire: Mapping[str, Any]) -> bytes:
+        if not isinstance(wire, Mapping):
+            raise ValidationError("eventguard filter must be a mapping")
+        keys = set(wire)
+        if keys not in ({"token"}, {"token", "publisher", "pk"}):
+            raise ValidationError("eventguard filter is {token} or {token, publisher, pk}")
+        tok = wire["token"]
+        if not isinstance(tok, bytes) or len(tok) != TOKEN_BYTES:
+            raise ValidationError("eventguard token must be 32 bytes")
+        if "pk" in keys:
+            if not isinstance(wire["publisher"], str) or not isinstance(wire["pk"], bytes):
+                raise ValidationError("eventguard advertisement needs publisher and pk")
+        return tok
+
+    def decode_event(self, routing: Mapping[str, Any]) -> tuple[bytes, ...]:
+        return parse_tokens(routing)
+
+    def covers(self, f1: bytes, f2: bytes) -> bool:
+        return f1 == f2  # tokens are opaque: only equal ones cover each other
+
+    def broker_match(self, pf: bytes, pe: tuple[bytes, ...]) -> bool:
+        return pf in pe
+
+    def new_matcher(self) -> Matcher:
+        return ExactMatcher()
+
+    def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
+        return message
+
+    # -- the guards ------------------------------------------------------------------------------
+    def _per(self, ctx: CheckContext) -> _PerBroker:
+        st = self._state.get(ctx.broker_id)
+        if st is None:
+            n, w, b = self._strike_args
+            st = self._state[ctx.broker_id] = _PerBroker(self.window.max_delay,
+                                                          StrikeCounter(n, w, b))  # fmt: skip
+        return st
+
+    def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
+        st = self._per(ctx)
+        src = ctx.link.link_id
+        if st.strikes.banned(src, ctx.now):
+            return DropReason.FLOOD
+        try:
+            reason = self._check(message, ctx, st)
+        except InvalidToken:
+            reason = DropReason.FORGED
+        except (ValidationError, TypeError, ValueError, KeyError):
+            reason = DropReason.MALFORMED
+        if reason in _STRIKING and (self.ban_brokers or ctx.link.kind is LinkKind.CLIENT):
+            st.strikes.strike(src, ctx.now)
+        return reason
+
+    def _check(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:
+        match m.op:
+            case "publish":
+                return self._check_publish(m, ctx)
+            case "subscribe":
+                return self._check_permit(m, ctx, st, SubscriptionPermit, m.sub_id)
+            case "advertise":
+                return self._check_permit(m, ctx, st, AdvertisementPermit, m.adv_id)
+            case "unsubscribe" | "unadvertise":
+                return self._check_withdrawal(m, ctx, st)
+        return DropReason.UNKNOWN_TYPE
+
+    def permit(self, blob: Any, now: float) -> Permit:
+        """Decode and MS-verify a permit (cached until it expires); InvalidToken if forged."""
+        if not isinstance(blob, bytes):
+            raise ValidationError("a permit must be bytes")
+        p = self._permits.get(blob, now)
+        if p is None:
+            p = decode_permit(blob)
+            self.ms_key.verify(p.signature, p.signed_bytes())
+            self._permits.put(blob, p, p.expires_at)
+        return p
+
+    def _usable(self, p: Permit, now: float) -> DropReason | None:
+        if p.issued_at > now + self.window.max_delay:
+            return DropReason.STALE  # issued in the future beyond the clock-skew allowance
+        if now > p.expires_at:
+            return DropReason.UNAUTHORISED  # the epoch ended: renew with the MS (§4.8)
+        return None
+
+    def _check_publish(self, m: Any, ctx: CheckContext) -> DropReason | None:
+        now = ctx.now
+        f = parse_publication(m.routing, m.meta)
+        stale = self.window.check(f.ts, now)
+        if stale is not None:
+            return stale
+        pk: bytes | None = None
+        for tok, blob in zip(f.tokens, f.permits, strict=True):
+            p = self.permit(blob, now)
+            if not isinstance(p, AdvertisementPermit) or p.token != tok:
+                return DropReason.UNAUTHORISED
+            if p.subject != f.publisher or p.epoch != f.epoch or (pk and p.publisher_key != pk):
+                return DropReason.UNAUTHORISED
+            bad = self._usable(p, now)
+            if bad is not None:
+                return bad
+            pk = p.publisher_key
+        assert pk is not None
+        if pk in self.revoked:
+            return DropReason.REVOKED
+        leaf = f.leaf(m.event_id, m.profile, m.body)
+        self.roots.verify(
+            VerifyKey.from_bytes(pk), leaf, f.sig, now=now, index=f.index, size=f.size,
+            path=f.path,
+        )  # fmt: skip
+        return None
+
+    def _check_permit(
+        self, m: Any, ctx: CheckContext, st: _PerBroker, cls: type, ident: str
+    ) -> DropReason | None:
+        """Subscribe guard (§4.2) and advertise guard (§4.3)."""
+        tok = self.decode_filter(m.filter)
+        p = self.permit(m.meta.get("permit"), ctx.now)
+        if not isinstance(p, cls) or p.token != tok:
+            return DropReason.UNAUTHORISED
+        if isinstance(p, AdvertisementPermit):
+            if m.filter.get("publisher") != p.subject or m.filter.get("pk") != p.publisher_key:
+                return DropReason.UNAUTHORISED
+            if p.publisher_key in self.revoked:
+                return DropReason.REVOKED
+        bad = self._usable(p, ctx.now)
+        if bad is not None:
+            return bad
+        if not st.bindings.bind((cls.__name__, p.ident), (ctx.link.link_id, ident)):
+            return DropReason.DUPLICATE  # one permit, two subscriptions: a replay flood
+        return None
+
+    def _check_withdrawal(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:
+        """Unsubscribe guard (§4.5) and unadvertise guard (§4.6): only an MS permit bound to
+        the cancelled sbId / adId (obtained with the UST / UAT) withdraws it."""
+        prior = ctx.prior
+        if prior is None:
+            return DropReason.UNAUTHORISED
+        try:
+            old = self.permit(prior.meta.get("permit"), ctx.now)
+        except InvalidToken:
+            old = None  # cannot happen for a stored entry; be safe
+        sub = m.op == "unsubscribe"
+        if old is not None and ctx.now > old.expires_at:
+            # the cancelled permit's epoch is over: nothing left to protect (lets a broker
+            # clean up after a client that left without unsubscribing)
+            st.bindings.release((type(old).__name__, old.ident))
+            return None
+        blob = m.meta.get("permit")
+        if blob is None or old is None:
+            return DropReason.UNAUTHORISED
+        w = self.permit(blob, ctx.now)
+        want = UnsubscriptionPermit if sub else UnadvertisementPermit
+        cancels = getattr(w, "sb_id" if sub else "ad_id", None)
+        if not isinstance(w, want) or w.token != old.token or cancels != old.ident:
+            return DropReason.UNAUTHORISED
+        stale = self.window.check(w.issued_at, ctx.now)
+        if stale is not None:
+            return stale
+        if not st.withdrawals.check_and_record(w.ident, ctx.now):
+            return DropReason.DUPLICATE
+        st.bindings.release((type(old).__name__, old.ident))
+        return None
+
+
+def make_scheme(ms_key: VerifyKey, **options: Any) -> EventGuardBroker:
+    """The broker scheme for a :class:`~pubguard.schemes.SchemeRegistry` (see the class)."""
+    return EventGuardBroker(ms_key, **options)

@@ -1,0 +1,267 @@
+"""Client face of the eventguard profile: subscribers and publishers (eventguard.txt §4.2-4.8).
+
+Theory of operation
+-------------------
+A client talks to the meta-service (any object with :class:`~pubguard.keys.MetaService`'s
+``public_key``, ``subscribe``, ``advertise``, ``unsubscribe``, ``unadvertise``,
+``renew_subscription`` and ``renew_advertisement``: the in-process service, or a proxy that
+reaches a replica over the network). It keeps, as :class:`~pubguard.crypto.SecretBytes`, the
+epoch keys ``K(w, e)`` and the UST / UAT of its grants; none of them ever goes on the wire.
+
+- ``protect_filter(topic = "w")`` asks the MS for a fresh subscription permit ``sb(w)``
+  (one sbId per subscription) and returns ``{token: T(w)}`` with the permit.
+- ``protect_advertisement(topic = "w")`` asks for ``ad(w)``, which binds the client's name to
+  its Ed25519 key.
+- ``protect_events([e ...])`` encrypts each event: ``pbl`` (all attributes but ``topic``, the
+  type and the payload, msgpack-encoded) under a fresh ``Kr``, ``Kr`` under ``K(w, e)``
+  (§4.4); it then signs one Merkle root over the batch (amortised signing). ``protect_event``
+  is a batch of one, i.e. one signature per publication, as in the paper.
+- ``open_event`` checks the MS permit and the publisher's signature, then decrypts.
+- ``unsubscribe_meta`` / ``unadvertise_meta`` exchange the UST / UAT with the MS for the
+  ``usb`` / ``uad`` permit the brokers' unsubscribe / unadvertise guards demand (§4.5-4.6).
+- ``renew(now)`` fetches the next epoch's keys for every live grant (§4.8); a withdrawn grant
+  is not renewed, so its holder cannot read the new epoch's events.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import msgpack
+
+from pubguard.crypto import SecretBytes, SigningKey, VerifyKey, open_, random_bytes, seal
+from pubguard.errors import InvalidToken, StateError, ValidationError
+from pubguard.keys.ms import (
+    AdvertisementGrant,
+    AdvertisementPermit,
+    SubscriptionGrant,
+    decode_permit,
+)
+from pubguard.model.constraints import Op
+from pubguard.model.events import Event
+from pubguard.model.filters import Filter
+from pubguard.schemes.base import ProtectedEvent, ProtectedFilter
+from pubguard.schemes.eventguard import (
+    EVENTGUARD,
+    ROOT_TAG,
+    body_aad,
+    key_aad,
+    leaf_digest,
+    parse_publication,
+)
+from pubguard.schemes.guards import SignedRootVerifier
+from pubguard.schemes.merkle import merkle_batch
+from pubguard.schemes.plain import new_event_id
+
+__all__ = ["EventGuardClient", "MetaServiceLike", "topic_of"]
+
+TOPIC = "topic"
+
+
+class MetaServiceLike(Protocol):
+    @property
+    def public_key(self) -> VerifyKey: ...
+
+    def subscribe(self, subscriber: str, w: str, *, now: float, rng: Any = None) -> Any: ...
+
+    def advertise(self, publisher: str, publisher_key: Any, w: str, *, now: float,
+                  rng: Any = None) -> Any: ...  # fmt: skip
+
+    def unsubscribe(self, permit: Any, ust: Any, *, now: float, rng: Any = None) -> Any: ...
+
+    def unadvertise(self, permit: Any, uat: Any, *, now: float, rng: Any = None) -> Any: ...
+
+    def renew_subscription(self, permit: Any, ust: Any, w: str, *, now: float) -> Any: ...
+
+    def renew_advertisement(self, permit: Any, uat: Any, w: str, *, now: float) -> Any: ...
+
+
+def topic_of(f: Filter) -> str:
+    """EventGuard filters are topic subscriptions: exactly ``topic = "w"``."""
+    if len(f.constraints) != 1:
+        raise ValidationError('an eventguard filter is exactly one constraint: topic = "w"')
+    c = f.constraints[0]
+    if c.name != TOPIC or c.op is not Op.EQ or not isinstance(c.value, str) or not c.value:
+        raise ValidationError('an eventguard filter is exactly one constraint: topic = "w"')
+    return c.value
+
+
+class EventGuardClient:
+    """A publisher and/or subscriber. ``name`` is its identity at the MS (``S`` / ``P``);
+    ``signing_key`` its publication key (generated if omitted)."""
+
+    profile = EVENTGUARD
+
+    def __init__(
+        self, name: str, ms: MetaServiceLike, *, signing_key: SigningKey | None = None
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValidationError("client name must be a non-empty string")
+        self.name = name
+        self.ms = ms
+        self._sk = signing_key or SigningKey.generate()
+        self._keys: dict[tuple[bytes, int], SecretBytes] = {}  # (T(w), epoch) -> K(w, e)
+        self._topics: dict[bytes, str] = {}  # T(w) -> w
+        self._subs: list[tuple[str, SubscriptionGrant]] = []  # live subscriptions
+        self._ads: dict[str, list[AdvertisementGrant]] = {}  # live advertisements per topic
+        self._verifier = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
+
+    def __repr__(self) -> str:
+        return f"EventGuardClient({self.name!r}, subs={len(self._subs)})"
+
+    @property
+    def verify_key(self) -> VerifyKey:
+        return self._sk.public
+
+    def _learn(self, w: str, token: bytes, epoch: int, key: SecretBytes) -> None:
+        self._topics[token] = w
+        self._keys[(token, epoch)] = key
+
+    # -- subscriptions and advertisements -----------------------------------------------------
+    def protect_filter(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> ProtectedFilter:
+        w = topic_of(f)
+        g = self.ms.subscribe(self.name, w, now=now, rng=rng)
+        self._subs.append((w, g))
+        self._learn(w, g.permit.token, g.permit.epoch, g.key)
+        return ProtectedFilter({"token": g.permit.token}, {"permit": g.permit.to_bytes()})
+
+    def protect_advertisement(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> ProtectedFilter:
+        w = topic_of(f)
+        g = self.ms.advertise(self.name, self._sk.public, w, now=now, rng=rng)
+        self._ads.setdefault(w, []).append(g)
+        self._learn(w, g.permit.token, g.permit.epoch, g.key)
+        wire = {"token": g.permit.token, "publisher": self.name, "pk": g.permit.publisher_key}
+        return ProtectedFilter(wire, {"permit": g.permit.to_bytes()})
+
+    def unsubscribe_meta(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> dict[str, Any]:
+        """Withdraw the latest live subscription to ``f``'s topic: the usb permit to send."""
+        w = topic_of(f)
+        for i in range(len(self._subs) - 1, -1, -1):
+            if self._subs[i][0] == w:
+                _, g = self._subs.pop(i)
+                usb = self.ms.unsubscribe(g.permit, g.ust, now=now, rng=rng)
+                return {"permit": usb.to_bytes()}
+        raise StateError(f"no live subscription to {w!r}")
+
+    def unadvertise_meta(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> dict[str, Any]:
+        w = topic_of(f)
+        grants = self._ads.get(w)
+        if not grants:
+            raise StateError(f"no live advertisement of {w!r}")
+        g = grants.pop()
+        uad = self.ms.unadvertise(g.permit, g.uat, now=now, rng=rng)
+        return {"permit": uad.to_bytes()}
+
+    def renew(self, *, now: float) -> None:
+        """Per-epoch renewal (§4.8) of every live subscription and advertisement."""
+        self._subs = [(w, self._renew_sub(w, g, now)) for w, g in self._subs]
+        for w, grants in self._ads.items():
+            grants[:] = [self._renew_ad(w, g, now) for g in grants]
+
+    def _renew_sub(self, w: str, g: SubscriptionGrant, now: float) -> SubscriptionGrant:
+        n = self.ms.renew_subscription(g.permit, g.ust, w, now=now)
+        self._learn(w, n.permit.token, n.permit.epoch, n.key)
+        return n  # type: ignore[no-any-return]
+
+    def _renew_ad(self, w: str, g: AdvertisementGrant, now: float) -> AdvertisementGrant:
+        n = self.ms.renew_advertisement(g.permit, g.uat, w, now=now)
+        self._learn(w, n.permit.token, n.permit.epoch, n.key)
+        return n  # type: ignore[no-any-return]
+
+    # -- publications ----------------------------------------------------------------------------
+    def protect_event(
+        self, event: Event, *, now: float, rng: _random.Random | None = None
+    ) -> ProtectedEvent:
+        return self.protect_events([event], now=now, rng=rng)[0]
+
+    def protect_events(
+        self, events: Sequence[Event], *, now: float, rng: _random.Random | None = None
+    ) -> list[ProtectedEvent]:
+        """Encrypt a batch and sign one Merkle root over it (amortised signing)."""
+        parts = [self._seal(ev, now, rng) for ev in events]
+        root, paths = merkle_batch([p[0] for p in parts])
+        sig = self._sk.sign(ROOT_TAG + root)
+        out = []
+        for i, (_, pe) in enumerate(parts):
+            meta = dict(pe.meta)
+            meta["sig"] = sig
+            if len(parts) > 1:
+                meta.update(mi=i, mn=len(parts), mp=list(paths[i]))
+            out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
+        return out
+
+    def _grant_for(self, w: str, now: float) -> AdvertisementGrant:
+        grants = self._ads.get(w)
+        if not grants:
+            raise StateError(f"advertise topic {w!r} before publishing on it (§4.3)")
+        g = grants[-1]
+        if now > g.permit.expires_at:
+            g = grants[-1] = self._renew_ad(w, g, now)
+        return g
+
+    def _seal(
+        self, event: Event, now: float, rng: _random.Random | None
+    ) -> tuple[bytes, ProtectedEvent]:
+        w = event.get(TOPIC)
+        if not isinstance(w, str) or not w:
+            raise ValidationError("an eventguard event needs a string 'topic' attribute")
+        g = self._grant_for(w, now)
+        e, tok = g.permit.epoch, g.permit.token
+        eid = event.id if event.id is not None else new_event_id(rng)
+        attrs = {k: v for k, v in event.attrs.items() if k != TOPIC}
+        pbl = msgpack.packb({"a": attrs, "t": event.type, "p": event.payload}, use_bin_type=True)
+        kr = random_bytes(32, rng)  # §4.4: a fresh random key per publication
+        body = seal(kr, pbl, aad=body_aad(eid, e), rng=rng)
+        wrapped = seal(g.key, kr, aad=key_aad(eid, e, tok), rng=rng)
+        ts = float(now)
+        leaf = leaf_digest(eid, EVENTGUARD, self.name, e, ts, [tok], [wrapped], body)
+        meta = {"p": self.name, "e": e, "ts": ts, "wk": [wrapped], "ad": [g.permit.to_bytes()]}
+        return leaf, ProtectedEvent(eid, {"tokens": [tok]}, body, meta)
+
+    def open_event(
+        self,
+        event_id: str,
+        routing: Mapping[str, Any],
+        body: bytes,
+        meta: Mapping[str, Any],
+        *,
+        now: float,
+    ) -> Event:
+        """Verify and decrypt a delivery; :class:`InvalidToken` if it cannot be opened."""
+        try:
+            f = parse_publication(routing, meta)
+        except ValidationError:
+            raise InvalidToken() from None
+        for i, tok in enumerate(f.tokens):
+            key = self._keys.get((tok, f.epoch))
+            if key is None:
+                continue
+            p = decode_permit(f.permits[i])
+            self.ms.public_key.verify(p.signature, p.signed_bytes())
+            if not isinstance(p, AdvertisementPermit) or p.token != tok:
+                raise InvalidToken()
+            if p.subject != f.publisher or p.epoch != f.epoch:
+                raise InvalidToken()
+            leaf = f.leaf(event_id, EVENTGUARD, body)
+            pk = VerifyKey.from_bytes(p.publisher_key)
+            self._verifier.verify(pk, leaf, f.sig, now=now, index=f.index, size=f.size,
+                                  path=f.path)  # fmt: skip
+            kr = open_(key, f.wrapped[i], aad=key_aad(event_id, f.epoch, tok))
+            pbl = msgpack.unpackb(open_(kr, body, aad=body_aad(event_id, f.epoch)), raw=False)
+            try:
+                attrs = dict(pbl["a"])
+                attrs[TOPIC] = self._topics[tok]
+                return Event(attrs, id=event_id, type=pbl["t"], payload=pbl["p"])
+            except (KeyError, TypeError, ValueError):
+                raise InvalidToken() from None
+        raise InvalidToken()  # no key for any of its topics in this epoch

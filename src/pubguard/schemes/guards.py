@@ -1,0 +1,510 @@
+"""Broker-side guard building blocks shared by the eventguard, narada and default profiles.
+
+Theory of operation
+-------------------
+Each class is one rule from one paper, small enough to compose (the ``default`` profile takes
+EventGuard's signatures and flood containment with Narada's replay state and revocation):
+
+- :func:`pack_fields`: an unambiguous, length-prefixed encoding of the fields a signature
+  covers (no two field lists encode alike).
+- :class:`TTLCache`: a bounded LRU whose entries expire; the verified-root / verified-permit
+  cache. Verifying an Ed25519 signature costs ~110 us; a cache hit costs a dict lookup.
+- :class:`SignedRootVerifier`: EventGuard's publication signature (eventguard.txt §4.4) with
+  amortised signing: the signature is on a Merkle root (:mod:`pubguard.schemes.merkle`);
+  verified ``(key, root)`` pairs are cached, so a batch costs one verification per broker.
+- :class:`TimestampWindow`: the routing guard's freshness rule, block when
+  ``|ct - ts| > max_delay`` (eventguard.txt §4.7).
+- :class:`IdWindow`: identifiers seen in the last ``window`` seconds (eventguard.txt §4.7:
+  "maintain the identifiers seen in the last max_delay time units"), bounded in memory.
+- :class:`IdBindings`: an identifier (sbId, adId) may stand for one subscription only; the same
+  permit arriving under another subscription is a duplicate-subscription flood (§4.2).
+- :class:`StrikeCounter`: a source that keeps sending bogus messages is refused for a while
+  without spending a signature check on it (narada §V-A: "rejecting communications from IP
+  addresses that have made multiple bogus attempts"; eventguard Fig. 3 containment).
+- :class:`ReplayState`: Narada's per-entity timestamp + sequence number (narada §V-B),
+  optionally persisted in SQLite so that a restart does not reopen a replay window.
+- :class:`TokenCache`: Narada's optimistic verified-token cache (narada §VI), invalidated
+  after ``ttl`` seconds or ``max_uses`` messages since the last full verification.
+- :class:`ExactMatcher`: a filter index for profiles that route on opaque equal-only values
+  (EventGuard tokens, Narada topics).
+
+Everything takes time as an argument (STYLE.md convention 2); limits are named constants.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+from pubguard.crypto import H, VerifyKey
+from pubguard.errors import DropReason, InvalidToken, ValidationError
+from pubguard.schemes.merkle import root_from_path
+from pubguard.store import Database, Migration
+
+__all__ = [
+    "DEFAULT_MAX_DELAY",
+    "DEFAULT_REPLAY_RESERVE",
+    "DEFAULT_STRIKES",
+    "DEFAULT_TOKEN_MAX_USES",
+    "DEFAULT_TOKEN_TTL",
+    "ExactMatcher",
+    "IdBindings",
+    "IdWindow",
+    "ReplayState",
+    "SignedRootVerifier",
+    "StrikeCounter",
+    "TTLCache",
+    "TimestampWindow",
+    "TokenCache",
+    "pack_fields",
+]
+
+DEFAULT_MAX_DELAY: Final = (
+    60.0  # seconds; eventguard.txt §4.7 max_delay (<= the core's dedup window)
+)
+DEFAULT_CACHE_CAPACITY: Final = 65_536  # verified roots / permits / tokens kept
+DEFAULT_ID_CAPACITY: Final = 262_144  # identifiers remembered by an IdWindow / IdBindings
+DEFAULT_STRIKES: Final = 32  # bogus messages from one source before it is refused
+DEFAULT_STRIKE_WINDOW: Final = 10.0  # seconds over which strikes are counted
+DEFAULT_BAN: Final = 60.0  # seconds a struck-out source is refused
+DEFAULT_TOKEN_TTL: Final = 300.0  # narada §VI: "invalidated after a certain time (a few minutes)"
+DEFAULT_TOKEN_MAX_USES: Final = 100  # narada §VI: "or a certain number of messages (say 100)"
+DEFAULT_REPLAY_RESERVE: Final = 1.0  # seconds of timestamp reserved per persisted write
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def pack_fields(tag: bytes, *fields: bytes | str | int | float | None) -> bytes:
+    """``tag`` then each field as ``type byte || length || bytes``: unambiguous and canonical."""
+    out = bytearray(tag)
+    for f in fields:
+        if f is None:
+            out += b"n"
+        elif isinstance(f, bool):
+            raise ValidationError("bool is not a signed field type")
+        elif isinstance(f, int):
+            out += b"i" + struct.pack(">q", f)
+        elif isinstance(f, float):
+            out += b"f" + struct.pack(">d", f)
+        else:
+            b = f.encode() if isinstance(f, str) else bytes(f)
+            out += (b"s" if isinstance(f, str) else b"b") + struct.pack(">I", len(b)) + b
+    return bytes(out)
+
+
+class TTLCache(Generic[K, V]):
+    """A bounded LRU of values that expire at a per-entry time."""
+
+    __slots__ = ("_d", "capacity", "hits", "misses")
+
+    def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValidationError("cache capacity must be positive")
+        self.capacity = capacity
+        self._d: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def get(self, key: K, now: float) -> V | None:
+        item = self._d.get(key)
+        if item is None or now > item[0]:
+            if item is not None:
+                del self._d[key]
+            self.misses += 1
+            return None
+        self._d.move_to_end(key)
+        self.hits += 1
+        return item[1]
+
+    def put(self, key: K, value: V, expires: float) -> None:
+        self._d[key] = (expires, value)
+        self._d.move_to_end(key)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+
+    def discard(self, key: K) -> None:
+        self._d.pop(key, None)
+
+    def clear(self) -> None:
+        self._d.clear()
+
+
+class SignedRootVerifier:
+    """Verify ``sig`` by ``key`` over ``tag || root``, where ``root`` is recomputed from a
+    publication's leaf digest and Merkle path; cache verified ``(key, root)`` for ``ttl``."""
+
+    __slots__ = ("_cache", "tag", "ttl", "verifications")
+
+    def __init__(self, tag: bytes, *, ttl: float, capacity: int = DEFAULT_CACHE_CAPACITY):
+        self.tag = tag
+        self.ttl = ttl
+        self._cache: TTLCache[tuple[bytes, bytes], bool] = TTLCache(capacity)
+        self.verifications = 0  # signature checks actually performed
+
+    def verify(
+        self,
+        key: VerifyKey,
+        leaf: bytes,
+        sig: bytes,
+        *,
+        now: float,
+        index: int = 0,
+        size: int = 1,
+        path: Sequence[bytes] = (),
+    ) -> bytes:
+        """Return the verified root; raise :class:`InvalidToken` on any failure."""
+        root = root_from_path(leaf, index, path, size)
+        ck = (key.to_bytes(), root)
+        if self._cache.get(ck, now) is None:
+            if not isinstance(sig, bytes):
+                raise InvalidToken()
+            self.verifications += 1
+            key.verify(sig, self.tag + root)
+            self._cache.put(ck, True, now + self.ttl)
+        return root
+
+    @property
+    def cache(self) -> TTLCache[tuple[bytes, bytes], bool]:
+        return self._cache
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampWindow:
+    """eventguard.txt §4.7: block any message with ``|ct - ts| > max_delay``."""
+
+    max_delay: float = DEFAULT_MAX_DELAY
+
+    def __post_init__(self) -> None:
+        if not self.max_delay > 0:
+            raise ValidationError("max_delay must be positive")
+
+    def check(self, ts: float, now: float) -> DropReason | None:
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or ts != ts:
+            return DropReason.MALFORMED
+        return DropReason.STALE if abs(now - ts) > self.max_delay else None
+
+
+class IdWindow:
+    """Identifiers seen in the last ``window`` seconds (at most ``capacity`` of them)."""
+
+    __slots__ = ("_ids", "capacity", "window")
+
+    def __init__(self, window: float, capacity: int = DEFAULT_ID_CAPACITY) -> None:
+        if window <= 0 or capacity <= 0:
+            raise ValidationError("window and capacity must be positive")
+        self.window = window
+        self.capacity = capacity
+        self._ids: OrderedDict[Hashable, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def seen(self, ident: Hashable, now: float) -> bool:
+        self._expire(now)
+        return ident in self._ids
+
+    def record(self, ident: Hashable, now: float) -> None:
+        self._ids[ident] = now
+        self._ids.move_to_end(ident)
+        while len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+
+    def check_and_record(self, ident: Hashable, now: float) -> bool:
+        """True (and remember it) if ``ident`` is new; False for a duplicate."""
+        if self.seen(ident, now):
+            return False
+        self.record(ident, now)
+        return True
+
+    def _expire(self, now: float) -> None:
+        horizon = now - self.window
+        ids = self._ids
+        while ids:
+            if next(iter(ids.values())) >= horizon:
+                break
+            ids.popitem(last=False)
+
+
+class IdBindings:
+    """``ident -> owner`` for live subscriptions/advertisements (eventguard.txt §4.2: sbId
+    detects duplicate-subscription floods). Re-binding to the same owner is idempotent."""
+
+    __slots__ = ("_d", "capacity")
+
+    def __init__(self, capacity: int = DEFAULT_ID_CAPACITY) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[Hashable, Hashable] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def bind(self, ident: Hashable, owner: Hashable) -> bool:
+        cur = self._d.get(ident)
+        if cur is not None and cur != owner:
+            return False
+        self._d[ident] = owner
+        self._d.move_to_end(ident)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+        return True
+
+    def owner(self, ident: Hashable) -> Hashable | None:
+        return self._d.get(ident)
+
+    def release(self, ident: Hashable) -> None:
+        self._d.pop(ident, None)
+
+
+class StrikeCounter:
+    """Count bogus messages per source; refuse a source with ``threshold`` strikes within
+    ``window`` seconds for ``ban`` seconds (its messages then cost no signature check)."""
+
+    __slots__ = ("_banned", "_strikes", "ban", "threshold", "window")
+
+    def __init__(
+        self,
+        threshold: int = DEFAULT_STRIKES,
+        window: float = DEFAULT_STRIKE_WINDOW,
+        ban: float = DEFAULT_BAN,
+    ) -> None:
+        if threshold < 1 or window <= 0 or ban <= 0:
+            raise ValidationError("threshold, window and ban must be positive")
+        self.threshold = threshold
+        self.window = window
+        self.ban = ban
+        self._strikes: dict[Hashable, list[float]] = {}
+        self._banned: dict[Hashable, float] = {}
+
+    def banned(self, source: Hashable, now: float) -> bool:
+        until = self._banned.get(source)
+        if until is None:
+            return False
+        if now >= until:
+            del self._banned[source]
+            return False
+        return True
+
+    def strike(self, source: Hashable, now: float) -> bool:
+        """Record one bogus message; True if the source is now refused."""
+        times = [t for t in self._strikes.get(source, ()) if t > now - self.window]
+        times.append(now)
+        if len(times) >= self.threshold:
+            self._banned[source] = now + self.ban
+            self._strikes.pop(source, None)
+            return True
+        self._strikes[source] = times
+        if len(self._strikes) > DEFAULT_ID_CAPACITY:  # bound memory under a spray of sources
+            self._strikes.pop(next(iter(self._strikes)))
+        return False
+
+    def pardon(self, source: Hashable) -> None:
+        self._banned.pop(source, None)
+        self._strikes.pop(source, None)
+
+
+_REPLAY_MIGRATIONS: Final = (
+    Migration(
+        1,
+        (
+            "CREATE TABLE replay_state (scope TEXT NOT NULL, entity BLOB NOT NULL,"
+            " ts INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (scope, entity))",
+        ),
+    ),
+)
+
+
+class ReplayState:
+    """narada §V-B: per entity, the (timestamp, sequence) of the last accepted message; a
+    message is a replay unless it is strictly later in that order.
+
+    ``scope`` separates brokers sharing one database (or one instance). With ``db`` the state
+    survives restarts without a disk write per message: whenever an accepted timestamp passes
+    the persisted one, the row is set to ``ts + reserve`` (milliseconds), so on restart every
+    message up to that bound is refused (no replay window reopens) at the cost of refusing, for
+    at most ``reserve`` seconds after a crash, fresh messages of entities that were active just
+    before it. :meth:`flush` (clean shutdown) writes the exact state instead. ``reserve=0``
+    writes through on every message.
+    """
+
+    COMPONENT: Final = "pubguard_replay"
+
+    def __init__(self, db: Database | None = None, *, reserve: float = DEFAULT_REPLAY_RESERVE):
+        if reserve < 0:
+            raise ValidationError("reserve must be >= 0")
+        self._db = db
+        self._reserve_ms = int(reserve * 1000)
+        self._mem: dict[tuple[str, bytes], tuple[int, int]] = {}
+        self._floor: dict[tuple[str, bytes], tuple[int, int]] = {}  # persisted bound
+        self._loaded: set[str] = set()
+        if db is not None:
+            db.migrate(self.COMPONENT, _REPLAY_MIGRATIONS)
+
+    def _load(self, scope: str) -> None:
+        self._loaded.add(scope)
+        if self._db is None:
+            return
+        rows = self._db.query("SELECT entity, ts, seq FROM replay_state WHERE scope = ?", (scope,))
+        for r in rows:
+            k = (scope, bytes(r["entity"]))
+            self._mem[k] = self._floor[k] = (int(r["ts"]), int(r["seq"]))
+
+    def last(self, scope: str, entity: bytes) -> tuple[int, int] | None:
+        if scope not in self._loaded:
+            self._load(scope)
+        return self._mem.get((scope, entity))
+
+    def check(self, scope: str, entity: bytes, ts_ms: int, seq: int) -> DropReason | None:
+        """REPLAYED unless ``(ts_ms, seq)`` is after the entity's last accepted message."""
+        prev = self.last(scope, entity)
+        if prev is not None and (ts_ms, seq) <= prev:
+            return DropReason.REPLAYED
+        return None
+
+    def accept(self, scope: str, entity: bytes, ts_ms: int, seq: int) -> None:
+        k = (scope, entity)
+        self._mem[k] = (ts_ms, seq)
+        if self._db is None:
+            return
+        floor = self._floor.get(k)
+        if floor is None or (ts_ms, seq) > floor:
+            bound = (ts_ms + self._reserve_ms, seq if self._reserve_ms == 0 else 2**62)
+            self._write(scope, entity, bound)
+
+    def check_and_accept(
+        self, scope: str, entity: bytes, ts_ms: int, seq: int
+    ) -> DropReason | None:
+        reason = self.check(scope, entity, ts_ms, seq)
+        if reason is None:
+            self.accept(scope, entity, ts_ms, seq)
+        return reason
+
+    def flush(self) -> None:
+        """Persist the exact state (a clean shutdown gives up no reserved window)."""
+        if self._db is None:
+            return
+        with self._db.transaction():
+            for (scope, entity), v in self._mem.items():
+                self._write(scope, entity, v)
+
+    def _write(self, scope: str, entity: bytes, v: tuple[int, int]) -> None:
+        assert self._db is not None
+        self._db.execute(
+            "INSERT INTO replay_state(scope, entity, ts, seq) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(scope, entity) DO UPDATE SET ts = excluded.ts, seq = excluded.seq",
+            (scope, entity, v[0], v[1]),
+        )
+        self._floor[(scope, entity)] = v
+
+
+@dataclass(slots=True)
+class _TokenEntry(Generic[V]):
+    value: V
+    verified_at: float
+    uses: int
+
+
+class TokenCache(Generic[V]):
+    """narada §VI: "a copy of a verified token is stored in memory, and subsequently compared
+    with those contained in the message"; an entry is invalidated ``ttl`` seconds or
+    ``max_uses`` messages after its last full verification."""
+
+    __slots__ = ("_d", "capacity", "hits", "max_uses", "misses", "ttl")
+
+    def __init__(
+        self,
+        ttl: float = DEFAULT_TOKEN_TTL,
+        max_uses: int = DEFAULT_TOKEN_MAX_USES,
+        capacity: int = DEFAULT_CACHE_CAPACITY,
+    ) -> None:
+        if ttl < 0 or max_uses < 0 or capacity < 1:
+            raise ValidationError("ttl and max_uses must be >= 0, capacity positive")
+        self.ttl = ttl
+        self.max_uses = max_uses
+        self.capacity = capacity
+        self._d: OrderedDict[bytes, _TokenEntry[V]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def lookup(self, token: bytes, now: float) -> V | None:
+        """The cached value if the exact bytes were verified recently enough, else None."""
+        e = self._d.get(token)
+        if e is None or now - e.verified_at > self.ttl or e.uses >= self.max_uses:
+            if e is not None:
+                del self._d[token]
+            self.misses += 1
+            return None
+        e.uses += 1
+        self.hits += 1
+        return e.value
+
+    def store(self, token: bytes, value: V, now: float) -> None:
+        self._d[token] = _TokenEntry(value, now, 0)
+        self._d.move_to_end(token)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+
+    def invalidate(self, token: bytes | None = None) -> None:
+        if token is None:
+            self._d.clear()
+        else:
+            self._d.pop(token, None)
+
+
+class ExactMatcher:
+    """Filter index for equal-only routing values: a decoded filter is one hashable value, a
+    decoded event an iterable of values; ``match`` is the union of their subscribers."""
+
+    __slots__ = ("_by_value", "_keys")
+
+    def __init__(self) -> None:
+        self._by_value: dict[Hashable, set[Hashable]] = {}
+        self._keys: dict[Hashable, Hashable] = {}
+
+    def add(self, key: Hashable, pf: Any) -> None:
+        v = _value(pf)
+        self.remove(key)
+        self._keys[key] = v
+        self._by_value.setdefault(v, set()).add(key)
+
+    def remove(self, key: Hashable) -> None:
+        v = self._keys.pop(key, None)
+        if v is None:
+            return
+        s = self._by_value[v]
+        s.discard(key)
+        if not s:
+            del self._by_value[v]
+
+    def match(self, pe: Any) -> set[Hashable]:
+        out: set[Hashable] = set()
+        for v in _values(pe):
+            keys = self._by_value.get(v)
+            if keys:
+                out |= keys
+        return out
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def _value(pf: Any) -> Hashable:
+    return getattr(pf, "match_value", pf)  # type: ignore[no-any-return]
+
+
+def _values(pe: Any) -> Iterable[Hashable]:
+    return getattr(pe, "match_values", pe)  # type: ignore[no-any-return]
+
+
+def digest(*parts: bytes) -> bytes:
+    """``H`` over length-prefixed parts (a cache key for several byte strings)."""
+    return H(pack_fields(b"", *parts))

@@ -1,0 +1,99 @@
+"""Merkle trees for amortised signing (issue 5, "default" profile; ARCHITECTURE.md modern choices).
+
+Theory of operation
+-------------------
+A publisher that signs every publication pays one signature per event and every broker one
+verification per event (eventguard.txt §4.4, §4.7). With amortised signing the publisher
+hashes a batch of publications into a Merkle tree and signs only the root; each publication
+carries its leaf index and the sibling hashes on the path to the root. A broker recomputes the
+root from the leaf and the path (``log2(batch)`` hashes), verifies the signature on that root
+once, and caches the verified root, so the rest of the batch costs hashes only.
+
+Domain separation (as RFC 6962 §2.1 does): a leaf is hashed as ``H(0x00 || leaf)`` and an
+inner node as ``H(0x01 || left || right)``, so a leaf can never be passed off as an inner
+node. An odd node at the end of a level is promoted unchanged. A batch of one is the plain
+case: the root is ``H(0x00 || leaf)`` and the path is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from pubguard.crypto import H
+from pubguard.errors import InvalidToken, ValidationError
+
+__all__ = ["MAX_BATCH", "MAX_PATH", "merkle_batch", "merkle_root", "root_from_path"]
+
+MAX_BATCH: Final = 1 << 16  # publications under one signed root
+MAX_PATH: Final = 16  # sibling hashes on a path (log2 MAX_BATCH)
+_LEAF: Final = b"\x00"
+_NODE: Final = b"\x01"
+
+
+def _leaf(x: bytes) -> bytes:
+    return H(_LEAF + x)
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return H(_NODE + left + right)
+
+
+def merkle_root(leaves: Sequence[bytes]) -> bytes:
+    """The root over ``leaves`` (1..MAX_BATCH byte strings)."""
+    return merkle_batch(leaves)[0]
+
+
+def merkle_batch(leaves: Sequence[bytes]) -> tuple[bytes, list[tuple[bytes, ...]]]:
+    """``(root, paths)``: ``paths[i]`` is the sibling list for leaf ``i``, bottom-up."""
+    n = len(leaves)
+    if not 1 <= n <= MAX_BATCH:
+        raise ValidationError(f"a Merkle batch holds 1..{MAX_BATCH} leaves, not {n}")
+    level = [_leaf(bytes(x)) for x in leaves]
+    paths: list[list[bytes]] = [[] for _ in range(n)]
+    pos = list(range(n))  # position of each leaf's ancestor in the current level
+    while len(level) > 1:
+        nxt = [_node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])  # promoted without a sibling
+        for leaf, p in enumerate(pos):
+            sib = p ^ 1
+            if sib < len(level):
+                paths[leaf].append(level[sib])
+            pos[leaf] = p // 2
+        level = nxt
+    return level[0], [tuple(p) for p in paths]
+
+
+def root_from_path(leaf: bytes, index: int, path: Sequence[bytes], size: int) -> bytes:
+    """Recompute the root of a batch of ``size`` leaves from leaf ``index`` and its path.
+
+    Raises :class:`InvalidToken` if the path does not fit the batch shape (wrong length or
+    hash sizes), so a tampered path is indistinguishable from a bad signature.
+    """
+    if (
+        isinstance(index, bool)
+        or not isinstance(index, int)
+        or isinstance(size, bool)
+        or not isinstance(size, int)
+        or not 0 <= index < size <= MAX_BATCH
+        or len(path) > MAX_PATH
+    ):
+        raise InvalidToken()
+    h = _leaf(bytes(leaf))
+    p, width, k = index, size, 0
+    while width > 1:
+        sib = p ^ 1
+        if sib < width:
+            if k >= len(path):
+                raise InvalidToken()
+            s = path[k]
+            if not isinstance(s, bytes) or len(s) != len(h):
+                raise InvalidToken()
+            h = _node(h, s) if p % 2 == 0 else _node(s, h)
+            k += 1
+        p //= 2
+        width = (width + 1) // 2
+    if k != len(path):
+        raise InvalidToken()
+    return h
