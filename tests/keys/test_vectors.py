@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 import random
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,12 @@ def test_subscription_permit_vector() -> None:
     ms_signing_key().public_key().verify(signature, signed)
     p = decode_permit(blob)
     verify_permit(p, VerifyKey.from_bytes(ref_eventguard("ms_public_key", {})), now=i["now"] + 1)
+
+
+def test_doc_shows_only_verified_vectors() -> None:
+    """Every 64-hex value in docs/key-derivation.md is one of the checked vectors."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "key-derivation.md").read_text()
+    shown = set(re.findall(r"\b[0-9a-f]{64}\b", doc))
+    stored = {v["hex"] for v in DATA["psguard"] + DATA["eventguard"]} | {DATA["master_hex"]}
+    assert len(shown) >= 30
+    assert shown <= stored
