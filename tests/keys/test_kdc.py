@@ -176,3 +176,11 @@ def test_auth_keys_share_ancestors_and_match_single_derivations() -> None:
         assert derive_from(node, key, node + "0" * (14 - len(node))) == kdc.numeric_key(
             "w", "n", node + "0" * (14 - len(node))
         )
+
+
+def test_keys_all_is_importable() -> None:
+    import pubguard.keys as keys
+
+    for name in keys.__all__:
+        assert getattr(keys, name) is not None, name
+    assert len(set(keys.__all__)) == len(keys.__all__)
