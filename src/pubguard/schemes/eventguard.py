@@ -365,7 +365,10 @@ class EventGuardBroker:
     ) -> DropReason | None:
         """Subscribe guard (§4.2) and advertise guard (§4.3)."""
         tok = self.decode_filter(m.filter)
-        p = self.permit(m.meta.get("permit"), ctx.now)
+        blob = m.meta.get("permit")
+        if blob is None:
+            return DropReason.UNAUTHORISED  # §4.2: no MS permit, no subscription
+        p = self.permit(blob, ctx.now)
         if not isinstance(p, cls) or p.token != tok:
             return DropReason.UNAUTHORISED
         if isinstance(p, AdvertisementPermit):
