@@ -210,7 +210,7 @@ def test_flooding_broker_is_contained_by_its_neighbours():
                     lambda _b: [EventGuardBroker(ms.public_key, max_delay=60.0, strikes=10)],
                     wire=True, seed=9)  # fmt: skip
     t = tap(sim)
-    pub = sim.add_client("pub", "X1", EventGuardClient("pub", ms))
+    sim.add_client("pub", "X1", EventGuardClient("pub", ms))
     subs = {n: sim.add_client(n, b, EventGuardClient(n, ms)) for n, b in
             (("s2", "X2"), ("s3", "X3"), ("s0", "G2"))}  # fmt: skip
     sim.advertise("pub", F, at=0.0)
