@@ -118,7 +118,9 @@ def test_batch_spans_several_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     import pubguard.matching.index as index_mod
 
     monkeypatch.setattr(index_mod, "BATCH_CELLS", 8)
-    fs = {i: Filter.of(("x", Op.GE.value, i)) for i in range(4)}
-    evs = [Event({"x": v}) for v in range(6)]
+    # string and bool filters take the counting engine, whose batch counter is chunked
+    fs = {i: Filter.of(("x", Op.GE.value, "abcd"[i])) for i in range(4)}
+    fs[9] = Filter.of(("x", "prefix", "b"), ("y", "=", True))
+    evs = [Event({"x": v, "y": True}) for v in ["", "a", "b", "bz", "c", "d", "e"]]
     im = IndexedMatcher(fs)
     assert im.match_batch(evs) == [ReferenceMatcher(fs).match(e) for e in evs]

@@ -5,51 +5,53 @@ Theory of operation
 This is the plaintext engine a v-CAPS publisher runs over its PFPoset (vcaps.txt §4.2 uses the
 Siena Fast Forwarding algorithm; Carzaniga & Wolf, SIGCOMM 2003) and that brokers run in the
 plain profile. Filters are conjunctions, so a filter matches an event exactly when *every* one
-of its constraints is satisfied (Siena semantics, eventguard.txt §2.1):
+of its constraints is satisfied (Siena semantics, eventguard.txt §2.1). Each filter gets an
+integer *slot*; keys (any hashable) map to slots. Two engines share the slots:
 
-1. each filter gets an integer *slot*; ``need[slot]`` is its number of constraints;
-2. every constraint sits in the index of its attribute / type class / operator
-   (:mod:`pubguard.matching.postings`), which returns the slots of the satisfied constraints
-   for an event value as contiguous runs of sorted arrays (hash tables for string patterns);
-3. the runs are concatenated into one int32 array of *hits*; ``np.add.at`` counts them per slot
-   into a persistent zeroed array; the slots with ``count == need`` match; the touched counters
-   are reset to zero. Each constraint is hit at most once per event, so the work is linear in
-   the number of satisfied constraints, never in the number of filters.
+* **numeric filters** (only ``= != < <= > >=`` on numbers exact in float64, the vcaps shape)
+  live in access clusters (:mod:`pubguard.matching.clusters`): an event touches only the
+  clusters of its attribute names and pairs of names, whose constraint tables are evaluated
+  with numpy in one pass, for one event or for a batch of events at once;
+* **every other filter** (strings, booleans, ``exists``, huge ints) goes to the counting
+  algorithm over per-attribute, per-operator indexes (:mod:`pubguard.matching.postings`):
+  the satisfied constraints come out as contiguous runs of sorted arrays (hash tables for
+  string patterns), are concatenated into an int32 array of *hits*, counted per slot with
+  ``np.add.at`` into a persistent zeroed array, and the slots with ``count == need[slot]``
+  match; the touched counters are reset. Batches expand the runs of K events at once into
+  ``(event, slot)`` pairs counted in a K x slots array.
 
-Batch matching (:meth:`IndexedMatcher.match_batch`) does the same for K events at once: the
-event values of one attribute are searched together with ``np.searchsorted``, the runs are
-expanded into ``(event, slot)`` pairs, and the counter is a K x slots array addressed by
-``event * slots + slot``.
-
-Removal tombstones the slot (``need = 0`` can never equal a count of at least one), so it costs
-O(constraints); when dead slots outnumber live ones the whole index is rebuilt (compaction),
-which keeps the amortised cost constant. Additions are buffered per run and merged lazily.
-Not thread-safe: matching reuses one counter array.
+Removal is physical for numeric filters (their cluster is rebuilt lazily) and a tombstone for
+the others (``need = 0`` never equals a count >= 1); when removed slots outnumber live ones the
+whole index is rebuilt (compaction), so the amortised cost stays constant. Additions are
+buffered and merged lazily, only into the parts an event reads. Not thread-safe: matching
+reuses its scratch arrays.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
 
 from pubguard.errors import ValidationError
-from pubguard.matching.postings import AttrIndex, SortedRun, exact_float
+from pubguard.matching.clusters import NumericClusters
+from pubguard.matching.postings import Cluster, SortedRun, exact_float
 from pubguard.model.filters import Filter
 from pubguard.model.values import type_class
 
 __all__ = ["IndexedMatcher"]
 
 BATCH_CELLS: Final = 1 << 25  # counter cells (events x slots) per batch chunk
-COMPACT_MIN_DEAD: Final = 1024  # never compact for fewer dead slots than this
+COMPACT_MIN_DEAD: Final = 1024  # never compact for fewer removed slots than this
 _DEAD: Final = object()  # the key of a removed slot
 _ONE8: Final = np.uint8(1)
 _ONE32: Final = np.int32(1)
 
 
 class IndexedMatcher:
-    """Counting matcher over per-attribute indexes. Same answers as ``ReferenceMatcher``."""
+    """Indexed matcher over a set of ``{key: Filter}``. Same answers as ``ReferenceMatcher``."""
 
     def __init__(
         self,
@@ -59,9 +61,7 @@ class IndexedMatcher:
     ) -> None:
         self._compact_min_dead = compact_min_dead
         self._reset()
-        items = filters.items() if isinstance(filters, Mapping) else filters
-        for key, f in items:
-            self.add(key, f)
+        self.add_many(filters.items() if isinstance(filters, Mapping) else filters)
 
     def _reset(self) -> None:
         self._filters: dict[Hashable, Filter] = {}
@@ -70,7 +70,9 @@ class IndexedMatcher:
         self._need = np.zeros(1024, dtype=np.uint8)
         self._counts = np.zeros(1024, dtype=np.uint8)
         self._batch_counts = np.zeros(0, dtype=np.uint8)
-        self._attrs: dict[str, AttrIndex] = {}
+        self._numeric = NumericClusters()
+        self._general = Cluster()
+        self._n_general = 0
         self._dirty: list[SortedRun] = []
         self._dead = 0
 
@@ -82,44 +84,60 @@ class IndexedMatcher:
         if key in self._slot_of:
             self.remove(key)
         slot = len(self._keys)
-        if slot >= len(self._need):
-            self._grow(2 * len(self._need))
-        n = len(f.constraints)
-        if n > 255 and self._need.dtype == np.uint8:
-            self._need = self._need.astype(np.int32)
-            self._counts = self._counts.astype(np.int32)
-            self._batch_counts = self._batch_counts.astype(np.int32)
-        self._need[slot] = n
         self._keys.append(key)
         self._slot_of[key] = slot
         self._filters[key] = f
-        attrs, dirty = self._attrs, self._dirty
-        for c in f.constraints:
-            ai = attrs.get(c.name)
-            if ai is None:
-                ai = attrs[c.name] = AttrIndex()
-            run = ai.add(type_class(c.value), c.op, c.value, slot)
-            if run is not None:
-                dirty.append(run)
+        if self._numeric.add(slot, f):
+            return
+        if slot >= len(self._need):
+            self._grow(max(2 * len(self._need), slot + 1))
+        cs = f.constraints
+        if len(cs) > 255 and self._need.dtype == np.uint8:
+            self._need = self._need.astype(np.int32)
+            self._counts = self._counts.astype(np.int32)
+            self._batch_counts = self._batch_counts.astype(np.int32)
+        self._need[slot] = len(cs)
+        self._general.add(slot, cs, self._dirty)
+        self._n_general += 1
+
+    def add_many(self, items: Iterable[tuple[Hashable, Filter]]) -> None:
+        """``add`` each ``(key, filter)``; faster for bulk loads (no GC passes meanwhile)."""
+        was_enabled = gc.isenabled()
+        gc.disable()  # millions of acyclic objects: generational passes would only cost time
+        try:
+            for key, f in items:
+                self.add(key, f)
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def remove(self, key: Hashable) -> None:
         """Forget ``key``; unknown keys are ignored (as ``ReferenceMatcher`` does)."""
         slot = self._slot_of.pop(key, None)
         if slot is None:
             return
-        del self._filters[key]
-        self._need[slot] = 0  # tombstone: a count of >= 1 never equals 0
+        f = self._filters.pop(key)
         self._keys[slot] = _DEAD
+        if not self._numeric.remove(slot, f):
+            self._need[slot] = 0  # tombstone: a count of >= 1 never equals 0
+            self._n_general -= 1
         self._dead += 1
         if self._dead > self._compact_min_dead and self._dead > len(self._filters):
             self.compact()
 
     def compact(self) -> None:
-        """Rebuild the index from the live filters, dropping tombstones."""
+        """Rebuild the indexes from the live filters, renumbering slots densely."""
         live = list(self._filters.items())
         self._reset()
-        for key, f in live:
-            self.add(key, f)
+        self.add_many(live)
+
+    def flush(self) -> None:
+        """Merge buffered additions now (matching does it lazily); e.g. to time a build."""
+        self._numeric.flush()
+        if self._dirty:
+            for run in self._dirty:
+                run.flush()
+            self._dirty = []
 
     def _grow(self, cap: int) -> None:
         for name in ("_need", "_counts"):
@@ -127,12 +145,6 @@ class IndexedMatcher:
             new = np.zeros(cap, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
-
-    def _flush(self) -> None:
-        if self._dirty:
-            for run in self._dirty:
-                run.flush()
-            self._dirty = []
 
     def __len__(self) -> int:
         return len(self._filters)
@@ -147,51 +159,65 @@ class IndexedMatcher:
     # -- single event ---------------------------------------------------------------------
     def match(self, event: Mapping[str, Any]) -> set[Hashable]:
         """Keys of the filters ``event`` matches."""
-        self._flush()
+        self.flush()
         attrs = getattr(event, "attrs", event)
+        keys = self._keys
+        slots = self._numeric.match(attrs)
+        if slots is None:  # a value float64 cannot hold exactly: check the candidates exactly
+            out = {
+                keys[s]
+                for s in self._numeric.candidates(attrs)
+                if self._filters[keys[s]].matches(attrs)
+            }
+        else:
+            out = {keys[s] for s in slots.tolist()}
+        if self._n_general:
+            out.update(keys[s] for s in self._general_match(attrs))
+        return out
+
+    def _general_match(self, attrs: Mapping[str, Any]) -> list[int]:
         parts: list[np.ndarray] = []
         extra: list[int] = []
-        index = self._attrs
-        for name, x in attrs.items():
-            ai = index.get(name)
-            if ai is None:
-                continue
-            if ai.exists:
-                extra.extend(ai.exists)
-            cls = type_class(x)
-            if cls == "str":
-                ai.string_hits(x, extra)
-            for (rcls, op), run in ai.runs.items():
-                if rcls == cls:
-                    run.hits(op, x, parts)
+        self._general.collect(attrs, parts, extra)
         if extra:
             parts.append(np.asarray(extra, dtype=np.int32))
         if not parts:
-            return set()
+            return []
         hits = np.concatenate(parts)
         if not len(hits):
-            return set()
+            return []
         counts, need = self._counts, self._need
         np.add.at(counts, hits, _ONE8 if counts.dtype == np.uint8 else _ONE32)
         matched = hits[counts[hits] == need[hits]]
         counts[hits] = 0
-        keys = self._keys
-        return {keys[s] for s in matched.tolist()}
+        return matched.tolist()  # a slot appears once per constraint: callers build sets
 
     # -- batch ----------------------------------------------------------------------------
     def match_batch(self, events: Sequence[Mapping[str, Any]]) -> list[set[Hashable]]:
         """``[self.match(e) for e in events]``, vectorised across events."""
         events = list(events)
         results: list[set[Hashable]] = [set() for _ in events]
-        self._flush()
-        cap = len(self._keys)
         if not events or not self._filters:
             return results
-        k = max(1, min(len(events), BATCH_CELLS // cap))
-        if len(self._batch_counts) < k * cap:
-            self._batch_counts = np.zeros(k * cap, dtype=self._counts.dtype)
-        for start in range(0, len(events), k):
-            self._match_chunk(events[start : start + k], results, start, cap)
+        self.flush()
+        keys = self._keys
+        evs, slots, inexact = self._numeric.match_batch(events)
+        for i, s in zip(evs.tolist(), slots.tolist(), strict=True):
+            results[i].add(keys[s])
+        for i in inexact:
+            attrs = getattr(events[i], "attrs", events[i])
+            results[i].update(
+                keys[s]
+                for s in self._numeric.candidates(attrs)
+                if self._filters[keys[s]].matches(attrs)
+            )
+        if self._n_general:
+            cap = len(self._keys)
+            k = max(1, min(len(events), BATCH_CELLS // cap))
+            if len(self._batch_counts) < k * cap:
+                self._batch_counts = np.zeros(k * cap, dtype=self._counts.dtype)
+            for start in range(0, len(events), k):
+                self._match_chunk(events[start : start + k], results, start, cap)
         return results
 
     def _match_chunk(
@@ -199,7 +225,7 @@ class IndexedMatcher:
     ) -> None:
         # group the event values by (attribute, type class)
         groups: dict[tuple[str, str | None], tuple[list[int], list[Any]]] = {}
-        index = self._attrs
+        index = self._general.attrs
         for i, ev in enumerate(chunk):
             for name, x in getattr(ev, "attrs", ev).items():
                 if name in index:

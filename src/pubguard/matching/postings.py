@@ -33,13 +33,15 @@ re-sorted lazily, only when it is dirty and about to be read. Removal is the mat
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
 from typing import Any, Final
 
 import numpy as np
 
-from pubguard.model.constraints import Op
+from pubguard.model.constraints import Constraint, Op
+from pubguard.model.values import type_class
 
-__all__ = ["AttrIndex", "SortedRun", "exact_float"]
+__all__ = ["AttrIndex", "Cluster", "SortedRun", "exact_float"]
 
 EXACT_INT: Final = 2**53  # ints beyond this are not exactly representable as float64
 ORDER_OPS: Final = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
@@ -145,7 +147,7 @@ class _Patterns:
 
 
 class AttrIndex:
-    """All constraints on one attribute name."""
+    """All constraints on one attribute name (within one cluster)."""
 
     __slots__ = ("exists", "prefix", "runs", "substring", "suffix")
 
@@ -153,19 +155,22 @@ class AttrIndex:
         # (type class, op) -> SortedRun
         self.runs: dict[tuple[str, Op], SortedRun] = {}
         self.exists: list[int] = []
-        self.prefix = _Patterns()
-        self.suffix = _Patterns()
-        self.substring = _Patterns()
+        self.prefix: _Patterns | None = None  # string tables are created on first use
+        self.suffix: _Patterns | None = None
+        self.substring: _Patterns | None = None
 
     def add(self, cls: str | None, op: Op, value: Any, slot: int) -> SortedRun | None:
         """Index one constraint; returns the run that became dirty, if any."""
         if op is Op.EXISTS:
             self.exists.append(slot)
         elif op is Op.PREFIX:
+            self.prefix = self.prefix or _Patterns()
             self.prefix.add(value, slot)
         elif op is Op.SUFFIX:
+            self.suffix = self.suffix or _Patterns()
             self.suffix.add(value, slot)
         elif op is Op.SUBSTRING:
+            self.substring = self.substring or _Patterns()
             self.substring.add(value, slot)
         else:
             assert cls is not None
@@ -176,21 +181,32 @@ class AttrIndex:
                 return run
         return None
 
+    def collect(self, x: Any, parts: list[np.ndarray], extra: list[int]) -> None:
+        """Slots of the constraints event value ``x`` satisfies (runs flushed)."""
+        if self.exists:
+            extra.extend(self.exists)
+        cls = type_class(x)
+        if cls == "str":
+            self.string_hits(x, extra)
+        for (rcls, op), run in self.runs.items():
+            if rcls == cls:
+                run.hits(op, x, parts)
+
     def string_hits(self, x: str, out: list[int]) -> None:
         """Slots of the prefix / suffix / substring constraints that ``x`` satisfies."""
         n = len(x)
-        table = self.prefix.table
-        if table:
+        if self.prefix is not None:
+            table = self.prefix.table
             for length in self.prefix.lengths:
                 if length <= n:
                     out.extend(table.get(x[:length], ()))
-        table = self.suffix.table
-        if table:
+        if self.suffix is not None:
+            table = self.suffix.table
             for length in self.suffix.lengths:
                 if length <= n:
                     out.extend(table.get(x[n - length :], ()))
-        table = self.substring.table
-        if table:
+        if self.substring is not None:
+            table = self.substring.table
             lengths = [k for k in self.substring.lengths if k <= n]
             if len(table) <= sum(n - k + 1 for k in lengths):
                 for pattern, slots in table.items():
@@ -200,3 +216,27 @@ class AttrIndex:
                 seen = {x[i : i + k] for k in lengths for i in range(n - k + 1)}
                 for s in seen:
                     out.extend(table.get(s, ()))
+
+
+class Cluster:
+    """The per-attribute indexes of a set of filters (all of them, or one access cluster)."""
+
+    __slots__ = ("attrs",)
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, AttrIndex] = {}
+
+    def add(self, slot: int, constraints: tuple[Constraint, ...], dirty: list[SortedRun]) -> None:
+        attrs = self.attrs
+        for c in constraints:
+            ai = attrs.get(c.name)
+            if ai is None:
+                ai = attrs[c.name] = AttrIndex()
+            run = ai.add(type_class(c.value), c.op, c.value, slot)
+            if run is not None:
+                dirty.append(run)
+
+    def collect(self, event: Mapping[str, Any], parts: list[np.ndarray], extra: list[int]) -> None:
+        for name, ai in self.attrs.items():
+            if name in event:
+                ai.collect(event[name], parts, extra)

@@ -1,0 +1,254 @@
+"""Access clusters of numeric filters, evaluated with numpy (the matcher's fast path).
+
+Theory of operation
+-------------------
+Most routing filters are conjunctions of comparisons on numbers (vcaps.txt §6.1: 1-4 integer
+constraints over a 200-word dictionary). For these *numeric* filters (every constraint one of
+``= != < <= > >=`` with a num-class value exactly representable as float64) we follow the
+clustering of Fabret et al. (SIGMOD 2001), the successor of the counting algorithm that
+Siena's forwarding tables also refine: a filter can only match an event that carries every one
+of its attributes, so it is filed under its *access key*, its first one or two attribute names
+(constraints are sorted by name). An event with numeric attributes ``a1 < ... < am`` touches
+only the clusters ``(ai)`` and ``(ai, aj)``: m + m(m-1)/2 dictionary lookups.
+
+Each cluster keeps its constraints as one float64 table, one row per constraint, the rows of
+a filter contiguous::
+
+    column 0: attribute id       column 2: constraint value
+    column 1: op mask | FIRST    column 3: filter slot
+
+The op mask says which outcomes of comparing the event value x with the constraint value v
+satisfy it: 4 for x < v, 2 for x == v, 1 for x > v (``<=`` is 6, ``!=`` is 5; an absent
+attribute is NaN and compares false, so it satisfies nothing). The tables of the touched
+clusters are concatenated, every row is evaluated at once, and ``np.logical_and.reduceat`` over
+the FIRST rows gives, per filter, whether all its constraints hold. A batch of K events does
+the same over the (event, cluster) pairs with a K x attributes value matrix.
+
+Clusters are rebuilt lazily (only dirty ones, only when read); removal deletes the member and
+marks its cluster dirty, so no tombstones are needed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+
+from pubguard.matching.postings import EXACT_INT, exact_float
+from pubguard.model.constraints import Op
+from pubguard.model.filters import Filter
+from pubguard.model.values import type_class
+
+__all__ = ["NumericClusters", "is_numeric_filter"]
+
+_MASK: Final = {Op.LT: 4, Op.LE: 6, Op.EQ: 2, Op.NE: 5, Op.GT: 1, Op.GE: 3}
+FIRST: Final = 8  # flag in the mask column: first row of a filter
+_EMPTY_TABLE: Final = np.empty((0, 4), dtype=np.float64)
+_NO_SLOTS: Final = np.empty(0, dtype=np.int64)
+
+
+def is_numeric_filter(f: Filter) -> bool:
+    """Can ``f`` take the fast path (numeric comparisons with exact float64 values only)?"""
+    return all(
+        c.op in _MASK and type_class(c.value) == "num" and exact_float(c.value)
+        for c in f.constraints
+    )
+
+
+class _Cluster:
+    __slots__ = ("members", "table")
+
+    def __init__(self) -> None:
+        self.members: dict[int, tuple[tuple[int, int, float], ...]] = {}
+        self.table: np.ndarray = _EMPTY_TABLE
+
+    def build(self) -> None:
+        flat: list[float] = []
+        extend = flat.extend
+        for slot, cs in self.members.items():
+            first = FIRST
+            for a, m, v in cs:
+                extend((a, m | first, v, slot))
+                first = 0
+        self.table = np.array(flat, dtype=np.float64).reshape(-1, 4) if flat else _EMPTY_TABLE
+
+
+class NumericClusters:
+    """Numeric filters by access cluster; ``match`` returns the matching slots."""
+
+    def __init__(self) -> None:
+        self._attr_id: dict[str, int] = {}
+        self._singles: dict[str, _Cluster] = {}
+        self._pairs: dict[tuple[str, str], _Cluster] = {}
+        self._dirty: dict[int, _Cluster] = {}
+        self._buf = np.full(64, np.nan)  # event value per attribute id, NaN when absent
+
+    def __len__(self) -> int:
+        return sum(len(c.members) for c in self._singles.values()) + sum(
+            len(c.members) for c in self._pairs.values()
+        )
+
+    # -- maintenance ----------------------------------------------------------------------
+    def _key(self, f: Filter) -> str | tuple[str, str]:
+        first = f.constraints[0].name
+        for c in f.constraints:
+            if c.name != first:
+                return (first, c.name)
+        return first
+
+    def add(self, slot: int, f: Filter) -> bool:
+        """File ``f`` under ``slot`` if it is numeric; returns whether it was."""
+        ids, mask_of = self._attr_id, _MASK
+        enc = []
+        first = f.constraints[0].name
+        key: str | tuple[str, str] = first
+        for c in f.constraints:
+            m = mask_of.get(c.op)
+            if m is None:
+                return False
+            v = c.value
+            t = type(v)
+            if t is int:
+                if not -EXACT_INT <= v <= EXACT_INT:  # type: ignore[operator]
+                    return False
+            elif t is not float and (type_class(v) != "num" or not exact_float(v)):
+                return False
+            a = ids.get(c.name)
+            if a is None:
+                a = ids[c.name] = len(ids)
+                if a >= len(self._buf):
+                    self._buf = np.full(2 * len(self._buf), np.nan)
+            if key is first and c.name != first:
+                key = (first, c.name)
+            enc.append((a, m, float(v)))  # type: ignore[arg-type]
+        table: dict[Any, _Cluster] = self._pairs if isinstance(key, tuple) else self._singles
+        cl = table.get(key)
+        if cl is None:
+            cl = table[key] = _Cluster()
+        cl.members[slot] = tuple(enc)
+        self._dirty[id(cl)] = cl
+        return True
+
+    def remove(self, slot: int, f: Filter) -> bool:
+        """Forget ``slot`` (holding ``f``); returns whether it was filed here."""
+        key = self._key(f)
+        table: dict[Any, _Cluster] = self._pairs if isinstance(key, tuple) else self._singles
+        cl = table.get(key)
+        if cl is None or cl.members.pop(slot, None) is None:
+            return False
+        if cl.members:
+            self._dirty[id(cl)] = cl
+        else:
+            del table[key]
+            self._dirty.pop(id(cl), None)
+        return True
+
+    def flush(self) -> None:
+        for cl in self._dirty.values():
+            cl.build()
+        self._dirty.clear()
+
+    # -- matching -------------------------------------------------------------------------
+    def _numeric_attrs(self, attrs: Mapping[str, Any]) -> tuple[list[str], list[int], list[Any]]:
+        names, ids, xs = [], [], []
+        get = self._attr_id.get
+        for name, x in attrs.items():
+            a = get(name)
+            if a is not None and type_class(x) == "num":
+                names.append(name)
+                ids.append(a)
+                xs.append(x)
+        return names, ids, xs
+
+    def _touched(self, names: list[str]) -> list[_Cluster]:
+        names = sorted(names)
+        out = [c for c in map(self._singles.get, names) if c is not None]
+        pairs, m = self._pairs, len(names)
+        if m * (m - 1) // 2 <= len(pairs):
+            for i in range(m - 1):
+                a = names[i]
+                for j in range(i + 1, m):
+                    c = pairs.get((a, names[j]))
+                    if c is not None:
+                        out.append(c)
+        elif m > 1:
+            present = set(names)
+            out.extend(c for (a, b), c in pairs.items() if a in present and b in present)
+        return out
+
+    def candidates(self, attrs: Mapping[str, Any]) -> list[int]:
+        """Slots of every filter in a touched cluster (for exact re-checking)."""
+        names, _, _ = self._numeric_attrs(attrs)
+        return [s for c in self._touched(names) for s in c.members]
+
+    def match(self, attrs: Mapping[str, Any]) -> np.ndarray | None:
+        """Matching slots, or None when an event value is not exact as float64."""
+        names, ids, xs = self._numeric_attrs(attrs)
+        if not names:
+            return _NO_SLOTS
+        if not all(exact_float(x) for x in xs):
+            return None
+        touched = self._touched(names)
+        if not touched:
+            return _NO_SLOTS
+        table = (
+            touched[0].table if len(touched) == 1 else np.concatenate([c.table for c in touched])
+        )
+        buf = self._buf
+        buf[ids] = xs
+        x = buf[table[:, 0].astype(np.intp)]
+        buf[ids] = np.nan
+        return _evaluate(table, x)
+
+    def match_batch(
+        self, events: Sequence[Mapping[str, Any]]
+    ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """``(event index, slot)`` pairs of matches, and the indexes of events left to
+        :meth:`match`'s caller because a value is not exact as float64."""
+        tables: list[np.ndarray] = []
+        owners: list[int] = []
+        lens: list[int] = []
+        v_ev: list[int] = []
+        v_id: list[int] = []
+        v_x: list[Any] = []
+        inexact: list[int] = []
+        for i, ev in enumerate(events):
+            names, ids, xs = self._numeric_attrs(getattr(ev, "attrs", ev))
+            if not names:
+                continue
+            if not all(exact_float(x) for x in xs):
+                inexact.append(i)
+                continue
+            for c in self._touched(names):
+                tables.append(c.table)
+                owners.append(i)
+                lens.append(len(c.table))
+            v_ev.extend([i] * len(ids))
+            v_id.extend(ids)
+            v_x.extend(xs)
+        if not tables:
+            return _NO_SLOTS, _NO_SLOTS, inexact
+        table = np.concatenate(tables)
+        row_ev = np.repeat(np.asarray(owners, dtype=np.intp), lens)
+        values = np.full((len(events), len(self._attr_id)), np.nan)
+        values[v_ev, v_id] = v_x
+        x = values[row_ev, table[:, 0].astype(np.intp)]
+        first = np.flatnonzero(table[:, 1] >= FIRST)
+        ok = np.logical_and.reduceat(_satisfied(table, x), first)
+        rows = first[ok]
+        return row_ev[rows], table[rows, 3].astype(np.int64), inexact
+
+
+def _satisfied(table: np.ndarray, x: np.ndarray) -> np.ndarray:
+    v = table[:, 2]
+    outcome = (x < v).view(np.uint8) << 2
+    outcome |= (x == v).view(np.uint8) << 1
+    outcome |= (x > v).view(np.uint8)
+    return (table[:, 1].astype(np.uint8) & outcome) != 0
+
+
+def _evaluate(table: np.ndarray, x: np.ndarray) -> np.ndarray:
+    first = np.flatnonzero(table[:, 1] >= FIRST)
+    ok = np.logical_and.reduceat(_satisfied(table, x), first)
+    return table[first[ok], 3].astype(np.int64)
