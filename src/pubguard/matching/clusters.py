@@ -150,16 +150,30 @@ class NumericClusters:
         self._dirty.clear()
 
     # -- matching -------------------------------------------------------------------------
-    def _numeric_attrs(self, attrs: Mapping[str, Any]) -> tuple[list[str], list[int], list[Any]]:
+    def _numeric_attrs(
+        self, attrs: Mapping[str, Any]
+    ) -> tuple[list[str], list[int], list[Any], bool]:
+        """The event's numeric attributes that some filter names: names, ids, values, and
+        whether every value is exact as float64."""
         names, ids, xs = [], [], []
+        exact = True
         get = self._attr_id.get
         for name, x in attrs.items():
             a = get(name)
-            if a is not None and type_class(x) == "num":
-                names.append(name)
-                ids.append(a)
-                xs.append(x)
-        return names, ids, xs
+            if a is None:
+                continue
+            t = type(x)
+            if t is int:
+                if not -EXACT_INT <= x <= EXACT_INT:
+                    exact = False
+            elif t is not float:
+                if type_class(x) != "num":
+                    continue
+                exact = exact and exact_float(x)
+            names.append(name)
+            ids.append(a)
+            xs.append(x)
+        return names, ids, xs, exact
 
     def _touched(self, names: list[str]) -> list[_Cluster]:
         names = sorted(names)
@@ -179,15 +193,15 @@ class NumericClusters:
 
     def candidates(self, attrs: Mapping[str, Any]) -> list[int]:
         """Slots of every filter in a touched cluster (for exact re-checking)."""
-        names, _, _ = self._numeric_attrs(attrs)
+        names = self._numeric_attrs(attrs)[0]
         return [s for c in self._touched(names) for s in c.members]
 
     def match(self, attrs: Mapping[str, Any]) -> np.ndarray | None:
         """Matching slots, or None when an event value is not exact as float64."""
-        names, ids, xs = self._numeric_attrs(attrs)
+        names, ids, xs, exact = self._numeric_attrs(attrs)
         if not names:
             return _NO_SLOTS
-        if not all(exact_float(x) for x in xs):
+        if not exact:
             return None
         touched = self._touched(names)
         if not touched:
@@ -206,30 +220,30 @@ class NumericClusters:
     ) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """``(event index, slot)`` pairs of matches, and the indexes of events left to
         :meth:`match`'s caller because a value is not exact as float64."""
-        tables: list[np.ndarray] = []
+        touched: list[_Cluster] = []
         owners: list[int] = []
-        lens: list[int] = []
         v_ev: list[int] = []
         v_id: list[int] = []
         v_x: list[Any] = []
         inexact: list[int] = []
+        numeric_attrs, touch = self._numeric_attrs, self._touched
         for i, ev in enumerate(events):
-            names, ids, xs = self._numeric_attrs(getattr(ev, "attrs", ev))
+            names, ids, xs, exact = numeric_attrs(getattr(ev, "attrs", ev))
             if not names:
                 continue
-            if not all(exact_float(x) for x in xs):
+            if not exact:
                 inexact.append(i)
                 continue
-            for c in self._touched(names):
-                tables.append(c.table)
-                owners.append(i)
-                lens.append(len(c.table))
-            v_ev.extend([i] * len(ids))
-            v_id.extend(ids)
-            v_x.extend(xs)
-        if not tables:
+            cs = touch(names)
+            touched += cs
+            owners += [i] * len(cs)
+            v_ev += [i] * len(ids)
+            v_id += ids
+            v_x += xs
+        if not touched:
             return _NO_SLOTS, _NO_SLOTS, inexact
-        table = np.concatenate(tables)
+        table = np.concatenate([c.table for c in touched])
+        lens = [len(c.table) for c in touched]
         row_ev = np.repeat(np.asarray(owners, dtype=np.intp), lens)
         values = np.full((len(events), len(self._attr_id)), np.nan)
         values[v_ev, v_id] = v_x
