@@ -153,23 +153,22 @@ def test_token_cache_is_invalidated_by_message_count(pki):
     assert shared.verifications - before == 10
 
 
-def test_subscription_stops_matching_when_its_token_expires(pki, tmp_path_factory):
-    short = build_pki(tmp_path_factory)
-    cert, key = short.entities["bob"]
-    # re-authorise bob for 10 minutes only
-    ocert, okey = short.owner
-    short.kmc.authorize(Authorize.signed(okey, ocert, topic=TOPIC, entity=cert.subject,
-                                         rights=Rights.SUBSCRIBE, not_before=NOW - 60,
-                                         not_after=NOW + 600, now=NOW), now=NOW)  # fmt: skip
-    sim, _, _ = make_sim(short)
-    sim.add_client("alice", "a1", client(short, "alice"))
-    bob = sim.add_client("bob", "b1", client(short, "bob"))
-    sim.subscribe("bob", f'topic = "{TOPIC}"', at=NOW)
+def test_subscription_stops_matching_when_its_token_expires(pki):
+    ocert, okey = pki.owner
+    cert, key = pki.ca.issue_signing_identity("erin", Role.CLIENT, now=NOW)
+    pki.entities["erin"] = (cert, key)
+    pki.kmc.authorize(Authorize.signed(okey, ocert, topic=TOPIC, entity=cert.subject,
+                                       rights=Rights.SUBSCRIBE, not_before=NOW - 60,
+                                       not_after=NOW + 600, now=NOW), now=NOW)  # fmt: skip
+    sim, _, _ = make_sim(pki)
+    sim.add_client("alice", "a1", client(pki, "alice"))
+    erin = sim.add_client("erin", "b1", client(pki, "erin"))
+    sim.subscribe("erin", f'topic = "{TOPIC}"', at=NOW)
     sim.run()
     sim.publish("alice", Event({"topic": TOPIC, "n": 1}), at=NOW + 10)
     sim.publish("alice", Event({"topic": TOPIC, "n": 2}), at=NOW + 700)
     sim.run()
-    assert [d.event["n"] for d in bob.deliveries] == [1]
+    assert [d.event["n"] for d in erin.deliveries] == [1]
 
 
 def test_replay_state_survives_a_broker_restart(pki, tmp_path):
