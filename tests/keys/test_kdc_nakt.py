@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pubguard.crypto import H, SecretBytes
 from pubguard.errors import KeyError_, ValidationError
 from pubguard.keys import KDC, derive_from, ktid, ktid_range, nakt_cover, nakt_depth
+from pubguard.keys.nakt import cover_heap, cover_keys, derive_path
 
 MASTER = SecretBytes(bytes(range(32)))
 
@@ -162,3 +163,14 @@ def test_no_out_of_range_derivation(x: tuple[int, int, int, int], data: st.DataO
             reachable |= set(_subtree(node, key.reveal(), m).values())
         assert event_key.reveal() not in reachable
         assert kdc.numeric_key("w", "age", "").reveal() not in reachable  # nor the root
+
+
+@given(st.integers(0, 9), st.data())
+def test_top_down_cover_walk_matches_cover_and_chain(m: int, data: st.DataObject) -> None:
+    """cover_keys (the KDC's one-pass walk) = cover_heap nodes with chain-derived keys."""
+    a, b = sorted(data.draw(st.integers(0, (1 << m) - 1)) for _ in range(2))
+    root = H(b"root")
+    got = cover_keys(root, a, b, m)
+    assert [n for n, _ in got] == cover_heap(a, b, m)
+    for n, k in got:
+        assert k == derive_path(root, bin(n)[3:])

@@ -45,7 +45,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pubguard.crypto import KeyedHash, SecretBytes
 from pubguard.crypto.primitives import sha256_fast
 from pubguard.errors import KeyError_, ValidationError
-from pubguard.keys.nakt import MAX_DEPTH, check_ktid, derive_path, ktid, nakt_cover_heap
+from pubguard.keys.nakt import (
+    MAX_DEPTH,
+    check_ktid,
+    cover_heap,
+    cover_keys,
+    derive_path,
+    ktid,
+    nakt_leaf_bounds,
+)
 
 __all__ = [
     "KDC",
@@ -127,7 +135,7 @@ class TopicKeys:
 
     def _numeric(self, attr: str) -> tuple[dict[int, bytes], dict[int, SecretBytes]]:
         t = self._trees.get(attr)
-        if t is None or len(t[0]) > NODE_MEMO_SIZE:
+        if t is None or len(t[0]) + len(t[1]) > NODE_MEMO_SIZE:
             t = self._trees[attr] = ({1: self.root("numeric", attr)}, {})
         return t
 
@@ -175,18 +183,18 @@ class TopicKeys:
         snap: bool = False,
     ) -> dict[str, SecretBytes]:
         """psguard.txt §3.1 "Authorization Key": one key per node of the minimal cover of
-        ``[low, high]``, left to right, keyed by ktid. Ancestors are hashed once and
-        memoised (bounded), so a cold call costs at most the paper's ``4 log2(|R|/lc) - 2``
-        hashes and a warm one none (§5 "key caching on the authorization service KDC")."""
-        cover = nakt_cover_heap(low, high, range_size, least_count, snap=snap)
+        ``[low, high]``, left to right, keyed by ktid. A cold call walks down once from the
+        root, at most the paper's ``4 log2(|R|/lc) - 2`` hashes; the cover keys are memoised
+        (bounded), so a repeated range costs no hash (§5 "key caching on the ... KDC")."""
+        lo, hi, m = nakt_leaf_bounds(low, high, range_size, least_count, snap=snap)
         raw, wrapped = self._numeric(attr)
-        node = self._node
+        try:  # warm: every cover node memoised
+            return {bin(n)[3:]: wrapped[n] for n in cover_heap(lo, hi, m)}
+        except KeyError:
+            pass
         out: dict[str, SecretBytes] = {}
-        for n in cover:
-            k = wrapped.get(n)
-            if k is None:
-                k = wrapped[n] = SecretBytes(node(raw, n))
-            out[bin(n)[3:]] = k
+        for n, k in cover_keys(raw[1], lo, hi, m):
+            out[bin(n)[3:]] = wrapped[n] = SecretBytes(k)
         return out
 
     # -- category trees, string prefix and suffix chains -----------------------------------

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_DEPTH",
     "check_ktid",
     "cover_heap",
+    "cover_keys",
     "derive_from",
     "derive_path",
     "ktid",
@@ -41,6 +42,7 @@ __all__ = [
     "nakt_cover",
     "nakt_cover_heap",
     "nakt_depth",
+    "nakt_leaf_bounds",
 ]
 
 #: Deepest NAKT accepted (|R| / lc <= 2**64); deeper trees are certainly a mistake.
@@ -118,6 +120,13 @@ def nakt_cover_heap(
     low: int, high: int, range_size: int, least_count: int, *, snap: bool = False
 ) -> list[int]:
     """:func:`nakt_cover` as heap indices (see :func:`cover_heap`)."""
+    return cover_heap(*nakt_leaf_bounds(low, high, range_size, least_count, snap=snap))
+
+
+def nakt_leaf_bounds(
+    low: int, high: int, range_size: int, least_count: int, *, snap: bool = False
+) -> tuple[int, int, int]:
+    """Validate a subscription range; return it in leaf units with the depth: ``(lo, hi, m)``."""
     m = nakt_depth(range_size, least_count)
     low = _check_value(low, range_size, "low")
     high = _check_value(high, range_size, "high")
@@ -131,7 +140,7 @@ def nakt_cover_heap(
             f"range [{low}, {high}] does not sit on least-count ({lc}) boundaries; "
             "pass snap=True to widen it to whole buckets"
         )
-    return cover_heap(low // lc, high // lc, m)
+    return low // lc, high // lc, m
 
 
 def cover_heap(lo: int, hi: int, m: int) -> list[int]:
@@ -156,6 +165,55 @@ def cover_heap(lo: int, hi: int, m: int) -> list[int]:
         lo >>= 1
         hi >>= 1
     left.extend(reversed(right))
+    return left
+
+
+def cover_keys(root: bytes, lo: int, hi: int, m: int) -> list[tuple[int, bytes]]:
+    """Keys of the minimal cover of leaf interval ``[lo, hi]``: ``[(heap index, key)]``, left
+    to right, in one top-down walk from the root key (no memo, no recursion).
+
+    psguard.txt §3.1 counts the KDC's cost as at most ``4 log2(|R|/lc) - 2`` hashes: down the
+    common prefix of ``lo`` and ``hi``, then down each boundary, hashing every sibling that
+    falls wholly inside the range. Same nodes as :func:`cover_heap` (property-tested).
+    """
+    h = sha256_fast
+    zero, one = b"0", b"1"
+    k, node, d = root, 1, 0
+    while True:  # common prefix, until the node is covered or the bounds diverge
+        rem = m - d
+        mask = (1 << rem) - 1
+        if lo & mask == 0 and hi & mask == mask:
+            return [(node, k)]
+        bl = (lo >> (rem - 1)) & 1
+        if bl != (hi >> (rem - 1)) & 1:
+            break
+        k = h(k + (one if bl else zero)).digest()
+        node, d = 2 * node + bl, d + 1
+    left: list[tuple[int, bytes]] = []
+    cur, ck = 2 * node, h(k + zero).digest()
+    for depth in range(d + 1, m + 1):  # left boundary: emit right siblings inside the range
+        rem = m - depth
+        if lo & ((1 << rem) - 1) == 0:
+            left.append((cur, ck))
+            break
+        if (lo >> (rem - 1)) & 1:
+            cur, ck = 2 * cur + 1, h(ck + one).digest()
+        else:
+            left.append((2 * cur + 1, h(ck + one).digest()))
+            cur, ck = 2 * cur, h(ck + zero).digest()
+    left.reverse()
+    cur, ck = 2 * node + 1, h(k + one).digest()
+    for depth in range(d + 1, m + 1):  # right boundary: emit left siblings inside the range
+        rem = m - depth
+        mask = (1 << rem) - 1
+        if hi & mask == mask:
+            left.append((cur, ck))
+            break
+        if (hi >> (rem - 1)) & 1:
+            left.append((2 * cur, h(ck + zero).digest()))
+            cur, ck = 2 * cur + 1, h(ck + one).digest()
+        else:
+            cur, ck = 2 * cur, h(ck + zero).digest()
     return left
 
 
