@@ -65,6 +65,7 @@ def test_routing_matches_reference_over_7_brokers(
                 clients.append(c)
                 f = _filter(rng, tag)
                 subs[f"rsub{i}"] = await c.subscribe(f)
+                await c.flush()
                 ref.add(f"rsub{i}", f)
             await cluster7.wait_quiescent()
             pubs = [await cluster7.connect(b, f"rpub{b}") for b in ("b0", "b2", "b3", "b6")]
@@ -101,10 +102,13 @@ def test_covering_suppresses_forwarding_and_unsubscribe_stops_delivery(
         try:
             before = await cluster7.statuses()
             wide = await a.subscribe("cov > 10")
+            await a.flush()
             await cluster7.wait_quiescent()
             mid = await cluster7.statuses()
             narrow = await b.subscribe("cov > 20")  # covered by cov > 10: not forwarded
             also = await a.subscribe("cov > 50")
+            await a.flush()
+            await b.flush()
             await cluster7.wait_quiescent()
             after = await cluster7.statuses()
             for name in ("b6", "b2"):  # the leaf and its parent forwarded one filter each
@@ -122,6 +126,8 @@ def test_covering_suppresses_forwarding_and_unsubscribe_stops_delivery(
 
             await narrow.unsubscribe()
             await wide.unsubscribe()
+            await a.flush()
+            await b.flush()
             await cluster7.wait_quiescent()
             delivers_b = b.delivers
             await pub.publish(Event({"cov": 30}, id="cov2"))  # only `narrow` and `wide` matched

@@ -512,6 +512,8 @@ class Client:
                 seq = env["s"]
                 if seq <= self._rx_seq:
                     continue  # a resent duplicate: already handed to the application
+                if self._rx_seq and seq != self._rx_seq + 1:
+                    raise FrameError(f"sequence gap: {seq} after {self._rx_seq}")
                 self._rx_seq = seq
                 got = True
                 self._on_message(env["m"])

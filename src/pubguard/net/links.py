@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict, deque
 from typing import Any, Final
 
+from pubguard.errors import FrameError
 from pubguard.net import protocol
 from pubguard.net.framing import encode_frame
 
@@ -120,7 +121,13 @@ class Link:
             self.last_tx = time.monotonic()
 
     def on_ack(self, upto: int) -> int:
-        """Drop frames up to ``upto``; returns how many were released."""
+        """Drop frames up to ``upto`` and write more if the window allows; returns how many
+        frames were released."""
+        n = self._release(upto)
+        self.pump()
+        return n
+
+    def _release(self, upto: int) -> int:
         q = self.outq
         n = 0
         while q:
@@ -131,9 +138,17 @@ class Link:
             n += 1
         if upto > self.acked:
             self.acked = upto
-        self.sent_upto = max(self.sent_upto, min(upto, self.tx_next - 1))
-        self.pump()
         return n
+
+    def accept(self, seq: int) -> bool:
+        """Receiver side: True for the next message, False for a duplicate; a gap is a
+        protocol error (the peer reconnects and resends from our ``rx_seq``). After a reset
+        (``rx_seq == 0``) the first sequence seen is the baseline."""
+        if seq <= self.rx_seq:
+            return False
+        if self.rx_seq and seq != self.rx_seq + 1:
+            raise FrameError(f"sequence gap on {self.link_id}: {seq} after {self.rx_seq}")
+        return True
 
     def send_control(self, env: dict[str, Any]) -> None:
         """An unsequenced envelope (ack, heartbeat, status reply, bye)."""
@@ -147,9 +162,9 @@ class Link:
         self.writer = writer
         self.last_rx = self.last_tx = time.monotonic()
         self.slow = False
-        self.on_ack(peer_rx)
+        self._release(peer_rx)
         self.acked = peer_rx
-        self.sent_upto = peer_rx
+        self.sent_upto = peer_rx  # everything after it is (re)sent, in order
         self.pump()
 
     def detach(self) -> asyncio.StreamWriter | None:

@@ -405,7 +405,12 @@ class BrokerServer:
                     env = link.inbox.popleft()
                     n += 1
                     seq = env["s"]
-                    if seq <= link.rx_seq:
+                    try:
+                        fresh = link.accept(seq)
+                    except FrameError as exc:
+                        self._close_link(link, exc)
+                        break
+                    if not fresh:
                         self.stats["duplicate_frames"] += 1
                         continue
                     link.rx_seq = seq
@@ -442,6 +447,15 @@ class BrokerServer:
             link.enqueue(a.message.to_wire())
             if isinstance(a, Forward) and link.depth > self.config.max_queue:
                 self._congested.add(link.link_id)
+
+    def _close_link(self, link: Link, exc: PubguardError) -> None:
+        """Close one link's connection (it reconnects and resends from our ``rx_seq``)."""
+        log.warning("broker %s: closing link %s: %s", self.name, link.link_id, exc)
+        self.stats["closed." + type(exc).__name__] += 1
+        link.inbox.clear()
+        link.send_control(protocol.bye(str(exc)))
+        if link.writer is not None:
+            link.writer.close()
 
     async def _kick(self, link: Link) -> None:
         w = link.writer
