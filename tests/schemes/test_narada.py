@@ -49,9 +49,9 @@ RIGHTS = {
 }
 
 
-def build_pki(tmp_path_factory) -> Pki:
+def build_pki(tmp_path_factory, kmc_name: str = "kmc-1") -> Pki:
     ca = CertificateAuthority.create("ca", tmp_path_factory.mktemp("ca"), passphrase=b"pw", now=NOW)
-    kmc_cert, kmc_key = ca.issue_signing_identity("kmc-1", Role.KMC, now=NOW)
+    kmc_cert, kmc_key = ca.issue_signing_identity(kmc_name, Role.KMC, now=NOW)
     kmc = KMC(Database(":memory:"), signing_key=kmc_key, cert=kmc_cert, ca_cert=ca.cert,
               storage_key=SecretBytes(random.Random(1).randbytes(32)))  # fmt: skip
     ocert, okey = owner = ca.issue_signing_identity("owner", Role.CLIENT, now=NOW)
