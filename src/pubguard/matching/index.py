@@ -67,6 +67,7 @@ class IndexedMatcher:
         self._filters: dict[Hashable, Filter] = {}
         self._slot_of: dict[Hashable, int] = {}
         self._keys: list[Any] = []  # slot -> key (or _DEAD)
+        self._key_arr = np.empty(1024, dtype=object)  # the same, for gathers by slot arrays
         self._need = np.zeros(1024, dtype=np.uint8)
         self._counts = np.zeros(1024, dtype=np.uint8)
         self._batch_counts = np.zeros(0, dtype=np.uint8)
@@ -85,6 +86,11 @@ class IndexedMatcher:
             self.remove(key)
         slot = len(self._keys)
         self._keys.append(key)
+        if slot >= len(self._key_arr):
+            grown = np.empty(2 * len(self._key_arr), dtype=object)
+            grown[:slot] = self._key_arr[:slot]
+            self._key_arr = grown
+        self._key_arr[slot] = key
         self._slot_of[key] = slot
         self._filters[key] = f
         if self._numeric.add(slot, f):
@@ -118,6 +124,7 @@ class IndexedMatcher:
             return
         f = self._filters.pop(key)
         self._keys[slot] = _DEAD
+        self._key_arr[slot] = _DEAD
         if not self._numeric.remove(slot, f):
             self._need[slot] = 0  # tombstone: a count of >= 1 never equals 0
             self._n_general -= 1
@@ -170,7 +177,7 @@ class IndexedMatcher:
                 if self._filters[keys[s]].matches(attrs)
             }
         else:
-            out = {keys[s] for s in slots.tolist()}
+            out = set(self._key_arr[slots].tolist())
         if self._n_general:
             out.update(keys[s] for s in self._general_match(attrs))
         return out
@@ -202,8 +209,12 @@ class IndexedMatcher:
         self.flush()
         keys = self._keys
         evs, slots, inexact = self._numeric.match_batch(events)
-        for i, s in zip(evs.tolist(), slots.tolist(), strict=True):
-            results[i].add(keys[s])
+        if len(evs):  # evs is sorted: one slice of matched keys per event
+            found = self._key_arr[slots].tolist()
+            cuts = np.searchsorted(evs, np.arange(len(events) + 1)).tolist()
+            for i in range(len(events)):
+                if cuts[i] < cuts[i + 1]:
+                    results[i] = set(found[cuts[i] : cuts[i + 1]])
         for i in inexact:
             attrs = getattr(events[i], "attrs", events[i])
             results[i].update(
