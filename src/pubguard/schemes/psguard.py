@@ -94,12 +94,13 @@ def _check_mode(mode: str) -> str:
 class Schema:
     """The event types a deployment knows, and how PSGuard scopes them."""
 
-    __slots__ = ("_topic_attr", "types")
+    __slots__ = ("_specs", "_topic_attr", "types")
 
     def __init__(self, types: Mapping[str, EventType] | Iterable[EventType]) -> None:
         ts = types.values() if isinstance(types, Mapping) else types
         self.types: dict[str, EventType] = {t.name: t for t in ts}
         self._topic_attr: dict[str, str | None] = {}
+        self._specs = {t.name: {a.name: a for a in t.attributes} for t in self.types.values()}
         for t in self.types.values():
             tops = [a.name for a in t.routable if a.kind == "topic"]
             if len(tops) > 1:
@@ -108,6 +109,12 @@ class Schema:
             for a in t.routable:
                 if a.kind != "topic":
                     attr_kind(a)  # validates numeric trees etc.
+
+    def spec(self, type_name: str, attr: str) -> AttributeSpec:
+        try:
+            return self._specs[type_name][attr]
+        except KeyError:
+            raise ValidationError(f"event type {type_name!r} has no attribute {attr!r}") from None
 
     def topic_attr(self, type_name: str) -> str | None:
         return self._topic_attr[type_name]
@@ -134,9 +141,9 @@ class Schema:
         names = f.attribute_names
         out = []
         for t in self.types.values():
-            have = {a.name for a in t.attributes}
-            if names <= have:
-                secret = sorted(a.name for a in t.secret if a.name in names)
+            have = self._specs[t.name]
+            if names <= have.keys():
+                secret = sorted(a for a in names if not have[a].routable)
                 if secret:
                     raise ValidationError(
                         f"psguard: filter {f.id or f} constrains secret attribute "
@@ -517,13 +524,8 @@ class Authority:
             w = str(eqs[0].value)
         else:
             w = "\x01type:" + et.name
-        specs = tuple(
-            sorted(
-                (a.name, json.dumps(a.to_json(), sort_keys=True))
-                for a in et.routable
-                if a.name in f.attribute_names and a.name != ta
-            )
-        )
+        names = sorted(f.attribute_names - {ta} if ta else f.attribute_names)
+        specs = tuple((a, _spec_key(self.schema.spec(et.name, a))) for a in names)
         key = (w, specs)
         if key in by_scope:
             by_scope[key].append(et.name)
@@ -540,7 +542,7 @@ class Authority:
             if c.name != ta:
                 by_attr.setdefault(c.name, []).append(c)
         for a, cs in sorted(by_attr.items()):
-            tnodes, knodes, ex = constraint_nodes(et.attribute(a), cs)
+            tnodes, knodes, ex = constraint_nodes(self.schema.spec(et.name, a), cs)
             groups.append(tuple(dict.fromkeys(constraint_tokens(tk, tnodes))))
             key_nodes[a] = knodes
             exact = exact and ex
@@ -573,7 +575,9 @@ class Authority:
                         self._absent.clear()
                     x = self._absent[(g.scope, tname)] = _absent_all(tk, et, ta)
                 for a in g.key_nodes:
-                    x = _xor(x, _absent_key(tk.root(_tree(attr_kind(et.attribute(a))), a)))
+                    x = _xor(
+                        x, _absent_key(tk.root(_tree(attr_kind(self.schema.spec(tname, a))), a))
+                    )
                 agg[tname] = SecretBytes(x)
             scopes[g.scope] = _ScopeKeys(
                 SecretBytes(raw(tk.root_key("category", SCOPE_NODE))),
@@ -582,6 +586,10 @@ class Authority:
                 _RootIssuer(self._kdc, g.scope, frozenset(g.key_nodes)),
             )
         return FilterKeys(f, scopes, self.schema, self.epoch)
+
+
+def _spec_key(a: AttributeSpec) -> tuple[object, ...]:
+    return (a.type, a.routable, a.range_size, a.least_count, a.kind)
 
 
 def _node_key(tk: TopicKeys, n: NodeGrant) -> SecretBytes:
