@@ -46,6 +46,7 @@ _MASK: Final = {Op.LT: 4, Op.LE: 6, Op.EQ: 2, Op.NE: 5, Op.GT: 1, Op.GE: 3}
 FIRST: Final = 8  # flag in the mask column: first row of a filter
 _EMPTY_TABLE: Final = np.empty((0, 4), dtype=np.float64)
 _NO_SLOTS: Final = np.empty(0, dtype=np.int64)
+BATCH_ROWS: Final = 1 << 15  # constraint rows evaluated together by match_batch
 
 
 def is_numeric_filter(f: Filter) -> bool:
@@ -218,14 +219,17 @@ class NumericClusters:
     def match_batch(
         self, events: Sequence[Mapping[str, Any]]
     ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-        """``(event index, slot)`` pairs of matches, and the indexes of events left to
-        :meth:`match`'s caller because a value is not exact as float64."""
+        """``(event index, slot)`` pairs of matches (sorted by event), and the indexes of the
+        events left to the caller because a value is not exact as float64."""
         touched: list[_Cluster] = []
         owners: list[int] = []
         v_ev: list[int] = []
         v_id: list[int] = []
         v_x: list[Any] = []
         inexact: list[int] = []
+        out_ev: list[np.ndarray] = []
+        out_slot: list[np.ndarray] = []
+        rows = 0
         numeric_attrs, touch = self._numeric_attrs, self._touched
         for i, ev in enumerate(events):
             names, ids, xs, exact = numeric_attrs(getattr(ev, "attrs", ev))
@@ -240,18 +244,38 @@ class NumericClusters:
             v_ev += [i] * len(ids)
             v_id += ids
             v_x += xs
-        if not touched:
+            rows += sum(len(c.table) for c in cs)
+            if rows >= BATCH_ROWS:  # evaluate while the tables still fit in cache
+                self._evaluate_batch(touched, owners, v_ev, v_id, v_x, out_ev, out_slot)
+                touched, owners, v_ev, v_id, v_x, rows = [], [], [], [], [], 0
+        if touched:
+            self._evaluate_batch(touched, owners, v_ev, v_id, v_x, out_ev, out_slot)
+        if not out_ev:
             return _NO_SLOTS, _NO_SLOTS, inexact
+        return np.concatenate(out_ev), np.concatenate(out_slot), inexact
+
+    def _evaluate_batch(
+        self,
+        touched: list[_Cluster],
+        owners: list[int],
+        v_ev: list[int],
+        v_id: list[int],
+        v_x: list[Any],
+        out_ev: list[np.ndarray],
+        out_slot: list[np.ndarray],
+    ) -> None:
         table = np.concatenate([c.table for c in touched])
         lens = [len(c.table) for c in touched]
-        row_ev = np.repeat(np.asarray(owners, dtype=np.intp), lens)
-        values = np.full((len(events), len(self._attr_id)), np.nan)
-        values[v_ev, v_id] = v_x
+        base = owners[0]
+        row_ev = np.repeat(np.asarray(owners, dtype=np.intp) - base, lens)
+        values = np.full((owners[-1] - base + 1, len(self._attr_id)), np.nan)
+        values[np.asarray(v_ev, dtype=np.intp) - base, v_id] = v_x
         x = values[row_ev, table[:, 0].astype(np.intp)]
         first = np.flatnonzero(table[:, 1] >= FIRST)
         ok = np.logical_and.reduceat(_satisfied(table, x), first)
         rows = first[ok]
-        return row_ev[rows], table[rows, 3].astype(np.int64), inexact
+        out_ev.append(row_ev[rows] + base)
+        out_slot.append(table[rows, 3].astype(np.int64))
 
 
 def _satisfied(table: np.ndarray, x: np.ndarray) -> np.ndarray:
