@@ -239,6 +239,8 @@ class NumericClusters:
                 inexact.append(i)
                 continue
             cs = touch(names)
+            if not cs:
+                continue
             touched += cs
             owners += [i] * len(cs)
             v_ev += [i] * len(ids)
