@@ -18,7 +18,15 @@ from pubguard.errors import PubguardError
 
 __all__ = ["cli", "main"]
 
-COMMAND_MODULES: tuple[str, ...] = ("pubguard.cli.match_cmds",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "pubguard.cli.match_cmds",  # match, bench match
+    "pubguard.cli.workload_cmds",  # workload generate
+    "pubguard.cli.keys_cmds",  # keys ..., bench keys
+    "pubguard.cli.experiment_cmds",  # experiments ..., bench kmc-oft
+    "pubguard.cli.net_cmds",  # broker, cluster, publish, subscribe, status, bench network
+    "pubguard.cli.pipeline_cmds",  # pipeline ..., spark-cluster, bench pipeline
+    "pubguard.cli.demo_cmd",  # demo
+)
 
 
 class _Group(click.Group):
