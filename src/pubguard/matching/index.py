@@ -237,8 +237,8 @@ class IndexedMatcher:
         # group the event values by (attribute, type class)
         groups: dict[tuple[str, str | None], tuple[list[int], list[Any]]] = {}
         index = self._general.attrs
-        for i, ev in enumerate(chunk):
-            for name, x in getattr(ev, "attrs", ev).items():
+        for i, event in enumerate(chunk):
+            for name, x in getattr(event, "attrs", event).items():
                 if name in index:
                     g = groups.get((name, type_class(x)))
                     if g is None:
