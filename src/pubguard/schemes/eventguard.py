@@ -242,6 +242,7 @@ class EventGuardBroker:
         self.revoked: set[bytes] = {bytes(k) for k in revoked}
         self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay)
         self._permits: TTLCache[bytes, Permit] = TTLCache()  # verified permit bytes
+        self._keys: dict[bytes, VerifyKey] = {}  # pk(P) bytes -> parsed key
         self._state: dict[str, _PerBroker] = {}
 
     def revoke(self, publisher_key: VerifyKey | bytes) -> None:
@@ -353,9 +354,14 @@ class EventGuardBroker:
         assert pk is not None
         if pk in self.revoked:
             return DropReason.REVOKED
+        key = self._keys.get(pk)
+        if key is None:
+            if len(self._keys) >= 4096:
+                self._keys.clear()
+            key = self._keys[pk] = VerifyKey.from_bytes(pk)
         leaf = f.leaf(m.event_id, m.profile, m.body)
         self.roots.verify(
-            VerifyKey.from_bytes(pk), leaf, f.sig, now=now, index=f.index, size=f.size,
+            key, leaf, f.sig, now=now, index=f.index, size=f.size,
             path=f.path,
         )  # fmt: skip
         return None
