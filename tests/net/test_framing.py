@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pubguard.broker.messages import decode_message
 from pubguard.errors import FrameError
 from pubguard.net.framing import (
     MAX_FRAME_SIZE,
     WIRE_VERSION,
     FrameDecoder,
+    check_wire,
     decode_body,
     encode_frame,
 )
@@ -73,7 +75,20 @@ def test_too_deep_is_refused() -> None:
     for _ in range(40):
         obj = [obj]
     with pytest.raises(FrameError, match="deeper"):
-        decode_body(bytes((WIRE_VERSION,)) + msgpack.packb({"a": obj}))
+        check_wire({"a": obj})
+    with pytest.raises(FrameError, match="not allowed"):
+        check_wire({"a": {1, 2}})
+    # a deep value inside a message is refused by the message codec
+    deep = decode_body(bytes((WIRE_VERSION,)) + msgpack.packb({"op": "publish", "event_id": "e",
+                       "profile": "plain", "routing": {"a": obj}}))  # fmt: skip
+    with pytest.raises(FrameError, match="deeper"):
+        decode_message(deep)
+
+
+def test_timestamps_and_ext_types_are_refused() -> None:
+    body = msgpack.packb({"a": msgpack.Timestamp(1, 2)})
+    with pytest.raises(FrameError):
+        decode_body(bytes((WIRE_VERSION,)) + body)
 
 
 def test_frames_before_garbage_are_kept_and_decoder_stays_poisoned() -> None:

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
 from pubguard.broker.core import Broker
-from pubguard.broker.messages import Ack
+from pubguard.broker.messages import Ack, Deliver, Publish
 from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
 from pubguard.net import protocol
 from pubguard.net.config import BrokerConfig
@@ -428,6 +428,7 @@ class BrokerServer:
 
     def _apply(self, actions: list[Any]) -> None:
         """Queue the core's send actions on their links; log drops."""
+        events: dict[int, dict[str, Any]] = {}  # one wire form per publication in this batch
         for a in actions:
             if isinstance(a, Drop):
                 log.debug("broker %s: drop %s from %s: %s", self.name, a.reason, a.link, a.detail)
@@ -444,7 +445,7 @@ class BrokerServer:
                     log.warning("broker %s: %s is a slow consumer", self.name, a.link)
                     self._spawn(self._kick(link))
                 continue
-            link.enqueue(a.message.to_wire())
+            link.enqueue(_wire(a.message, events))
             if isinstance(a, Forward) and link.depth > self.config.max_queue:
                 self._congested.add(link.link_id)
 
@@ -575,6 +576,20 @@ class BrokerServer:
         st["congested"] = sorted(self._congested)
         st["transport"] = dict(self.stats)
         return st
+
+
+def _wire(m: Any, events: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``m.to_wire()``, sharing the thawed publication among the actions of one batch."""
+    if isinstance(m, Deliver | Publish):
+        ev = m.event if isinstance(m, Deliver) else m
+        w = events.get(id(ev))
+        if w is None:
+            w = events[id(ev)] = ev.to_wire()
+        if isinstance(m, Publish):
+            return w
+        fields = {k: v for k, v in w.items() if k != "op"}
+        return {"op": "deliver", "sub_ids": list(m.sub_ids), "event": fields}
+    return m.to_wire()  # type: ignore[no-any-return]
 
 
 async def run_broker(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:
