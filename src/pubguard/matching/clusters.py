@@ -81,13 +81,15 @@ class NumericClusters:
     def __init__(self) -> None:
         self._attr_id: dict[str, int] = {}
         self._singles: dict[str, _Cluster] = {}
-        self._pairs: dict[tuple[str, str], _Cluster] = {}
+        # pairs by first then second name: no tuple to build or hash per lookup
+        self._pairs: dict[str, dict[str, _Cluster]] = {}
+        self._n_pairs = 0
         self._dirty: dict[int, _Cluster] = {}
         self._buf = np.full(64, np.nan)  # event value per attribute id, NaN when absent
 
     def __len__(self) -> int:
         return sum(len(c.members) for c in self._singles.values()) + sum(
-            len(c.members) for c in self._pairs.values()
+            len(c.members) for row in self._pairs.values() for c in row.values()
         )
 
     # -- maintenance ----------------------------------------------------------------------
@@ -123,10 +125,17 @@ class NumericClusters:
             if key is first and c.name != first:
                 key = (first, c.name)
             enc.append((a, m, float(v)))  # type: ignore[arg-type]
-        table: dict[Any, _Cluster] = self._pairs if isinstance(key, tuple) else self._singles
-        cl = table.get(key)
+        if isinstance(key, tuple):
+            table = self._pairs.get(key[0])
+            if table is None:
+                table = self._pairs[key[0]] = {}
+            name = key[1]
+        else:
+            table, name = self._singles, key
+        cl = table.get(name)
         if cl is None:
-            cl = table[key] = _Cluster()
+            cl = table[name] = _Cluster()
+            self._n_pairs += table is not self._singles
         cl.members[slot] = tuple(enc)
         self._dirty[id(cl)] = cl
         return True
@@ -134,15 +143,22 @@ class NumericClusters:
     def remove(self, slot: int, f: Filter) -> bool:
         """Forget ``slot`` (holding ``f``); returns whether it was filed here."""
         key = self._key(f)
-        table: dict[Any, _Cluster] = self._pairs if isinstance(key, tuple) else self._singles
-        cl = table.get(key)
+        if isinstance(key, tuple):
+            table, name = self._pairs.get(key[0], {}), key[1]
+        else:
+            table, name = self._singles, key
+        cl = table.get(name)
         if cl is None or cl.members.pop(slot, None) is None:
             return False
         if cl.members:
             self._dirty[id(cl)] = cl
-        else:
-            del table[key]
-            self._dirty.pop(id(cl), None)
+            return True
+        del table[name]
+        self._dirty.pop(id(cl), None)
+        if isinstance(key, tuple):
+            self._n_pairs -= 1
+            if not table:
+                del self._pairs[key[0]]
         return True
 
     def flush(self) -> None:
@@ -178,18 +194,21 @@ class NumericClusters:
 
     def _touched(self, names: list[str]) -> list[_Cluster]:
         names = sorted(names)
-        out = [c for c in map(self._singles.get, names) if c is not None]
-        pairs, m = self._pairs, len(names)
-        if m * (m - 1) // 2 <= len(pairs):
+        singles, pairs, m = self._singles, self._pairs, len(names)
+        out = [c for c in map(singles.get, names) if c is not None]
+        if m * (m - 1) // 2 <= self._n_pairs:
             for i in range(m - 1):
-                a = names[i]
-                for j in range(i + 1, m):
-                    c = pairs.get((a, names[j]))
-                    if c is not None:
-                        out.append(c)
-        elif m > 1:
+                row = pairs.get(names[i])
+                if row is not None:
+                    for b in names[i + 1 :]:
+                        c = row.get(b)
+                        if c is not None:
+                            out.append(c)
+        elif m > 1:  # an event with very many attributes: walk the pairs instead
             present = set(names)
-            out.extend(c for (a, b), c in pairs.items() if a in present and b in present)
+            for a, row in pairs.items():
+                if a in present:
+                    out.extend(c for b, c in row.items() if b in present)
         return out
 
     def candidates(self, attrs: Mapping[str, Any]) -> list[int]:
