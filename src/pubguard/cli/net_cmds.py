@@ -1,0 +1,264 @@
+"""Network commands: ``broker``, ``cluster up|down|status``, ``publish``, ``subscribe``,
+``status`` and ``bench network`` (issue 4, items 5 and the benchmark).
+
+Examples::
+
+    pubguard cluster up --state ./net            # 7-broker binary tree, CA on first use
+    pubguard subscribe --state ./net --broker b3 'price > 10' --count 1
+    pubguard publish --state ./net --broker b6 '{"attrs": {"price": 12}}'
+    pubguard status --state ./net
+    pubguard cluster down --state ./net
+    pubguard bench network --profile plain --brokers 1 --payload 16 --json
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from pubguard.cli.common import console, err_console, get_group, print_json
+from pubguard.errors import InputError, PubguardError, StateError
+from pubguard.model import event_from_json
+
+__all__ = ["register"]
+
+_STATE = click.option(
+    "--state",
+    "state",
+    type=click.Path(path_type=Path),
+    default=Path("pubguard-cluster"),
+    show_default=True,
+    help="Cluster state folder (certificates, broker state, logs).",
+)
+
+
+def _cluster_file(state: Path) -> dict[str, Any]:
+    try:
+        return json.loads((state / "cluster.json").read_text())  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        raise StateError(f"no cluster is running from {state} (pubguard cluster up)") from None
+
+
+async def _client(state: Path, broker: str, identity: str, durable: bool = False) -> Any:
+    from pubguard.net.client import connect
+    from pubguard.net.pki import ClusterPki
+
+    info = _cluster_file(state).get(broker)
+    if info is None:
+        raise StateError(f"the cluster in {state} has no broker {broker!r}")
+    pki = ClusterPki(state / "pki")
+    return await connect(f"tls://127.0.0.1:{info['port']}", identity=identity,
+                         ssl=pki.client_context(identity.split("/")[0]), durable=durable)  # fmt: skip
+
+
+def _status_table(statuses: dict[str, Any]) -> Table:
+    t = Table(title="brokers")
+    for col in ("broker", "port", "links", "subs", "fwd", "queue", "parked", "drops"):
+        t.add_column(col, justify="right" if col not in ("broker", "links", "drops") else "left")
+    for name, s in statuses.items():
+        if "error" in s:
+            t.add_row(name, "-", f"[red]{s['error']}[/red]", "", "", "", "", "")
+            continue
+        links = ", ".join(
+            f"{k}{'' if v['connected'] else ' (down)'}:{v['queue']}"
+            for k, v in s["link_state"].items()
+            if not k.startswith("c:admin")
+        )
+        drops = ", ".join(f"{k}={v}" for k, v in s["drops"].items()) or "-"
+        t.add_row(name, str(s["port"]), links, str(s["subscriptions"]), str(s["forwarded"]),
+                  str(s["queue"]), str(s["parked"]), drops)  # fmt: skip
+    return t
+
+
+def register(cli: click.Group) -> None:
+    @cli.command("broker")
+    @click.option("--config", "config", type=click.Path(path_type=Path), required=True,
+                  help="broker.toml")  # fmt: skip
+    def broker_cmd(config: Path) -> None:
+        """Run one broker until interrupted (SIGTERM / Ctrl-C)."""
+        from pubguard.net.broker_main import serve
+        from pubguard.net.config import load_broker_config
+
+        serve(load_broker_config(config))
+
+    cluster = get_group(cli, "cluster", "Start, stop and inspect a local broker network.")
+
+    @cluster.command("up")
+    @click.option("--config", "config", type=click.Path(path_type=Path), default=None,
+                  help="cluster.toml (default: the embedded 7-broker binary tree)")  # fmt: skip
+    @_STATE
+    def cluster_up(config: Path | None, state: Path) -> None:
+        """Start the brokers of a topology as background processes on loopback."""
+        from pubguard.net.cluster import LocalCluster
+        from pubguard.net.config import load_cluster_config
+
+        if (state / "cluster.json").exists():
+            raise StateError(f"a cluster is already running from {state} (cluster down first)")
+        cfg = load_cluster_config(config, state_dir=state)
+
+        async def up() -> dict[str, int]:
+            c = LocalCluster(cfg)
+            try:
+                await c.start()
+            except BaseException:
+                await c.stop()
+                raise
+            for a in c._admin.values():
+                await a.close()
+            c.procs.clear()  # keep them running: `cluster down` stops them
+            return c.ports
+
+        ports = asyncio.run(up())
+        for name, port in ports.items():
+            console.print(f"{name}  tls://127.0.0.1:{port}")
+        console.print(f"{len(ports)} brokers up; state in {state}")
+
+    @cluster.command("down")
+    @_STATE
+    def cluster_down(state: Path) -> None:
+        """Stop every broker of the cluster (SIGTERM, then SIGKILL)."""
+        from pubguard.net.cluster import stop_cluster
+
+        stopped = stop_cluster(state)
+        console.print(f"stopped {len(stopped)} brokers" if stopped else "no cluster was running")
+
+    @cluster.command("status")
+    @_STATE
+    @click.option("--json", "as_json", is_flag=True)
+    def cluster_status_cmd(state: Path, as_json: bool) -> None:
+        """Each broker's links, tables, queue depths and drop counters."""
+        _show_status(state, as_json)
+
+    @cli.command("status")
+    @_STATE
+    @click.option("--json", "as_json", is_flag=True)
+    def status_cmd(state: Path, as_json: bool) -> None:
+        """Each broker's links, subscriptions, queue depths and drop counters."""
+        _show_status(state, as_json)
+
+    @cli.command("publish")
+    @_STATE
+    @click.option("--broker", default="b0", show_default=True)
+    @click.option("--identity", default="cli", show_default=True)
+    @click.argument("events", nargs=-1)
+    def publish_cmd(state: Path, broker: str, identity: str, events: tuple[str, ...]) -> None:
+        """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin."""
+        lines = list(events) or [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
+        parsed = []
+        for n, text in enumerate(lines, 1):
+            try:
+                parsed.append(event_from_json(json.loads(text)))
+            except (ValueError, PubguardError) as exc:
+                raise InputError(str(exc), path="<events>", line=n) from None
+
+        async def run() -> list[str]:
+            c = await _client(state, broker, identity)
+            try:
+                ids = [await c.publish(e) for e in parsed]
+                await c.flush()
+                return ids
+            finally:
+                await c.close()
+
+        for eid in asyncio.run(run()):
+            console.print(f"published {eid}")
+
+    @cli.command("subscribe")
+    @_STATE
+    @click.option("--broker", default="b0", show_default=True)
+    @click.option("--identity", default="cli", show_default=True)
+    @click.option("--count", type=int, default=0, help="Stop after this many events (0: never).")
+    @click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds idle.")
+    @click.argument("filter_text")
+    def subscribe_cmd(state: Path, broker: str, identity: str, count: int, timeout: float,
+                      filter_text: str) -> None:  # fmt: skip
+        """Print matching events as JSON lines until interrupted (or --count / --timeout)."""
+        from pubguard.model import Filter
+
+        f = Filter.parse(filter_text)
+
+        async def run() -> None:
+            c = await _client(state, broker, identity)
+            try:
+                sub = await c.subscribe(f)
+                await c.flush()
+                err_console.print(f"subscribed to {filter_text!r} at {broker}")
+                n = 0
+                while count == 0 or n < count:
+                    try:
+                        d = await sub.next(timeout=timeout or None)
+                    except TimeoutError:
+                        break
+                    print(json.dumps(d.event.to_json()), flush=True)
+                    n += 1
+            finally:
+                await c.close()
+
+        asyncio.run(run())
+
+    bench = get_group(cli, "bench", "Benchmarks (print a table; --json for one JSON object).")
+
+    @bench.command("network")
+    @click.option("--profile", default="plain", show_default=True)
+    @click.option("--brokers", "brokers", type=int, multiple=True,
+                  help="Tree sizes (1, 3, 7, 15); repeat; default all four.")  # fmt: skip
+    @click.option("--payload", "payloads", type=int, multiple=True,
+                  help="Payload bytes; repeat; default 16 and 16384.")  # fmt: skip
+    @click.option("--in-process", is_flag=True, help="Brokers in this process (quick look).")
+    @click.option("--json", "as_json", is_flag=True)
+    def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
+                      in_process: bool, as_json: bool) -> None:  # fmt: skip
+        """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
+        from pubguard.net.bench import BROKER_COUNTS, PAPER_NOTE, run_network_bench
+        from pubguard.net.config import PROFILES
+
+        if profile not in PROFILES:
+            raise click.BadParameter(
+                f"known profiles: {', '.join(PROFILES)}", param_hint="--profile"
+            )
+        for n in brokers:
+            if n not in BROKER_COUNTS:
+                raise click.BadParameter("tree sizes are 1, 3, 7 or 15", param_hint="--brokers")
+        for p in payloads:
+            if not 16 <= p <= 16384:
+                raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
+        results = asyncio.run(run_network_bench(
+            profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
+            in_process=in_process, on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
+        ))  # fmt: skip
+        if as_json:
+            print_json(results[0] if len(results) == 1 else {"results": results,
+                                                             "paper": PAPER_NOTE})  # fmt: skip
+            return
+        t = Table(title=f"bench network ({profile}, 32 subscribers)")
+        for col in (
+            "brokers",
+            "payload B",
+            "max ev/s",
+            "p50 ms @80%",
+            "p99 ms @80%",
+            "idle p50 ms",
+        ):
+            t.add_column(col, justify="right")
+        for r in results:
+            t.add_row(str(r["brokers"]), str(r["payload"]), f"{r['max_throughput_eps']:.0f}",
+                      str(r["latency_p50_ms"]), str(r["latency_p99_ms"]),
+                      str(r["latency_idle_p50_ms"]))  # fmt: skip
+        console.print(t)
+        console.print(f"paper: {PAPER_NOTE}")
+
+
+def _show_status(state: Path, as_json: bool) -> None:
+    from pubguard.net.cluster import cluster_status
+
+    statuses = asyncio.run(cluster_status(state))
+    if as_json:
+        print_json(statuses)
+    else:
+        console.print(_status_table(statuses))
