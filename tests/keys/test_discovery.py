@@ -79,7 +79,7 @@ def test_service_topics_are_fresh_128_bit_values():
     assert len(topics) == 100 and all(len(t) == len("kmc/") + 32 for t in topics)
 
 
-def test_tdn_reveals_the_topic_only_to_valid_credentials(world):
+def test_tdn_reveals_the_topic_only_to_valid_credentials(world, tmp_path):
     ep = endpoint(world)
     tdns = [TopicDiscoveryNode(world.ca.cert, world.ca.crl(now=NOW)) for _ in range(2)]
     for t in tdns:
@@ -92,8 +92,7 @@ def test_tdn_reveals_the_topic_only_to_valid_credentials(world):
         discover(world, tdns[0], "broker-x")
     assert exc.value.reason is DropReason.UNAUTHORISED
     # a certificate from another CA
-    other = CertificateAuthority.create("ca2", world.ca.path.parent / "ca2", passphrase=b"p",
-                                        now=NOW)  # fmt: skip
+    other = CertificateAuthority.create("ca2", tmp_path / "other-ca", passphrase=b"p", now=NOW)
     cert, key = other.issue_signing_identity("alice", Role.CLIENT, now=NOW)
     kem = KemPrivateKey.generate()
     with pytest.raises(InvalidToken):
