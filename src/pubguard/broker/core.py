@@ -256,20 +256,32 @@ class Broker:
             return refused
         self._dedup.record(msg.event_id, now)
         by_link: dict[str, list[str]] = {}
-        for lk, sid in prof.matcher.match(pe):  # type: ignore[misc]
-            by_link.setdefault(lk, []).append(sid)
+        keys: set[Key] = prof.matcher.match(pe)  # type: ignore[assignment]
+        for lk, sid in keys:
+            if lk in by_link:
+                by_link[lk].append(sid)
+            else:
+                by_link[lk] = [sid]
         out: list[Action] = []
         src = link.link_id
+        links = self.links
+        delivered = 0
         for lk in sorted(by_link):
-            kind = self.links[lk].kind
-            if kind is LinkKind.CLIENT:
+            if links[lk].kind is LinkKind.CLIENT:
                 if lk != src or self.echo:
-                    out.append(DeliverTo(lk, Deliver(msg, tuple(sorted(by_link[lk])))))
+                    sids = by_link[lk]
+                    if len(sids) > 1:
+                        sids.sort()
+                    out.append(DeliverTo(lk, Deliver.trusted(msg, tuple(sids))))
+                    delivered += 1
             elif lk != src:
                 out.append(Forward(lk, msg))
         if self.parent is not None and self.parent != src:
             out.append(Forward(self.parent, msg))
-        self.counters["delivered"] += sum(isinstance(a, DeliverTo) for a in out)
+        self.counters["delivered"] += delivered
+        if not getattr(prof.scheme, "rewrites_outgoing", True):
+            self.counters["sent"] += len(out)
+            return out
         return self._outgoing(out, now, prof.scheme)
 
     # -- subscriptions ------------------------------------------------------------------------

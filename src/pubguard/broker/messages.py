@@ -322,6 +322,15 @@ class Deliver:
     def ref(self) -> str:
         return self.event.event_id
 
+    @classmethod
+    def trusted(cls, event: Publish, sub_ids: tuple[str, ...]) -> Deliver:
+        """Build without re-validating: for the broker core, whose ids were validated on the
+        way in (a delivery to 32 subscribers must not re-check 32 id tuples)."""
+        d = object.__new__(cls)
+        object.__setattr__(d, "event", event)
+        object.__setattr__(d, "sub_ids", sub_ids)
+        return d
+
     def to_wire(self) -> dict[str, Any]:
         return {"op": self.op, "sub_ids": list(self.sub_ids), "event": self.event._fields()}
 

@@ -41,7 +41,9 @@ A scheme has two faces:
   PSGuard matches tokens, not plaintext, so the scheme owns the index. :class:`LinearMatcher`
   builds one from a pairwise ``broker_match(pf, pe)``.
 - ``outgoing(message, ctx) -> message | None``: a last per-hop transform before a message
-  leaves on a link (per-hop signatures, re-encryption, suppression). Default: unchanged.
+  leaves on a link (per-hop signatures, re-encryption, suppression); ``ctx.link`` is the link
+  it leaves on. A scheme whose ``outgoing`` is the identity may set the class attribute
+  ``rewrites_outgoing = False`` so the core skips the call on the publication fast path.
 
 Broker-side messages are passed duck-typed (the message classes live in ``pubguard.broker``,
 a higher layer): they have ``op``, ``profile`` and ``meta``, and per op ``sub_id`` / ``adv_id``

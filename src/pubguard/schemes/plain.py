@@ -54,6 +54,12 @@ class PlainScheme:
 
     profile = PLAIN
 
+    @property
+    def rewrites_outgoing(self) -> bool:
+        """False while ``outgoing`` is the identity (the core then skips the call); a subclass
+        that overrides ``outgoing`` turns it on automatically."""
+        return type(self).outgoing is not PlainScheme.outgoing
+
     # -- client side ------------------------------------------------------------------------
     def protect_filter(
         self, f: Filter, *, now: float, rng: Random | None = None
