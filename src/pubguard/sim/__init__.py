@@ -1,6 +1,8 @@
 """sim layer (see ARCHITECTURE.md): seeded workloads and, later, the virtual-time simulator."""
 
+from pubguard.sim.engine import Delivery, DropRecord, SimClient, Simulator
 from pubguard.sim.topic_workloads import PSGUARD_KINDS, category_tree, zipf_weights
+from pubguard.sim.topology import SimTopology, random_tree
 from pubguard.sim.workloads import (
     SHAPES,
     VCAPS_DICTIONARY,
@@ -30,4 +32,11 @@ __all__ = [
     "vcaps_events",
     "vcaps_filters",
     "zipf_weights",
+    # the virtual-time simulator (engine.py, topology.py)
+    "Delivery",
+    "DropRecord",
+    "SimClient",
+    "SimTopology",
+    "Simulator",
+    "random_tree",
 ]
