@@ -210,10 +210,11 @@ def register(cli: click.Group) -> None:
                   help="Tree sizes (1, 3, 7, 15); repeat; default all four.")  # fmt: skip
     @click.option("--payload", "payloads", type=int, multiple=True,
                   help="Payload bytes; repeat; default 16 and 16384.")  # fmt: skip
+    @click.option("--subscribers", type=click.IntRange(1, 256), default=32, show_default=True)
     @click.option("--in-process", is_flag=True, help="Brokers in this process (quick look).")
     @click.option("--json", "as_json", is_flag=True)
     def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
-                      in_process: bool, as_json: bool) -> None:  # fmt: skip
+                      subscribers: int, in_process: bool, as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         from pubguard.net.bench import BROKER_COUNTS, PAPER_NOTE, run_network_bench
         from pubguard.net.config import PROFILES
@@ -230,13 +231,14 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
         results = asyncio.run(run_network_bench(
             profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
-            in_process=in_process, on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
+            in_process=in_process, subscribers=subscribers,
+            on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
         ))  # fmt: skip
         if as_json:
             print_json(results[0] if len(results) == 1 else {"results": results,
                                                              "paper": PAPER_NOTE})  # fmt: skip
             return
-        t = Table(title=f"bench network ({profile}, 32 subscribers)")
+        t = Table(title=f"bench network ({profile}, {subscribers} subscribers)")
         for col in (
             "brokers",
             "payload B",

@@ -75,10 +75,10 @@ class _Net:
         self.cluster, self.pub, self.subs, self.sink = cluster, pub, subs, sink
 
 
-async def _setup(cluster: LocalCluster, sink: _Sink) -> _Net:
+async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int) -> _Net:
     leaves = [b for b in cluster.config.brokers if not cluster.config.children_of(b)]
     subs = []
-    for j in range(SUBSCRIBERS):
+    for j in range(n_subs):
         c = await cluster.connect(leaves[j % len(leaves)], f"bench-sub{j}", window=8192)
         await c.subscribe(f'sym = "s{j}"', handler=sink, max_pending=1 << 20)
         subs.append(c)
@@ -93,7 +93,7 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
                   record: bool = False) -> bool:  # fmt: skip
     """Publish at ``rate`` for ``seconds``; True if some node saturated."""
     pad = b"\0" * max(0, payload - 8)
-    syms = [f"s{j}" for j in range(SUBSCRIBERS)]
+    syms = [f"s{j}" for j in range(len(net.subs))]
     history: dict[str, list[int]] = {}
     saturated = False
     stop = False
@@ -119,7 +119,8 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
     t0 = time.perf_counter()
     sent = 0
     obs_task = asyncio.get_running_loop().create_task(observe())
-    net.sink.recording = record
+    net.sink.lat.clear()
+    net.sink.recording = True
     try:
         while not saturated:
             now = time.perf_counter() - t0
@@ -143,13 +144,30 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
         # a backlog that takes longer than five observation periods to drain was growing
         if time.perf_counter() - t_end > SATURATION_RUN * OBSERVE_S + 0.1:
             saturated = True
+        if _growing(net.sink.lat):
+            saturated = True  # queueing delay rose over six consecutive windows
     finally:
         stop = True
         obs_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await obs_task
         net.sink.recording = False
+        if not record:
+            net.sink.lat.clear()
     return saturated
+
+
+def _growing(lat: list[float]) -> bool:
+    """Latencies (in arrival order) whose medians over six consecutive windows rise five
+    times in a row and at least double: the queues in front of them were growing."""
+    k = SATURATION_RUN + 1
+    if len(lat) < 10 * k:
+        return False
+    n = len(lat) // k
+    meds = [statistics.median(lat[i * n : (i + 1) * n]) for i in range(k)]
+    return (
+        all(a < b for a, b in zip(meds, meds[1:], strict=False)) and meds[-1] > 2 * meds[0] + 0.001
+    )
 
 
 async def measure_network(
@@ -161,6 +179,7 @@ async def measure_network(
     in_process: bool = False,
     seed: int = 1,
     max_rate: float = 200_000,
+    subscribers: int = SUBSCRIBERS,
     on_step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Max sustained throughput and latency for one (profile, tree size, payload)."""
@@ -176,7 +195,7 @@ async def measure_network(
     clients: list[Client] = []
     try:
         await cluster.start()
-        net = await _setup(cluster, sink)
+        net = await _setup(cluster, sink, subscribers)
         clients = [net.pub, *net.subs]
         say = on_step or (lambda s: None)
         good, bad, rate = 0.0, None, 1000.0
@@ -194,10 +213,8 @@ async def measure_network(
                 hi = mid
             else:
                 good = mid
-        sink.lat.clear()
         await _run_at(net, max(good * 0.8, 10), payload, 2.0, rng, record=True)
         lat = sorted(sink.lat)
-        sink.lat.clear()
         await _run_at(net, 100, payload, 1.0, rng, record=True)
         idle = sorted(sink.lat)
     finally:
@@ -209,7 +226,7 @@ async def measure_network(
         "profile": profile,
         "brokers": brokers,
         "payload": payload,
-        "subscribers": SUBSCRIBERS,
+        "subscribers": subscribers,
         "max_throughput_eps": round(good, 1),
         "latency_p50_ms": _pct(lat, 0.50),
         "latency_p99_ms": _pct(lat, 0.99),
@@ -233,6 +250,7 @@ async def run_network_bench(
     payloads: list[int],
     *,
     in_process: bool = False,
+    subscribers: int = SUBSCRIBERS,
     on_step: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every (brokers, payload) combination; a non-plain profile also runs plain for ratios."""
@@ -241,11 +259,13 @@ async def run_network_bench(
         for n in brokers:
             for size in payloads:
                 r = await measure_network(profile, n, size, state_dir=Path(tmp) / f"{profile}-{n}-{size}",
-                                          in_process=in_process, on_step=on_step)  # fmt: skip
+                                          in_process=in_process, subscribers=subscribers,
+                                          on_step=on_step)  # fmt: skip
                 if profile != "plain":
                     base = await measure_network("plain", n, size,
                                                  state_dir=Path(tmp) / f"plain-{n}-{size}",
-                                                 in_process=in_process, on_step=on_step)  # fmt: skip
+                                                 in_process=in_process, subscribers=subscribers,
+                                                 on_step=on_step)  # fmt: skip
                     r["baseline_max_throughput_eps"] = base["max_throughput_eps"]
                     r["throughput_ratio"] = _ratio(
                         r["max_throughput_eps"], base["max_throughput_eps"]
