@@ -141,6 +141,11 @@ class NaradaClient:
         digest = signed_digest(op, "", topic, ts, seq, until=tok.not_after, token=tok.encode())
         return {"ts": ts, "seq": seq, "sig": self._sk.sign(digest)}
 
+    def unadvertise_meta(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> dict[str, Any]:
+        return self.unsubscribe_meta(f, now=now, rng=rng, op="unadvertise")
+
     # -- publications ----------------------------------------------------------------------------
     def protect_event(
         self, event: Event, *, now: float, rng: _random.Random | None = None
