@@ -130,6 +130,7 @@ def test_numeric_batch_in_small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     import pubguard.matching.clusters as clusters_mod
 
     monkeypatch.setattr(clusters_mod, "BATCH_ROWS", 2)
+    monkeypatch.setattr(clusters_mod, "BATCH_VALUES", 3)
     fs = {i: Filter.of(("x", ">=", i), ("y", "<", 10 - i)) for i in range(6)}
     fs.update({10 + i: Filter.of(("x", "=", i)) for i in range(3)})
     evs = [Event({"x": v, "y": 9 - v}) for v in range(7)] + [Event({"z": 1}), Event({"x": 2**60})]

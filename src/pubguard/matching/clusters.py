@@ -47,6 +47,7 @@ FIRST: Final = 8  # flag in the mask column: first row of a filter
 _EMPTY_TABLE: Final = np.empty((0, 4), dtype=np.float64)
 _NO_SLOTS: Final = np.empty(0, dtype=np.int64)
 BATCH_ROWS: Final = 1 << 15  # constraint rows evaluated together by match_batch
+BATCH_VALUES: Final = 1 << 22  # events x attributes value cells per batch chunk
 
 
 def is_numeric_filter(f: Filter) -> bool:
@@ -85,6 +86,7 @@ class NumericClusters:
         self._pairs: dict[str, dict[str, _Cluster]] = {}
         self._n_pairs = 0
         self._dirty: dict[int, _Cluster] = {}
+        self._global_dirty = True
         self._buf = np.full(64, np.nan)  # event value per attribute id, NaN when absent
 
     def __len__(self) -> int:
@@ -120,6 +122,7 @@ class NumericClusters:
             a = ids.get(c.name)
             if a is None:
                 a = ids[c.name] = len(ids)
+                self._global_dirty = True
                 if a >= len(self._buf):
                     self._buf = np.full(2 * len(self._buf), np.nan)
             if key is first and c.name != first:
@@ -138,6 +141,7 @@ class NumericClusters:
             self._n_pairs += table is not self._singles
         cl.members[slot] = tuple(enc)
         self._dirty[id(cl)] = cl
+        self._global_dirty = True
         return True
 
     def remove(self, slot: int, f: Filter) -> bool:
@@ -150,6 +154,7 @@ class NumericClusters:
         cl = table.get(name)
         if cl is None or cl.members.pop(slot, None) is None:
             return False
+        self._global_dirty = True
         if cl.members:
             self._dirty[id(cl)] = cl
             return True
@@ -235,68 +240,141 @@ class NumericClusters:
         buf[ids] = np.nan
         return _evaluate(table, x)
 
+    # -- batch ----------------------------------------------------------------------------
+    def _global(self) -> None:
+        """(Re)build the batch view: every cluster table concatenated, plus dense lookups
+        attribute id -> single cluster and sorted (id, id) keys -> pair cluster. A derived
+        cache, rebuilt lazily by the first batch after a change (one memcpy of the tables)."""
+        if not self._global_dirty:
+            return
+        self.flush()
+        ids = self._attr_id
+        tables: list[np.ndarray] = []
+        single_idx = np.full(len(ids), -1, dtype=np.intp)
+        for name, c in self._singles.items():
+            single_idx[ids[name]] = len(tables)
+            tables.append(c.table)
+        keys: list[int] = []
+        idx: list[int] = []
+        for a, row in self._pairs.items():
+            ia = ids[a]
+            for b, c in row.items():
+                ib = ids[b]
+                keys.append((min(ia, ib) << 32) | max(ia, ib))
+                idx.append(len(tables))
+                tables.append(c.table)
+        lens = np.array([len(t) for t in tables], dtype=np.intp)
+        self._g_table = np.concatenate(tables) if tables else _EMPTY_TABLE
+        self._g_len = lens
+        self._g_off = np.cumsum(lens) - lens
+        self._g_single = single_idx
+        order = np.argsort(np.array(keys, dtype=np.int64), kind="stable")
+        self._g_pair_keys = np.array(keys, dtype=np.int64)[order]
+        self._g_pair_idx = np.array(idx, dtype=np.intp)[order]
+        self._global_dirty = False
+
     def match_batch(
         self, events: Sequence[Mapping[str, Any]]
     ) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """``(event index, slot)`` pairs of matches (sorted by event), and the indexes of the
         events left to the caller because a value is not exact as float64."""
-        touched: list[_Cluster] = []
-        owners: list[int] = []
-        v_ev: list[int] = []
-        v_id: list[int] = []
-        v_x: list[Any] = []
-        inexact: list[int] = []
+        self._global()
+        n_attr = max(1, len(self._attr_id))
+        step = max(1, BATCH_VALUES // n_attr)
         out_ev: list[np.ndarray] = []
         out_slot: list[np.ndarray] = []
-        rows = 0
-        numeric_attrs, touch = self._numeric_attrs, self._touched
-        for i, ev in enumerate(events):
-            names, ids, xs, exact = numeric_attrs(getattr(ev, "attrs", ev))
-            if not names:
-                continue
-            if not exact:
-                inexact.append(i)
-                continue
-            cs = touch(names)
-            if not cs:
-                continue
-            touched += cs
-            owners += [i] * len(cs)
-            v_ev += [i] * len(ids)
-            v_id += ids
-            v_x += xs
-            rows += sum(len(c.table) for c in cs)
-            if rows >= BATCH_ROWS:  # evaluate while the tables still fit in cache
-                self._evaluate_batch(touched, owners, v_ev, v_id, v_x, out_ev, out_slot)
-                touched, owners, v_ev, v_id, v_x, rows = [], [], [], [], [], 0
-        if touched:
-            self._evaluate_batch(touched, owners, v_ev, v_id, v_x, out_ev, out_slot)
+        inexact: list[int] = []
+        for base in range(0, len(events), step):
+            self._batch_chunk(events[base : base + step], base, out_ev, out_slot, inexact)
         if not out_ev:
             return _NO_SLOTS, _NO_SLOTS, inexact
         return np.concatenate(out_ev), np.concatenate(out_slot), inexact
 
-    def _evaluate_batch(
+    def _batch_chunk(
         self,
-        touched: list[_Cluster],
-        owners: list[int],
-        v_ev: list[int],
-        v_id: list[int],
-        v_x: list[Any],
+        events: Sequence[Mapping[str, Any]],
+        base: int,
         out_ev: list[np.ndarray],
         out_slot: list[np.ndarray],
+        inexact: list[int],
     ) -> None:
-        table = np.concatenate([c.table for c in touched])
-        lens = [len(c.table) for c in touched]
-        base = owners[0]
-        row_ev = np.repeat(np.asarray(owners, dtype=np.intp) - base, lens)
-        values = np.full((owners[-1] - base + 1, len(self._attr_id)), np.nan)
-        values[np.asarray(v_ev, dtype=np.intp) - base, v_id] = v_x
-        x = values[row_ev, table[:, 0].astype(np.intp)]
-        first = np.flatnonzero(table[:, 1] >= FIRST)
-        ok = np.logical_and.reduceat(_satisfied(table, x), first)
-        rows = first[ok]
-        out_ev.append(row_ev[rows] + base)
-        out_slot.append(table[rows, 3].astype(np.int64))
+        # 1. (event, attribute id, value) of every numeric attribute some filter names
+        ev_l: list[int] = []
+        id_l: list[int] = []
+        x_l: list[Any] = []
+        get = self._attr_id.get
+        for i, event in enumerate(events):
+            start = len(ev_l)
+            for name, x in getattr(event, "attrs", event).items():
+                a = get(name)
+                if a is None:
+                    continue
+                t = type(x)
+                if t is int:
+                    if not -EXACT_INT <= x <= EXACT_INT:
+                        break
+                elif t is not float:
+                    if type_class(x) != "num":
+                        continue
+                    if not exact_float(x):
+                        break
+                ev_l.append(i)
+                id_l.append(a)
+                x_l.append(x)
+            else:
+                continue
+            inexact.append(base + i)  # left to the caller's exact path
+            del ev_l[start:], id_l[start:], x_l[start:]
+        if not ev_l:
+            return
+        ev = np.array(ev_l, dtype=np.intp)
+        aid = np.array(id_l, dtype=np.intp)
+        n = len(ev)
+        # 2. touched clusters: the singles of each attribute, the pairs of each two attributes
+        sc = self._g_single[aid]
+        hit = sc >= 0
+        c_ev, c_idx = [ev[hit]], [sc[hit]]
+        if len(self._g_pair_keys):
+            starts = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
+            sizes = np.diff(np.r_[starts, n])
+            rank = np.arange(n) - np.repeat(starts, sizes)
+            after = np.repeat(sizes, sizes) - 1 - rank
+            p = np.repeat(np.arange(n), after)
+            q = p + 1 + np.arange(len(p)) - np.repeat(np.cumsum(after) - after, after)
+            ap, aq = aid[p], aid[q]
+            key = (np.minimum(ap, aq).astype(np.int64) << 32) | np.maximum(ap, aq)
+            pos = np.searchsorted(self._g_pair_keys, key)
+            pos[pos == len(self._g_pair_keys)] = 0
+            found = self._g_pair_keys[pos] == key
+            c_ev.append(ev[p[found]])
+            c_idx.append(self._g_pair_idx[pos[found]])
+        cev, cidx = np.concatenate(c_ev), np.concatenate(c_idx)
+        if not len(cidx):
+            return
+        order = np.argsort(cev, kind="stable")
+        cev, cidx = cev[order], cidx[order]
+        # 3. the rows of those clusters, evaluated in cache-sized segments
+        values = np.full((len(events), len(self._attr_id)), np.nan)
+        values[ev, aid] = x_l
+        lens = self._g_len[cidx]
+        cum = np.cumsum(lens)
+        cuts = [0, *np.searchsorted(cum, np.arange(BATCH_ROWS, cum[-1], BATCH_ROWS)).tolist()]
+        cuts.append(len(cidx))
+        for lo, hi in zip(cuts, cuts[1:], strict=False):
+            if lo >= hi:
+                continue
+            seg_len = lens[lo:hi]
+            ends = np.cumsum(seg_len)
+            rows = np.repeat(self._g_off[cidx[lo:hi]] - (ends - seg_len), seg_len)
+            rows += np.arange(int(ends[-1]))
+            table = self._g_table[rows]
+            row_ev = np.repeat(cev[lo:hi], seg_len)
+            x = values[row_ev, table[:, 0].astype(np.intp)]
+            first = np.flatnonzero(table[:, 1] >= FIRST)
+            ok = np.logical_and.reduceat(_satisfied(table, x), first)
+            sel = first[ok]
+            out_ev.append(row_ev[sel] + base)
+            out_slot.append(table[sel, 3].astype(np.int64))
 
 
 def _satisfied(table: np.ndarray, x: np.ndarray) -> np.ndarray:
