@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
+from pubguard.broker.advertising import DECODE_ERRORS, AdvertisementRouting, Key, why
+from pubguard.broker.advertising import skey as _skey
 from pubguard.broker.covering import ForwardSet
 from pubguard.broker.dedup import DEDUP_MAX_IDS, DEDUP_WINDOW_S, DedupWindow
 from pubguard.broker.messages import (
@@ -73,7 +75,6 @@ from pubguard.errors import (
     DropReason,
     FrameError,
     InvalidToken,
-    PubguardError,
     RevokedError,
     StateError,
     ValidationError,
@@ -92,10 +93,7 @@ __all__ = ["MAX_BROKER_ID_LEN", "Broker"]
 MAX_BROKER_ID_LEN: Final = 64
 _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
                   Heartbeat)  # fmt: skip
-# what a scheme hook may raise on bad input; anything else is a bug and propagates
-_DECODE_ERRORS = (PubguardError, TypeError, ValueError, KeyError, IndexError, AttributeError)
-
-Key = tuple[str, str]  # (link_id, sub_id or adv_id)
+_DECODE_ERRORS = DECODE_ERRORS
 
 
 @dataclass(slots=True)
@@ -116,11 +114,7 @@ class _Profile:
         self.fwd = ForwardSet(scheme.covers)
 
 
-def _skey(key: Key) -> str:
-    return f"{key[0]}\x00{key[1]}"
-
-
-class Broker:
+class Broker(AdvertisementRouting):
     """One routing node. See the module docstring for the protocol."""
 
     def __init__(
@@ -250,7 +244,7 @@ class Broker:
         try:
             pe = prof.scheme.decode_event(msg.routing)
         except _DECODE_ERRORS as exc:
-            return self._drop(DropReason.MALFORMED, _why(exc), link, msg.event_id, "publish")
+            return self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
         refused = self._check(prof.scheme, msg, link, now, None)
         if refused is not None:
             return refused
@@ -295,7 +289,7 @@ class Broker:
         try:
             pf = prof.scheme.decode_filter(msg.filter)
         except _DECODE_ERRORS as exc:
-            return self._drop(DropReason.MALFORMED, _why(exc), link, msg.sub_id, msg.op)
+            return self._drop(DropReason.MALFORMED, why(exc), link, msg.sub_id, msg.op)
         key = (link.link_id, msg.sub_id)
         prior = self._subs.get(key)
         refused = self._check(prof.scheme, msg, link, now, prior.message if prior else None)
@@ -370,64 +364,6 @@ class Broker:
     def _fwd_id(self, key: Key) -> str:
         h = hashlib.blake2b(_skey(key).encode(), digest_size=10).hexdigest()
         return f"{self.broker_id}~{h}"
-
-    # -- advertisements -----------------------------------------------------------------------
-    def _on_advertise(self, msg: Advertise, link: LinkInfo, now: float) -> list[Action]:
-        prof = self._profile(msg.profile)
-        if prof is None:
-            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
-        try:
-            prof.scheme.decode_filter(msg.filter)
-        except _DECODE_ERRORS as exc:
-            return self._drop(DropReason.MALFORMED, _why(exc), link, msg.adv_id, msg.op)
-        key = (link.link_id, msg.adv_id)
-        prior = self._advs.get(key)
-        refused = self._check(prof.scheme, msg, link, now, prior)
-        if refused is not None:
-            return refused
-        out: list[Action] = []
-        if prior != msg:
-            self._advs[key] = msg
-            self._persist("advertisements", _skey(key), {"link": key[0], "message": msg.to_wire()})
-            for lk in self._broker_links(except_=link.link_id):
-                out.append(self._advertise_to(lk, key, msg))
-        return self._ack(link, msg) + self._outgoing(out, now)
-
-    def _on_unadvertise(self, msg: Unadvertise, link: LinkInfo, now: float) -> list[Action]:
-        prof = self._profile(msg.profile)
-        if prof is None:
-            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
-        key = (link.link_id, msg.adv_id)
-        prior = self._advs.get(key)
-        if prior is None:
-            self.counters["unadvertise.unknown"] += 1
-            return self._ack(link, msg)
-        if prior.profile != msg.profile:
-            return self._drop(DropReason.MALFORMED, "profile differs from the advertisement",
-                              link, msg.adv_id, msg.op)  # fmt: skip
-        refused = self._check(prof.scheme, msg, link, now, prior)
-        if refused is not None:
-            return refused
-        return self._ack(link, msg) + self._outgoing(
-            self._remove_adv(key, msg.meta, link.link_id), now
-        )
-
-    def _remove_adv(self, key: Key, meta: Mapping[str, Any], src: str) -> list[Action]:
-        adv = self._advs.pop(key)
-        self._unpersist("advertisements", _skey(key))
-        fid = self._fwd_id(key)
-        return [
-            Forward(lk, Unadvertise(fid, adv.profile, meta))
-            for lk in self._broker_links(except_=src)
-        ]
-
-    def _advertise_to(self, link_id: str, key: Key, adv: Advertise) -> Forward:
-        return Forward(link_id, Advertise(self._fwd_id(key), adv.profile, adv.filter, adv.meta))
-
-    def _broker_links(self, except_: str) -> list[str]:
-        return sorted(
-            lk for lk, i in self.links.items() if i.kind is not LinkKind.CLIENT and lk != except_
-        )
 
     # -- helpers ------------------------------------------------------------------------------
     def _profile(self, name: str) -> _Profile | None:
@@ -583,12 +519,6 @@ def _profile_of(m: Message) -> str:
     if isinstance(m, Deliver):
         return m.event.profile
     return getattr(m, "profile", "")
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, PubguardError):
-        return str(exc)
-    return f"undecodable ({type(exc).__name__})"
 
 
 def _guess_id(obj: Any) -> str | None:
