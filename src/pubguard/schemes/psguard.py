@@ -69,6 +69,8 @@ __all__ = [
     "Schema",
     "broker_match",
     "check_record",
+    "decode_secrets",
+    "encode_secrets",
     "signed_message",
     "verify_record",
 ]
@@ -211,7 +213,7 @@ def signed_message(
 ) -> bytes:
     """Canonical bytes the publisher signs (length-prefixed fields, tokens as int64)."""
     toks = struct.pack(f">{len(tokens)}q", *tokens)
-    sec = b"".join(_lp(k.encode()) + _lp(v) for k, v in sorted(secrets))
+    sec = encode_secrets(secrets)
     return b"".join(
         (
             b"psguard-record-v1",
@@ -226,6 +228,30 @@ def signed_message(
             _lp(payload),
         )
     )
+
+
+def encode_secrets(secrets: Iterable[tuple[str, bytes]]) -> bytes:
+    """Sealed secret attributes as one binary value: length-prefixed (name, ciphertext) pairs."""
+    return b"".join(_lp(k.encode()) + _lp(v) for k, v in sorted(secrets))
+
+
+def decode_secrets(blob: bytes) -> tuple[tuple[str, bytes], ...]:
+    out = []
+    i = 0
+    try:
+        while i < len(blob):
+            (n,) = struct.unpack_from(">I", blob, i)
+            k = blob[i + 4 : i + 4 + n].decode()
+            i += 4 + n
+            (m,) = struct.unpack_from(">I", blob, i)
+            v = blob[i + 4 : i + 4 + m]
+            i += 4 + m
+            if len(v) != m:
+                raise ValueError
+            out.append((k, v))
+    except (struct.error, UnicodeDecodeError, ValueError):
+        raise ValidationError("malformed secrets blob") from None
+    return tuple(out)
 
 
 def verify_record(rec: ProtectedRecord, keys: Mapping[str, VerifyKey]) -> bool:
@@ -694,7 +720,10 @@ class FilterKeys:
             except (KeyError_, ValidationError):
                 raise InvalidToken() from None
             tid = et.type_id
-            for name, ct in r["secrets"]:
+            secrets = r["secrets"]
+            if isinstance(secrets, bytes | bytearray):
+                secrets = decode_secrets(bytes(secrets))
+            for name, ct in secrets:
                 attrs[name] = json.loads(
                     open_(k_e, ct, aad=aad_for(tid, name, epoch, eid.encode()))
                 )

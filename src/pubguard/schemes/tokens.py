@@ -300,33 +300,38 @@ def randomize(tokens: Sequence[bytes], nonce: bytes) -> list[bytes]:
 
 
 def match_randomized(
-    nonces: bytes, tags: Sequence[Sequence[bytes]], tokens: Sequence[bytes], *, chunk: int = 64
+    nonces: bytes, tags: Sequence[Sequence[int]], tokens: Sequence[bytes], *, chunk: int = 64
 ) -> list[tuple[int, int]]:
     """Broker side of randomized matching over one batch of events.
 
-    ``nonces`` is the batch's nonces concatenated (16 bytes each), ``tags[i]`` the ``F_T(r_i)``
-    values of event ``i``, ``tokens`` the distinct subscription tokens. For each token, one
-    AES call evaluates ``F_tok`` over every nonce of the batch (psguard.txt §4.1 + the AES-PRF
-    hint of issue 5); a hit is a ``(event index, token index)`` pair whose value is among that
-    event's tags. Comparison is on the first 64 bits (see module docstring)."""
+    ``nonces`` is the batch's nonces concatenated (16 bytes each), ``tags[i]`` event ``i``'s
+    ``tok64(F_T(r_i))`` values, ``tokens`` the distinct subscription tokens. For each token,
+    one AES call evaluates ``F_tok`` over every nonce of the batch (psguard.txt §4.1; the AES
+    PRF makes a token nearly free per event); a hit is an ``(event index, token index)`` pair
+    whose value is among that event's tags (first 64 bits compared, see the module notes)."""
     n = len(nonces) // NONCE_BYTES
     if n == 0 or not tokens:
         return []
     counts = np.fromiter((len(t) for t in tags), dtype=np.int64, count=n)
-    flat = b"".join(b"".join(x[:8] for x in t) for t in tags)
-    vals = np.frombuffer(flat, dtype=">i8").astype(np.int64)
+    vals = (
+        np.concatenate([np.asarray(t, dtype=np.int64) for t in tags])
+        if counts.sum()
+        else np.empty(0, dtype=np.int64)
+    )
+    if not len(vals):
+        return []
     owner = np.repeat(np.arange(n, dtype=np.int64), counts)
     order = np.argsort(vals, kind="stable")
     svals, sowner = vals[order], owner[order]
     out: list[tuple[int, int]] = []
-    ev = np.arange(n, dtype=np.int64)
     for start in range(0, len(tokens), chunk):
         block = tokens[start : start + chunk]
-        outs = b"".join(prf_aes_blocks(t, nonces) for t in block)
+        outs = b"".join([prf_aes_blocks(t, nonces) for t in block])
         v = np.frombuffer(outs, dtype=">i8")[::2].astype(np.int64)  # first 64 bits per block
         pos = np.searchsorted(svals, v)
         pos[pos >= len(svals)] = 0
-        hit = (svals[pos] == v) & (sowner[pos] == np.tile(ev, len(block)))
+        ev = np.tile(np.arange(n, dtype=np.int64), len(block))
+        hit = (svals[pos] == v) & (sowner[pos] == ev)
         for k in np.flatnonzero(hit).tolist():
             t_idx, e_idx = divmod(k, n)
             out.append((e_idx, start + t_idx))

@@ -1,0 +1,303 @@
+"""End-to-end batch runs: ``pubguard pipeline run`` and ``pubguard pipeline match``.
+
+``run_pipeline`` protects a workload folder on the trusted side, writes the protected tables
+(the match stage's input) to ``OUT/protected``, then runs the untrusted part
+(:func:`match_protected`: validate, match, deliver) *from those files*, exactly as a cluster
+given only ``OUT/protected`` would, and finally opens the outbox on the trusted side.
+
+Errors raised inside executors (a filter the profile cannot tokenise, say) come back from Spark
+wrapped in Java and Python tracebacks; :func:`spark_errors` turns them back into the pubguard
+exception with its one-line message, so the CLI prints ``pubguard: error: ...``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pubguard import errors as E
+from pubguard.errors import ConfigError, InputError, ValidationError
+from pubguard.pipeline import stages as S
+from pubguard.pipeline.opener import open_outbox
+from pubguard.pipeline.tables import (
+    EVENT_COLUMNS,
+    FILTER_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    atomic_replace,
+    check_columns,
+    read_manifest,
+    write_manifest,
+)
+from pubguard.schemes.psguard import DEFAULT_MAX_DELAY_MS, MODES, PROFILE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["PROFILES", "match_protected", "run_pipeline", "spark_errors", "write_protected"]
+
+PROFILES = (PROFILE,)
+TABLE_META = "_pubguard.json"  # inside a Parquet dir: Spark ignores files starting with "_"
+
+Progress = Callable[[str, str], None]
+
+
+def _noop(stage: str, msg: str) -> None:
+    pass
+
+
+_ERR = re.compile(r"pubguard\.errors\.(\w+): ([^\n]*)")
+
+
+@contextlib.contextmanager
+def spark_errors() -> Iterator[None]:
+    """Re-raise a pubguard error thrown inside a Spark task as itself."""
+    try:
+        yield
+    except E.PubguardError:
+        raise
+    except Exception as exc:  # pyspark / py4j errors
+        m = _ERR.search(str(exc))
+        if m is None:
+            raise
+        cls = getattr(E, m.group(1), None)
+        msg = m.group(2).strip()
+        if isinstance(cls, type) and issubclass(cls, ValidationError | ConfigError):
+            raise cls(msg) from None
+        raise InputError(msg) from None
+
+
+def _check_mode(profile: str, mode: str) -> None:
+    if profile not in PROFILES:
+        raise ConfigError(
+            f"unknown pipeline profile {profile!r} (valid: {', '.join(PROFILES)})", key="profile"
+        )
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r} (valid: {', '.join(MODES)})", key="mode")
+
+
+def _table_meta(ctx: S.TrustedContext) -> dict[str, Any]:
+    return {"profile": PROFILE, "mode": ctx.mode, "epoch": ctx.epoch}
+
+
+def write_protected(
+    spark: SparkSession,
+    events: DataFrame,
+    filters: DataFrame,
+    subscriptions: DataFrame,
+    folder: Path,
+    ctx: S.TrustedContext,
+) -> None:
+    """Write a protected folder atomically (events, filters, subscriptions, manifest)."""
+    meta = _table_meta(ctx)
+
+    def write(staging: Path) -> None:
+        with spark_errors():
+            for name, df in (("events", events), ("filters", filters)):
+                df.write.mode("overwrite").parquet(str(staging / name))
+                (staging / name / TABLE_META).write_text(json.dumps(meta))
+            subscriptions.write.mode("overwrite").parquet(str(staging / "subscriptions"))
+        pubs = {p: k.hex() for p, k in ctx.verify_keys.items()}
+        write_manifest(staging, {**meta, "publishers": pubs})
+
+    atomic_replace(folder, write)
+
+
+def _read_table_meta(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads((path / TABLE_META).read_text()))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"unreadable table metadata: {exc}", path=str(path)) from None
+
+
+def _read_parquet(spark: SparkSession, path: Path, what: str) -> DataFrame:
+    if not path.exists():
+        raise InputError(f"missing {what} table", path=str(path))
+    try:
+        return spark.read.parquet(str(path))
+    except Exception as exc:  # AnalysisException: empty dir, not parquet
+        raise InputError(
+            f"cannot read {what} table: {str(exc).splitlines()[0]}", path=str(path)
+        ) from None
+
+
+def _check_malformed(events: DataFrame, mode: str, path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    bad = None
+    for c in EVENT_COLUMNS:
+        cond = F.col(c).isNull()
+        bad = cond if bad is None else bad | cond
+    assert bad is not None
+    wrong_mode = F.col("mode") != F.lit(mode)
+    bad_nonce = F.lit(mode == "randomized") & (F.length("nonce") != 16)
+    row = (
+        events.select(
+            F.sum(bad.cast("int")).alias("nulls"),
+            F.sum(wrong_mode.cast("int")).alias("mode"),
+            F.sum(bad_nonce.cast("int")).alias("nonce"),
+        )
+        .collect()[0]
+        .asDict()
+    )
+    if row["nulls"]:
+        raise InputError(
+            f"protected events: {row['nulls']} malformed row(s) with null fields", path=str(path)
+        )
+    if row["mode"]:
+        raise ValidationError(
+            f"profile mismatch: {row['mode']} protected event(s) are not in {mode!r} mode"
+        )
+    if row["nonce"]:
+        raise InputError(
+            f"protected events: {row['nonce']} row(s) without a 16-byte nonce", path=str(path)
+        )
+
+
+def match_protected(
+    spark: SparkSession,
+    protected: Path | str,
+    out: Path | str,
+    *,
+    now_ms: int | None = None,
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+    progress: Progress = _noop,
+) -> dict[str, Any]:
+    """The untrusted part on a protected folder: validate, match, deliver to ``OUT/outbox``."""
+    prot, outp = Path(protected), Path(out)
+    manifest = read_manifest(prot)
+    _check_mode(manifest["profile"], manifest["mode"])
+    mode = manifest["mode"]
+    tables = {n: prot / n for n in ("events", "filters", "subscriptions")}
+    em, fm = _read_table_meta(tables["events"]), _read_table_meta(tables["filters"])
+    for what, m in (("events", em), ("subscriptions", fm)):
+        for key in ("profile", "mode", "epoch"):
+            if m and m.get(key) != manifest[key]:
+                raise ValidationError(
+                    f"profile mismatch: {what} are {m.get('profile')}/{m.get('mode')} "
+                    f"(epoch {m.get('epoch')}) but the folder is {manifest['profile']}/"
+                    f"{manifest['mode']} (epoch {manifest['epoch']})"
+                )
+    events = _read_parquet(spark, tables["events"], "protected events")
+    filters = _read_parquet(spark, tables["filters"], "protected filters")
+    subs = _read_parquet(spark, tables["subscriptions"], "subscriptions")
+    check_columns(events, EVENT_COLUMNS, "protected events", str(tables["events"]))
+    check_columns(filters, FILTER_COLUMNS, "protected filters", str(tables["filters"]))
+    check_columns(subs, SUBSCRIPTION_COLUMNS, "subscriptions", str(tables["subscriptions"]))
+    secs: dict[str, float] = {}
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    keys = {p: bytes.fromhex(k) for p, k in manifest["publishers"].items()}
+    with spark_errors():
+        t = time.perf_counter()
+        _check_malformed(events, mode, tables["events"])
+        checked = S.validate(events, verify_keys=keys, now_ms=now, max_delay_ms=max_delay_ms)
+        checked = checked.cache()
+        drops = S.drop_counts(checked)
+        n_events = checked.count()
+        secs["validate"] = time.perf_counter() - t
+        progress("validate", f"{n_events} events, drops {drops or 'none'}")
+        t = time.perf_counter()
+        deliveries = S.match(S.accepted(checked), filters, subs, mode=mode).cache()
+        n_deliveries = deliveries.count()
+        secs["match"] = time.perf_counter() - t
+        progress("match", f"{n_deliveries} deliveries ({mode})")
+        t = time.perf_counter()
+        S.deliver(deliveries, outp / "outbox")
+        secs["deliver"] = time.perf_counter() - t
+        progress("deliver", f"outbox written to {outp / 'outbox'}")
+        deliveries.unpersist()
+        checked.unpersist()
+    return {
+        "profile": manifest["profile"],
+        "mode": mode,
+        "events": n_events,
+        "deliveries": n_deliveries,
+        "drops": drops,
+        "seconds": secs,
+    }
+
+
+def run_pipeline(
+    spark: SparkSession,
+    workload: Path | str,
+    out: Path | str,
+    *,
+    profile: str = PROFILE,
+    mode: str = "randomized",
+    master_secret: bytes | None = None,
+    now_ms: int | None = None,
+    seed: int | None = None,
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+    progress: Progress = _noop,
+) -> dict[str, Any]:
+    """protect -> validate -> match -> deliver -> open on a workload folder; the summary."""
+    from pubguard.crypto import random_bytes
+    from pubguard.sim.workloads import load_workload
+
+    _check_mode(profile, mode)
+    outp = Path(out)
+    secs: dict[str, float] = {}
+    t = time.perf_counter()
+    wl = load_workload(workload)
+    filters = wl.filters
+    if len(filters) != len({s.filter for s in wl.subscriptions}):
+        raise InputError("every subscription filter needs an id", path=str(workload))
+    secs["load"] = time.perf_counter() - t
+    progress("load", f"{len(wl.events)} events, {len(wl.subscriptions)} subscriptions")
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    ctx = S.TrustedContext.create(
+        master_secret or random_bytes(32), list(wl.types.values()), mode=mode, now_ms=now, seed=seed
+    )
+    t = time.perf_counter()
+    trusted_local = spark.sparkContext.master.startswith("local")
+    ev_plain = S.events_frame(spark, wl.events)
+    f_plain = S.filters_frame(spark, filters)
+    if trusted_local:
+        ev_prot = S.protect_events(ev_plain, ctx)
+        f_prot = S.protect_filters(f_plain, ctx)
+    else:  # never ship keys to a remote cluster: protect on the driver
+        from pubguard.pipeline.tables import events_schema, filters_schema
+
+        with spark_errors():
+            ev_prot = spark.createDataFrame(
+                S.protect_events_pandas(ev_plain.toPandas(), ctx), events_schema()
+            )
+            f_prot = spark.createDataFrame(
+                S.protect_filters_pandas(f_plain.toPandas(), ctx), filters_schema()
+            )
+    subs = S.subscriptions_frame(spark, wl.subscriptions)
+    write_protected(spark, ev_prot, f_prot, subs, outp / "protected", ctx)
+    secs["protect"] = time.perf_counter() - t
+    progress("protect", f"protected tables written to {outp / 'protected'}")
+    res = match_protected(
+        spark, outp / "protected", outp, now_ms=now, max_delay_ms=max_delay_ms, progress=progress
+    )
+    secs.update(res["seconds"])
+    t = time.perf_counter()
+    stats = open_outbox(outp / "outbox", outp / "opened", ctx, filters)
+    secs["open"] = time.perf_counter() - t
+    progress("open", f"{stats.opened} deliveries opened into {outp / 'opened'}")
+    summary = {
+        "profile": profile,
+        "mode": mode,
+        "master": spark.sparkContext.master,
+        "events": len(wl.events),
+        "subscriptions": len(wl.subscriptions),
+        "filters": len(filters),
+        "subscribers": len(wl.subscribers),
+        "deliveries": res["deliveries"],
+        "opened": stats.opened,
+        "post_filtered": stats.post_filtered,
+        "refused": stats.refused,
+        "drops": res["drops"],
+        "seconds": {k: round(v, 3) for k, v in secs.items()},
+        "out": str(outp),
+    }
+    (outp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

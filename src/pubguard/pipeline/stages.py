@@ -1,0 +1,424 @@
+"""The dissemination stages as pure ``DataFrame -> DataFrame`` functions.
+
+Theory of operation (issue 6; psguard.txt §3-§4.1). The chain is::
+
+    plaintext events --protect--> protected events --validate--> --match--> deliveries
+                                                                   --deliver--> OUT/outbox
+    OUT/outbox --open (trusted, subscriber side)--> OUT/opened
+
+``protect`` runs where the keys are (the trusted side: a local session or the driver); it
+closes over a :class:`TrustedContext` holding the KDC master. ``validate`` and ``match`` are
+what Spark executors (untrusted brokers) run: their inputs and outputs hold tokens and
+ciphertext only, and their closures hold public keys and tokens only.
+
+Matching is a counting matcher: a protected filter of ``n`` token groups matches an event
+meeting ``n`` of its tokens. ``deterministic`` mode is an equi-join of the event's exploded
+tokens with the filter table on the 64-bit token; numeric ranges match because an event carries
+the token of every prefix of its NAKT leaf id and a filter the tokens of its range cover.
+``randomized`` mode evaluates each distinct subscription token as an AES PRF over all nonces of
+a partition (one cipher call per token), emitting ``(event, token)`` hits, then joins the same
+way. Either way the cost is one row per (event, filter token) hit, i.e. grows with matches.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pubguard.crypto import SecretBytes, SigningKey, VerifyKey
+from pubguard.errors import DropReason
+from pubguard.keys.kdc import KDC
+from pubguard.model import Event, EventType, Filter, Subscription, event_from_json, filter_from_json
+from pubguard.pipeline.tables import (
+    DELIVERY_COLUMNS,
+    EVENT_COLUMNS,
+    FILTER_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    atomic_replace,
+    check_columns,
+    events_schema,
+    filters_schema,
+    subscriptions_schema,
+)
+from pubguard.schemes.psguard import (
+    DEFAULT_MAX_DELAY_MS,
+    Authority,
+    Publisher,
+    Schema,
+    encode_secrets,
+    signed_message,
+)
+from pubguard.schemes.tokens import NONCE_BYTES, match_randomized
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "TrustedContext",
+    "deliver",
+    "drop_counts",
+    "events_frame",
+    "filters_frame",
+    "match",
+    "protect_events",
+    "protect_filters",
+    "protect_events_pandas",
+    "protect_filters_pandas",
+    "subscriptions_frame",
+    "validate",
+]
+
+
+# -- the trusted context (keys live here, never in an executor closure of an untrusted stage)
+
+
+@dataclass(frozen=True)
+class TrustedContext:
+    """What the trusted side needs to protect: KDC master, publisher key, schema, clock."""
+
+    master: SecretBytes
+    signing_seed: SecretBytes
+    types: tuple[str, ...]  # EventType JSON texts (picklable, hashable)
+    mode: str = "randomized"
+    epoch: int = 0
+    publisher: str = "p0"
+    now_ms: int = 0
+    seed: int | None = None  # deterministic nonces for tests; None = OS randomness
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def create(
+        cls,
+        master: bytes | SecretBytes,
+        types: Sequence[EventType],
+        **kw: Any,
+    ) -> TrustedContext:
+        m = master if isinstance(master, SecretBytes) else SecretBytes(master)
+        seed = SecretBytes(KDC(m).topic_key("\x01publisher-signing").reveal())
+        texts = tuple(json.dumps(t.to_json(), sort_keys=True) for t in types)
+        return cls(m, kw.pop("signing_seed", seed), texts, **kw)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "_cache"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "_cache", {})
+
+    @property
+    def schema(self) -> Schema:
+        s = self._cache.get("schema")
+        if s is None:
+            s = self._cache["schema"] = Schema(
+                [EventType.from_json(json.loads(t)) for t in self.types]
+            )
+        return s  # type: ignore[no-any-return]
+
+    @property
+    def kdc(self) -> KDC:
+        k = self._cache.get("kdc")
+        if k is None:
+            k = self._cache["kdc"] = KDC(self.master)
+        return k  # type: ignore[no-any-return]
+
+    @property
+    def signing_key(self) -> SigningKey:
+        return SigningKey.from_seed(self.signing_seed.reveal())
+
+    @property
+    def verify_keys(self) -> dict[str, bytes]:
+        """Public: publisher name -> Ed25519 public key bytes (goes into the manifest)."""
+        return {self.publisher: self.signing_key.public.to_bytes()}
+
+    def publisher_(self) -> Publisher:
+        p = self._cache.get("publisher")
+        if p is None:
+            p = self._cache["publisher"] = Publisher(
+                self.kdc,
+                self.schema,
+                name=self.publisher,
+                signing_key=self.signing_key,
+                epoch=self.epoch,
+                mode=self.mode,
+            )
+        return p  # type: ignore[no-any-return]
+
+    def authority(self) -> Authority:
+        a = self._cache.get("authority")
+        if a is None:
+            a = self._cache["authority"] = Authority(self.kdc, self.schema, epoch=self.epoch)
+        return a  # type: ignore[no-any-return]
+
+    def rng_for(self, event_id: str) -> random.Random | None:
+        if self.seed is None:
+            return None
+        return random.Random(f"pubguard-pipeline/{self.seed}/{event_id}")
+
+
+# -- plaintext inputs ---------------------------------------------------------------------------
+
+
+def _event_row(e: Event) -> dict[str, Any]:
+    return {
+        "event_id": e.id,
+        "event": json.dumps(e.to_json(), sort_keys=True),
+    }
+
+
+def events_frame(spark: SparkSession, events: Sequence[Event]) -> DataFrame:
+    """Plaintext events as ``(event_id, event)`` with the event's JSON (trusted side only)."""
+    import pandas as pd
+
+    pdf = pd.DataFrame([_event_row(e) for e in events], columns=["event_id", "event"])
+    return spark.createDataFrame(pdf, "event_id string, event string")
+
+
+def filters_frame(spark: SparkSession, filters: Mapping[str, Filter]) -> DataFrame:
+    import pandas as pd
+
+    rows = [(fid, json.dumps(f.to_json())) for fid, f in filters.items()]
+    pdf = pd.DataFrame(rows, columns=["filter_id", "filter"])
+    return spark.createDataFrame(pdf, "filter_id string, filter string")
+
+
+def subscriptions_frame(spark: SparkSession, subs: Sequence[Subscription]) -> DataFrame:
+    import pandas as pd
+
+    rows = sorted({(s.subscriber, s.filter.id or str(s.filter)) for s in subs})
+    pdf = pd.DataFrame(rows, columns=list(SUBSCRIPTION_COLUMNS))
+    return spark.createDataFrame(pdf, subscriptions_schema())
+
+
+# -- protect (trusted) ------------------------------------------------------------------------
+
+
+def protect_events_pandas(pdf: Any, ctx: TrustedContext) -> Any:
+    """One batch of plaintext events to protected rows (pure; used by the Spark stage and by
+    the driver when the cluster is not trusted)."""
+    import pandas as pd
+
+    pub = ctx.publisher_()
+    rows = []
+    for text in pdf["event"]:
+        e = event_from_json(json.loads(text))
+        r = pub.protect(e, now_ms=ctx.now_ms, rng=ctx.rng_for(str(e.id)))
+        rows.append(
+            (
+                r.event_id,
+                r.publisher,
+                r.ts,
+                r.epoch,
+                r.mode,
+                r.nonce,
+                list(r.tokens),
+                r.hint,
+                encode_secrets(r.secrets),
+                r.payload,
+                r.sig,
+            )
+        )
+    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+
+
+def protect_events(df: DataFrame, ctx: TrustedContext) -> DataFrame:
+    """Stage *protect*: plaintext ``(event_id, event)`` -> protected events (trusted side)."""
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        for pdf in batches:
+            yield protect_events_pandas(pdf, ctx)
+
+    return df.mapInPandas(fn, events_schema())
+
+
+def protect_filters_pandas(pdf: Any, ctx: TrustedContext) -> Any:
+    import pandas as pd
+
+    auth = ctx.authority()
+    rows: list[tuple[str, int, int, bytes]] = []
+    for fid, text in zip(pdf["filter_id"], pdf["filter"], strict=True):
+        f = filter_from_json(json.loads(text)).with_id(str(fid))
+        rows += auth.protect_filter(f).rows()
+    return pd.DataFrame(rows, columns=list(FILTER_COLUMNS))
+
+
+def protect_filters(df: DataFrame, ctx: TrustedContext) -> DataFrame:
+    """Stage *protect* for subscriptions: ``(filter_id, filter)`` -> token rows (KDC side)."""
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        for pdf in batches:
+            yield protect_filters_pandas(pdf, ctx)
+
+    return df.mapInPandas(fn, filters_schema())
+
+
+# -- validate (untrusted) -----------------------------------------------------------------------
+
+
+def validate(
+    df: DataFrame,
+    *,
+    verify_keys: Mapping[str, bytes],
+    now_ms: int,
+    max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+) -> DataFrame:
+    """Stage *validate*: adds a ``drop`` column (null = accepted) with the first failing guard:
+    ``forged`` (unknown publisher or bad Ed25519 signature), ``stale`` (signed timestamp more
+    than ``max_delay_ms`` from ``now_ms``), ``replayed`` (an exact copy of an accepted event)
+    or ``duplicate`` (same identifier, different content). Keeps every row so drops can be
+    counted; :func:`accepted` filters. Executors get public keys only."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    check_columns(df, EVENT_COLUMNS, "protected events")
+    keys = dict(verify_keys)
+    out_schema = T.StructType([*df.select(*EVENT_COLUMNS).schema.fields])
+    out_schema = out_schema.add("drop", T.StringType(), True)
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        vks = {p: VerifyKey.from_bytes(k) for p, k in keys.items()}
+        for pdf in batches:
+            drops: list[str | None] = []
+            for row in pdf.itertuples(index=False):
+                vk = vks.get(row.publisher)
+                msg = signed_message(
+                    row.event_id,
+                    row.publisher,
+                    int(row.ts),
+                    int(row.epoch),
+                    row.mode,
+                    bytes(row.nonce),
+                    [int(t) for t in row.tokens],
+                    bytes(row.hint),
+                    _decode_or_empty(row.secrets),
+                    bytes(row.payload),
+                )
+                if vk is None or not vk.is_valid(bytes(row.sig), msg):
+                    drops.append(DropReason.FORGED.value)
+                elif abs(now_ms - int(row.ts)) > max_delay_ms:
+                    drops.append(DropReason.STALE.value)
+                else:
+                    drops.append(None)
+            pdf = pdf.copy()
+            pdf["drop"] = drops
+            yield pdf
+
+    checked = df.select(*EVENT_COLUMNS).mapInPandas(fn, out_schema)
+    w = Window.partitionBy("event_id").orderBy(F.col("drop").isNotNull(), "ts", "sig")
+    ranked = checked.withColumn("_rn", F.row_number().over(w)).withColumn(
+        "_first_sig", F.first("sig").over(w)
+    )
+    drop = (
+        F.when(F.col("drop").isNotNull(), F.col("drop"))
+        .when(F.col("_rn") == 1, F.lit(None))
+        .when(F.col("sig") == F.col("_first_sig"), F.lit(DropReason.REPLAYED.value))
+        .otherwise(F.lit(DropReason.DUPLICATE.value))
+    )
+    return ranked.withColumn("drop", drop).drop("_rn", "_first_sig")
+
+
+def _decode_or_empty(blob: Any) -> tuple[tuple[str, bytes], ...]:
+    from pubguard.errors import ValidationError
+    from pubguard.schemes.psguard import decode_secrets
+
+    try:
+        return decode_secrets(bytes(blob))
+    except ValidationError:
+        return (("\x00malformed", bytes(blob)),)  # fails the signature, never raises
+
+
+def accepted(df: DataFrame) -> DataFrame:
+    return df.where(df["drop"].isNull()).drop("drop")
+
+
+def drop_counts(df: DataFrame) -> dict[str, int]:
+    rows = df.where(df["drop"].isNotNull()).groupBy("drop").count().collect()
+    return {r["drop"]: int(r["count"]) for r in rows}
+
+
+# -- match (untrusted) --------------------------------------------------------------------------
+
+
+def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> DataFrame:
+    """``(event_id, tok)`` for every subscription token whose PRF over the event's nonce is
+    among the event's tags; the distinct tokens are broadcast once."""
+    spark = events.sparkSession
+    bc = spark.sparkContext.broadcast([t for _, t in tokens])
+    toks64 = [k for k, _ in tokens]
+    bc64 = spark.sparkContext.broadcast(toks64)
+
+    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        toks, t64 = bc.value, bc64.value
+        for pdf in batches:
+            nonces = b"".join(bytes(x) for x in pdf["nonce"])
+            if len(nonces) != NONCE_BYTES * len(pdf):
+                raise ValueError("randomized match needs a 16-byte nonce per event")
+            hits = match_randomized(nonces, list(pdf["tokens"]), toks)
+            ids = pdf["event_id"].tolist()
+            yield pd.DataFrame([(ids[e], t64[t]) for e, t in hits], columns=["event_id", "tok"])
+
+    return events.select("event_id", "nonce", "tokens").mapInPandas(fn, "event_id string, tok long")
+
+
+def match(
+    events: DataFrame,
+    filters: DataFrame,
+    subscriptions: DataFrame,
+    *,
+    mode: str,
+) -> DataFrame:
+    """Stage *match*: protected events x protected filters x subscriptions -> deliveries
+    ``(subscriber, event_id, filter_id, epoch, hint, secrets, payload)``, one per
+    (subscriber, event) (the smallest matching filter id names the keys to open with)."""
+    from pyspark.sql import functions as F
+
+    check_columns(events, EVENT_COLUMNS, "protected events")
+    check_columns(filters, FILTER_COLUMNS, "protected filters")
+    check_columns(subscriptions, SUBSCRIPTION_COLUMNS, "subscriptions")
+    ftab = filters.select("tok", "filter_id", "n")
+    if mode == "deterministic":
+        hits = events.select("event_id", F.explode("tokens").alias("tok"))
+    else:
+        distinct = filters.select("tok", "token").distinct().collect()
+        hits = _randomized_hits(events, [(int(r["tok"]), bytes(r["token"])) for r in distinct])
+    counted = (
+        hits.join(ftab, "tok")
+        .groupBy("event_id", "filter_id", "n")
+        .agg(F.count(F.lit(1)).alias("met"))
+        .where(F.col("met") == F.col("n"))
+        .select("event_id", "filter_id")
+    )
+    per_sub = (
+        counted.join(subscriptions.select(*SUBSCRIPTION_COLUMNS), "filter_id")
+        .groupBy("subscriber", "event_id")
+        .agg(F.min("filter_id").alias("filter_id"))
+    )
+    body = events.select("event_id", "epoch", "hint", "secrets", "payload")
+    return per_sub.join(body, "event_id").select(*DELIVERY_COLUMNS)
+
+
+# -- deliver ------------------------------------------------------------------------------------
+
+
+def deliver(deliveries: DataFrame, outbox: Path | str) -> None:
+    """Stage *deliver*: each subscriber's ciphertexts to ``outbox/subscriber=S/``, written to a
+    staging directory and renamed into place, so re-running replaces the outbox whole and a
+    failure never leaves a half-written one."""
+
+    def write(staging: Path) -> None:
+        (
+            deliveries.repartition("subscriber")
+            .sortWithinPartitions("subscriber", "event_id")
+            .write.mode("overwrite")
+            .partitionBy("subscriber")
+            .parquet(str(staging))
+        )
+
+    atomic_replace(Path(outbox), write)
