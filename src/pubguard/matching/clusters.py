@@ -47,7 +47,7 @@ FIRST: Final = 8  # flag in the mask column: first row of a filter
 _EMPTY_TABLE: Final = np.empty((0, 4), dtype=np.float64)
 _NO_SLOTS: Final = np.empty(0, dtype=np.int64)
 BATCH_ROWS: Final = 1 << 15  # constraint rows evaluated together by match_batch
-BATCH_VALUES: Final = 1 << 22  # events x attributes value cells per batch chunk
+BATCH_VALUES: Final = 1 << 16  # events x attributes value cells per batch chunk (fits L2)
 
 
 def is_numeric_filter(f: Filter) -> bool:
