@@ -188,10 +188,11 @@ class TopicKeys:
         (bounded), so a repeated range costs no hash (§5 "key caching on the ... KDC")."""
         lo, hi, m = nakt_leaf_bounds(low, high, range_size, least_count, snap=snap)
         raw, wrapped = self._numeric(attr)
-        try:  # warm: every cover node memoised
-            return {bin(n)[3:]: wrapped[n] for n in cover_heap(lo, hi, m)}
-        except KeyError:
-            pass
+        if wrapped:
+            try:  # warm: every cover node memoised
+                return {bin(n)[3:]: wrapped[n] for n in cover_heap(lo, hi, m)}
+            except KeyError:
+                pass
         out: dict[str, SecretBytes] = {}
         for n, k in cover_keys(raw[1], lo, hi, m):
             out[bin(n)[3:]] = wrapped[n] = SecretBytes(k)
