@@ -13,6 +13,7 @@ from pubguard.schemes.base import (
     Scheme,
     SchemeRegistry,
     WireValue,
+    withdrawal_meta,
 )
 from pubguard.schemes.plain import PLAIN, PlainScheme
 
@@ -31,4 +32,5 @@ __all__ = [
     "Scheme",
     "SchemeRegistry",
     "WireValue",
+    "withdrawal_meta",
 ]

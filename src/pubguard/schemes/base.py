@@ -21,6 +21,10 @@ A scheme has two faces:
   (signatures, timestamps, permits, security tokens).
 - ``open_event(event_id, routing, body, meta) -> Event``: decrypt / verify a delivery; raise
   :class:`~pubguard.errors.InvalidToken` when it cannot be opened.
+- optional ``unsubscribe_meta(filter, now=, rng=)`` / ``unadvertise_meta(...)``: the ``meta``
+  an unsubscribe / unadvertise must carry (EventGuard's UST/UAT-backed MS permits,
+  eventguard.txt §4.5-4.6; Narada's security token). Profiles without it send empty meta.
+  Clients call :func:`withdrawal_meta`, which looks the hook up.
 
 *Broker side* (:class:`BrokerScheme`), run by routing nodes that hold no content keys:
 
@@ -80,6 +84,7 @@ __all__ = [
     "Scheme",
     "SchemeRegistry",
     "WireValue",
+    "withdrawal_meta",
 ]
 
 WireValue: TypeAlias = (
@@ -248,3 +253,16 @@ class SchemeRegistry:
     @property
     def profiles(self) -> tuple[str, ...]:
         return tuple(sorted(self._schemes))
+
+
+def withdrawal_meta(
+    scheme: object, hook: str, f: Filter | None, *, now: float, rng: Random | None = None
+) -> dict[str, Any]:
+    """The ``meta`` for an unsubscribe (``hook="unsubscribe_meta"``) or unadvertise
+    (``"unadvertise_meta"``): the scheme's optional hook, or ``{}`` when it has none."""
+    if hook not in ("unsubscribe_meta", "unadvertise_meta"):
+        raise ValidationError(f"unknown withdrawal hook {hook!r}")
+    fn = getattr(scheme, hook, None)
+    if fn is None or f is None:
+        return {}
+    return dict(fn(f, now=now, rng=rng))

@@ -49,7 +49,7 @@ from pubguard.errors import StateError, ValidationError
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.overlay.tree import Tree
-from pubguard.schemes.base import BrokerScheme, ClientScheme, LinkKind
+from pubguard.schemes.base import BrokerScheme, ClientScheme, LinkKind, withdrawal_meta
 from pubguard.schemes.plain import PlainScheme
 from pubguard.sim.topology import SimTopology
 
@@ -85,6 +85,7 @@ class SimClient:
     acks: list[Ack] = field(default_factory=list)
     errors: list[Error] = field(default_factory=list)
     filters: dict[str, Filter] = field(default_factory=dict)  # live subscriptions
+    adverts: dict[str, Filter] = field(default_factory=dict)  # live advertisements
     _n: int = 0
 
     def next_id(self, kind: str) -> str:
@@ -168,9 +169,10 @@ class Simulator:
 
     def unsubscribe(self, client_id: str, sub_id: str, *, at: float | None = None) -> None:
         c = self._client(client_id)
-        c.filters.pop(sub_id, None)
+        flt = c.filters.pop(sub_id, None)
         t = self._at(at)
-        self._send_from_client(c, Unsubscribe(sub_id, c.scheme.profile), t)
+        meta = withdrawal_meta(c.scheme, "unsubscribe_meta", flt, now=t, rng=self.rng)
+        self._send_from_client(c, Unsubscribe(sub_id, c.scheme.profile, meta), t)
 
     def advertise(
         self, client_id: str, f: Filter | str, *, adv_id: str | None = None, at: float | None = None
@@ -180,12 +182,16 @@ class Simulator:
         aid = adv_id or c.next_id("a")
         t = self._at(at)
         pf = c.scheme.protect_advertisement(flt, now=t, rng=self.rng)
+        c.adverts[aid] = flt
         self._send_from_client(c, Advertise(aid, c.scheme.profile, pf.filter, pf.meta), t)
         return aid
 
     def unadvertise(self, client_id: str, adv_id: str, *, at: float | None = None) -> None:
         c = self._client(client_id)
-        self._send_from_client(c, Unadvertise(adv_id, c.scheme.profile), self._at(at))
+        flt = c.adverts.pop(adv_id, None)
+        t = self._at(at)
+        meta = withdrawal_meta(c.scheme, "unadvertise_meta", flt, now=t, rng=self.rng)
+        self._send_from_client(c, Unadvertise(adv_id, c.scheme.profile, meta), t)
 
     def publish(self, client_id: str, event: Event, *, at: float | None = None) -> str:
         c = self._client(client_id)
