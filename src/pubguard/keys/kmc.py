@@ -123,6 +123,8 @@ class _KeyRow:
     created: float
 
 
+VERIFIED_CACHE_SIZE: Final = 4096
+
 _MIGRATIONS: Final = (
     Migration(
         1,
@@ -144,7 +146,17 @@ _MIGRATIONS: Final = (
 class KMC:
     """A Key Management Centre over a :class:`~pubguard.store.Database` (narada §IV-B)."""
 
-    __slots__ = ("_ca", "_crl", "_db", "_lifetime", "_sk", "_storage", "cert", "name")
+    __slots__ = (
+        "_ca",
+        "_crl",
+        "_db",
+        "_lifetime",
+        "_sk",
+        "_storage",
+        "_verified",
+        "cert",
+        "name",
+    )
 
     COMPONENT: Final = "narada_kmc"
 
@@ -171,7 +183,10 @@ class KMC:
         self.cert = cert
         self.name = cert.subject
         self._ca = ca_cert
+        if crl is not None:
+            crl.check(ca_cert, crl.last_update)  # signed by our CA (freshness: per request)
         self._crl = crl
+        self._verified: dict[bytes, None] = {}  # fingerprints whose CA signature checked out
         self._storage = storage_key
         self._lifetime = token_lifetime
 
@@ -182,9 +197,32 @@ class KMC:
 
     # -- request authentication -------------------------------------------------------------
 
+    def _check_certificate(self, cert: Certificate, now: float) -> None:
+        """Chain, validity and revocation (narada §IV-H1). The CA signature of a certificate
+        is verified once and remembered by fingerprint (bounded); validity and the CRL are
+        checked on every call, failing closed on a stale CRL."""
+        fp = cert.fingerprint
+        if fp in self._verified:
+            if not cert.not_before.timestamp() <= now <= cert.not_after.timestamp():
+                raise InvalidToken()
+        else:
+            verify_chain(cert, self._ca, now=now)
+            if len(self._verified) >= VERIFIED_CACHE_SIZE:
+                self._verified.pop(next(iter(self._verified)))
+            self._verified[fp] = None
+        crl = self._crl
+        if crl is not None:
+            nxt = crl.next_update
+            if now < crl.last_update.timestamp() or (nxt is not None and now > nxt.timestamp()):
+                raise InvalidToken()
+            if crl.is_revoked(cert):
+                raise RevokedError(
+                    f"certificate {cert.subject} (serial {cert.serial:x}) is revoked"
+                )
+
     def _authenticate(self, req: _Request, signature: bytes, now: float) -> Certificate:
         cert = Certificate.from_pem(req.cert_pem)
-        verify_chain(cert, self._ca, self._crl, now=now)  # RevokedError / InvalidToken
+        self._check_certificate(cert, now)  # RevokedError / InvalidToken
         cert.verify_key.verify(signature, req.signed_bytes())
         if abs(req.timestamp_ms / 1000.0 - now) > MAX_REQUEST_SKEW:
             raise InvalidToken()
@@ -287,6 +325,7 @@ class KMC:
     def _authorisation(self, topic: str, cert: Certificate, now: float) -> _AuthRow:
         row = self._db.select_one(_AuthRow, "kmc_auth", {"topic": topic, "entity": cert.subject})
         if row is None:
+            self._topic(topic)  # an unknown topic is a StateError, not a refusal
             raise DropError(
                 DropReason.UNAUTHORISED, f"{cert.subject} is not authorised on {topic!r}"
             )
@@ -302,7 +341,6 @@ class KMC:
         self, topic: str, cert: Certificate, *, now: float, rng: _random.Random | None = None
     ) -> SecurityToken:
         """Sign ``A_T^X`` for an authorised, already authenticated entity."""
-        self._topic(topic)
         auth = self._authorisation(topic, cert, now)
         return self._sign_token(topic, cert, auth, now, rng)
 

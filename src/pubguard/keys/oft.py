@@ -361,7 +361,8 @@ class OFTGroup:
         valid_until: float = math.inf,
         rng: _random.Random | None = None,
     ) -> tuple[Welcome, Rekey]:
-        """Add ``member`` (credential valid ``[valid_from, valid_until]``; default: from ``now``)."""
+        """Add ``member``; its credential is valid ``[valid_from, valid_until]`` (default from
+        ``now``, forever)."""
         if not member:
             raise ValidationError("member id must not be empty")
         if member in self._leaf:

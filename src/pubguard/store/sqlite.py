@@ -214,7 +214,7 @@ class Database:
         self, cls: type[T], table: str, where: Mapping[str, Any] | None = None, order_by: str = ""
     ) -> list[T]:
         """Rows of ``table`` matching ``where`` (column = value, ANDed) as ``cls`` instances."""
-        names = [_ident(f.name) for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        names = [_ident(name) for name, _ in _schema(cls)]
         sql = f"SELECT {', '.join(names)} FROM {_ident(table)}"
         params: list[Any] = []
         if where:
@@ -240,10 +240,7 @@ _SCALARS: Final[dict[type, tuple[type, ...]]] = {
 }
 
 
-def _check(name: str, hint: Any, value: Any) -> Any:
-    options: tuple[Any, ...] = (hint,)
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        options = typing.get_args(hint)
+def _check(name: str, options: tuple[Any, ...], value: Any) -> Any:
     if value is None:
         if type(None) in options:
             return None
@@ -257,15 +254,35 @@ def _check(name: str, hint: Any, value: Any) -> Any:
     raise StateError(f"corrupt row: column {name!r} has type {type(value).__name__}")
 
 
+_Schema = tuple[tuple[str, tuple[Any, ...]], ...]
+_SCHEMAS: dict[type, _Schema] = {}
+
+
+def _schema(cls: type) -> _Schema:
+    """Field names and accepted annotation options of dataclass ``cls`` (resolved once)."""
+    cached = _SCHEMAS.get(cls)
+    if cached is not None:
+        return cached
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        options: tuple[Any, ...] = (hint,)
+        if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+            options = typing.get_args(hint)
+        out.append((f.name, options))
+    _SCHEMAS[cls] = tuple(out)
+    return _SCHEMAS[cls]
+
+
 def row_to(cls: type[T], row: sqlite3.Row | Mapping[str, Any]) -> T:
     """Build dataclass ``cls`` from a row, checking each value against the field annotation."""
-    hints = typing.get_type_hints(cls)
     keys = row.keys()
     values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name not in keys:
-            raise StateError(f"corrupt row: missing column {f.name!r}")
-        values[f.name] = _check(f.name, hints[f.name], row[f.name])
+    for name, options in _schema(cls):
+        if name not in keys:
+            raise StateError(f"corrupt row: missing column {name!r}")
+        values[name] = _check(name, options, row[name])
     return cls(**values)
 
 
