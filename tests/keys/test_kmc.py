@@ -217,9 +217,13 @@ def test_ca_revocation_refuses_entity_and_kmc(pki, tmp_path):
     local = Pki(ca, kcert, kkey, owner, alice, alice, pki.storage)
     _setup(kmc, local)
     tok = kmc.issue_token(TOPIC, alice[0], now=NOW)
+    kem = KemPrivateKey.generate()
+    kmc.request_key(_request(local, alice, kem, NOW), now=NOW)  # alice's certificate now cached
     kmc.update_crl(ca.revoke(alice[0], now=NOW + 1), now=NOW + 2)
     with pytest.raises(RevokedError):
         kmc.request_key(_request(local, alice, KemPrivateKey.generate(), NOW + 3), now=NOW + 3)
+    with pytest.raises(InvalidToken):  # a stale CRL fails closed
+        kmc.request_key(_request(local, owner, kem, NOW + 8 * DAY), now=NOW + 8 * DAY)
     crl = ca.revoke(kcert, now=NOW + 5)
     with pytest.raises(RevokedError):
         verify_token(tok, kcert, now=NOW + 6, ca_cert=ca.cert, crl=crl)
