@@ -252,6 +252,7 @@ def _cached(kdc: KDC, n: int, rep: int, items: int, rng: random.Random) -> dict[
 
 def _eventguard(n: int, rep: int) -> tuple[list[dict[str, Any]], float]:
     key = SecretBytes(bytes(range(32)))
+    key16 = SecretBytes(bytes(range(16)))  # a native AES-128 key (no per-call HKDF stretch)
     kh = KeyedHash(key)
     small, big = b"x" * 16, b"x" * 1024
     aad = aad_for("bench", "payload", 0)
@@ -277,7 +278,7 @@ def _eventguard(n: int, rep: int) -> tuple[list[dict[str, Any]], float]:
         (
             "AEAD encrypt",
             "AES-128-GCM (1024 B)",
-            mbs(lambda: seal(key, big, aad=aad, alg="AES-128-GCM"), 1024),
+            mbs(lambda: seal(key16, big, aad=aad, alg="AES-128-GCM"), 1024),
             None,
         ),
         ("sign", "Ed25519", 1e6 / _us(lambda: sk.sign(msg), n, rep), None),
