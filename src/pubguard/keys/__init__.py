@@ -3,6 +3,7 @@ stateless KDC and key trees (``nakt``, ``kdc``, ``cache``). Derivations are docu
 vectors in docs/key-derivation.md."""
 
 from pubguard.keys.cache import DEFAULT_CACHE_CAPACITY, KeyCache
+from pubguard.keys.groups import SubscriberGroupManager, analytical_ratio, simulate_churn
 from pubguard.keys.kdc import (
     KDC,
     CategoryTree,
@@ -10,6 +11,19 @@ from pubguard.keys.kdc import (
     derive_category,
     derive_prefix,
     derive_suffix,
+)
+from pubguard.keys.kmc import (
+    KMC,
+    Authorize,
+    KeyDelivery,
+    KeyRequest,
+    RegisterTopic,
+    RevokeEntity,
+    Rights,
+    SecurityToken,
+    TopicInfo,
+    open_delivery,
+    verify_token,
 )
 from pubguard.keys.ms import (
     AdvertisementGrant,
@@ -25,6 +39,7 @@ from pubguard.keys.ms import (
     verify_permit,
 )
 from pubguard.keys.nakt import derive_from, ktid, ktid_range, nakt_cover, nakt_depth
+from pubguard.keys.oft import GroupKey, GroupKeyRing, OFTGroup, OFTMember, Rekey, Welcome
 
 __all__ = [
     # kdc / nakt / cache (psguard.txt §3)
@@ -53,4 +68,27 @@ __all__ = [
     "UnsubscriptionPermit",
     "decode_permit",
     "verify_permit",
+    # kmc (narada-secure-delivery.txt §IV)
+    "KMC",
+    "Authorize",
+    "KeyDelivery",
+    "KeyRequest",
+    "RegisterTopic",
+    "RevokeEntity",
+    "Rights",
+    "SecurityToken",
+    "TopicInfo",
+    "open_delivery",
+    "verify_token",
+    # oft (hermes-encrypted-access-control.txt §4.1-4.2)
+    "GroupKey",
+    "GroupKeyRing",
+    "OFTGroup",
+    "OFTMember",
+    "Rekey",
+    "Welcome",
+    # groups (psguard.txt §3.2 subscriber-group baseline)
+    "SubscriberGroupManager",
+    "analytical_ratio",
+    "simulate_churn",
 ]
