@@ -118,3 +118,11 @@ def test_parser_example_and_errors_name_the_column() -> None:
         parse_filter("   ")
     with pytest.raises(ParseError, match="after '&&'"):
         parse_filter("a = 1 &&")
+
+
+def test_bool_and_int_constraints_are_distinct() -> None:
+    assert Constraint("a", Op.EQ, True) != Constraint("a", Op.EQ, 1)
+    f = Filter.of(("a", "=", True), ("a", "=", 1))
+    assert len(f.constraints) == 2
+    assert not f.matches(Event({"a": True})) and not f.matches(Event({"a": 1}))
+    assert Constraint("a", Op.EQ, 1) == Constraint("a", Op.EQ, 1.0)  # one numeric class

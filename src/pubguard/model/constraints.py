@@ -51,13 +51,27 @@ STRING_OPS = frozenset({Op.PREFIX, Op.SUFFIX, Op.SUBSTRING})
 _LOWER = frozenset({Op.GT, Op.GE})  # the constraint bounds the value from below
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Constraint:
-    """One test ``name op value`` on an event attribute."""
+    """One test ``name op value`` on an event attribute.
+
+    Equality and hashing include the value's type class, so ``a = true`` and ``a = 1`` are
+    different constraints (Python alone says ``True == 1``)."""
 
     name: str
     op: Op
     value: Value | None = None
+
+    def _key(self) -> tuple[str, str, str | None, Value | None]:
+        return (self.name, self.op.value, type_class(self.value), self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Constraint):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
