@@ -84,3 +84,12 @@ def test_cluster_up_publish_subscribe_down(tmp_path: Path) -> None:
         r = runner.invoke(cli, ["cluster", "down", "--state", str(state)])
     assert "stopped 7 brokers" in r.output
     assert not (state / "cluster.json").exists()
+
+
+@pytest.mark.slow
+def test_cluster_demo_in_process_is_correct_and_leaves_nothing_running() -> None:
+    r = CliRunner().invoke(cli, ["cluster", "demo", "--events", "120", "--in-process", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["correct"] and out["brokers"] == 7
+    assert sum(out["received"].values()) > 30

@@ -135,6 +135,31 @@ def register(cli: click.Group) -> None:
         """Each broker's links, tables, queue depths and drop counters."""
         _show_status(state, as_json)
 
+    @cluster.command("demo")
+    @click.option("--events", type=click.IntRange(1, 100_000), default=300, show_default=True)
+    @click.option("--in-process", is_flag=True, help="Brokers in this process (faster start).")
+    @click.option("--json", "as_json", is_flag=True)
+    def cluster_demo(events: int, in_process: bool, as_json: bool) -> None:
+        """A 7-broker stock-quote market: who received what (checked against the oracle)."""
+        from pubguard.net.demo import TRADERS, network_demo
+
+        say = None if as_json else (lambda s: console.print(f"[dim]{s}[/dim]"))
+        r = asyncio.run(network_demo(events=events, in_process=in_process, say=say))
+        if as_json:
+            print_json(r.to_json())
+        else:
+            t = Table(title="who received what")
+            for col in ("trader", "broker", "filter", "received", "expected"):
+                t.add_column(col)
+            for name, broker, text in TRADERS:
+                t.add_row(name, broker, text, str(len(r.received[name])),
+                          str(len(r.expected[name])))  # fmt: skip
+            console.print(t)
+            console.print(_status_table(r.statuses))
+            console.print("routing correct" if r.correct else "[red]routing INCORRECT[/red]")
+        if not r.correct:
+            raise StateError("some trader did not receive exactly its matching quotes")
+
     @cli.command("status")
     @_STATE
     @click.option("--json", "as_json", is_flag=True)
