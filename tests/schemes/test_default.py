@@ -1,0 +1,170 @@
+"""The default profile end to end over broker cores in the simulator: tokens and ciphertext only
+on the wire, content-based authorisation, permits, amortised (Merkle-root) signing with one
+verification per batch per broker, and the permit / withdrawal formats."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pubguard.crypto import SigningKey
+from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
+from pubguard.model import Filter
+from pubguard.overlay.tree import tree_from_edges
+from pubguard.schemes import BrokerScheme, ClientScheme, SchemeRegistry
+from pubguard.schemes.default import (
+    DEFAULT,
+    AuthorityPermit,
+    DefaultBroker,
+    filter_digest,
+    make_scheme,
+)
+from pubguard.schemes.default_client import DefaultAuthority, DefaultClient
+from pubguard.sim.engine import Simulator
+
+from .attack_tools import scan, tap
+from .test_psguard_net import CANARY, MASTER, SCHEMA, ev
+
+NOW = 1_000.0
+YOUNG = 'topic = "cardio" && age >= 20 && age <= 30'
+POLICY = {"young": [YOUNG], "old": ['topic = "cardio" && age >= 31'], "any": ['topic = "cardio"']}
+TREE = [("r", "a"), ("r", "b"), ("a", "a1"), ("b", "b1"), ("b", "b2")]
+
+
+def authority(**kw) -> DefaultAuthority:
+    kw.setdefault("subscribers", POLICY)
+    kw.setdefault("publishers", {"hospital": ["cardio"]})
+    return DefaultAuthority(MASTER, SCHEMA, **kw)
+
+
+class World:
+    """Publisher at a1; subscribers young/old at b1, any at b2. One scheme per broker."""
+
+    def __init__(self, **opts) -> None:
+        self.auth = authority()
+        self.schemes: dict[str, DefaultBroker] = {}
+        opts.setdefault("max_delay", 60.0)
+
+        def schemes(b: str) -> list[DefaultBroker]:
+            s = self.schemes[b] = DefaultBroker(self.auth.public_key, **opts)
+            return [s]
+
+        self.sim = Simulator(tree_from_edges(TREE), schemes, wire=True, seed=9)
+        self.tap = tap(self.sim)
+        self.psk = SigningKey.generate()
+        self.pub = self.client("hospital", "a1", self.psk)
+        for name, broker in (("young", "b1"), ("old", "b1"), ("any", "b2")):
+            self.client(name, broker)
+        self.sim.advertise("hospital", 'topic = "cardio"', at=NOW)
+        self.sim.subscribe("young", YOUNG, at=NOW)
+        self.sim.subscribe("old", POLICY["old"][0], at=NOW)
+        self.sim.subscribe("any", POLICY["any"][0], at=NOW)
+        self.sim.run()
+
+    def client(self, name: str, broker: str, sk: SigningKey | None = None) -> DefaultClient:
+        c = DefaultClient(name, self.auth, signing_key=sk)
+        self.sim.add_client(name, broker, c)
+        return c
+
+    def got(self, name: str) -> list[int]:
+        return sorted(d.event["age"] for d in self.sim.clients[name].deliveries)
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def test_both_faces_conform() -> None:
+    a = authority()
+    b = make_scheme(a.public_key)
+    assert isinstance(b, BrokerScheme) and isinstance(DefaultClient("x", a), ClientScheme)
+    assert SchemeRegistry([b]).get(DEFAULT) is b and b.rewrites_outgoing is False
+    with pytest.raises(ValidationError):
+        DefaultBroker(SigningKey.generate())  # type: ignore[arg-type]
+
+
+def test_routing_by_content_with_tokens_and_ciphertext_only(world: World) -> None:
+    ages = [19, 20, 25, 30, 31, 64]
+    for i, a in enumerate(ages):
+        world.sim.publish("hospital", ev(a, eid=f"e{a}"), at=NOW + 1 + i)
+    world.sim.run()
+    assert world.got("young") == [20, 25, 30] and world.got("old") == [31, 64]
+    assert world.got("any") == ages
+    assert all(d.event["record"] == CANARY for d in world.sim.clients["any"].deliveries)
+    assert scan(world.tap, CANARY.encode()) == 0 and scan(world.tap, b"cardio") == 0
+    assert not world.sim.drops
+
+
+def test_batch_costs_one_verification_per_broker(world: World) -> None:
+    events = [ev(20 + i, eid=f"b{i}") for i in range(16)]
+    pes = world.pub.protect_events(events, now=NOW + 1, rng=random.Random(2))
+    assert len({pe.meta["sig"] for pe in pes}) == 1 and pes[3].meta["mn"] == 16
+    before = {b: s.roots.verifications for b, s in world.schemes.items()}
+    from pubguard.broker import Publish
+
+    for pe in pes:
+        world.sim.send_raw("hospital", "a1", Publish(pe.event_id, DEFAULT, pe.routing, pe.body,
+                                                     pe.meta).to_wire(), at=NOW + 1)  # fmt: skip
+    world.sim.run()
+    assert len(world.sim.clients["any"].deliveries) == 16
+    done = {b: s.roots.verifications - before[b] for b, s in world.schemes.items()}
+    assert done == {"a1": 1, "a": 1, "r": 1, "b": 1, "b1": 1, "b2": 1}
+
+
+def test_subscriber_authorised_for_20_30_cannot_open_35_when_handed_it(world: World) -> None:
+    young = world.sim.clients["young"].scheme
+    pe = world.pub.protect_event(ev(35), now=NOW, rng=random.Random(3))
+    with pytest.raises(InvalidToken):
+        young.open_event(pe.event_id, pe.routing, pe.body, pe.meta, now=NOW)
+    ok = world.pub.protect_event(ev(22), now=NOW, rng=random.Random(3))
+    assert young.open_event(ok.event_id, ok.routing, ok.body, ok.meta, now=NOW)["age"] == 22
+    # a broker swapping the body of one publication into another is caught by the subscriber
+    with pytest.raises(InvalidToken):
+        young.open_event(ok.event_id, ok.routing, pe.body, ok.meta, now=NOW)
+
+
+def test_authority_policy_and_permits() -> None:
+    a = authority()
+    with pytest.raises(DropError) as exc:
+        DefaultClient("young", a).protect_filter(Filter.parse('topic = "cardio"'), now=NOW)
+    assert exc.value.reason is DropReason.UNAUTHORISED
+    with pytest.raises(DropError):
+        DefaultClient("young", a).protect_event(ev(25), now=NOW)  # not a publisher
+    c = DefaultClient("any", a)
+    pf = c.protect_filter(Filter.parse('topic = "cardio"'), now=NOW)
+    p = AuthorityPermit.decode(pf.meta["pm"])
+    p.verify(a.public_key)
+    assert p.kind == "subscribe" and p.subject == "any" and p.key == c.verify_key.to_bytes()
+    b = DefaultBroker(a.public_key)
+    assert p.digest == filter_digest(b.decode_filter(pf.filter))
+    assert p.not_before <= NOW < p.not_after and p.epoch == a.epoch_at(NOW)
+    with pytest.raises(InvalidToken):
+        p.verify(SigningKey.generate().public)
+    for bad in (b"", b"\x91\x01", pf.meta["pm"] + b"x", b"\xc1"):
+        with pytest.raises(ValidationError):
+            AuthorityPermit.decode(bad)
+    with pytest.raises(KeyError_):
+        c.unsubscribe_meta(Filter.parse('topic = "onco"'), now=NOW)
+    sk = SigningKey.generate()
+    a.revoke(sk.public)
+    with pytest.raises(DropError) as exc:
+        DefaultClient("hospital", a, signing_key=sk).protect_event(ev(25), now=NOW)
+    assert exc.value.reason is DropReason.REVOKED
+
+
+def test_unsubscribe_stops_delivery_and_withdrawal_is_signed(world: World) -> None:
+    sid = next(iter(world.sim.clients["young"].filters))
+    world.sim.publish("hospital", ev(25, eid="before"), at=NOW + 1)
+    world.sim.run()
+    young = world.sim.clients["young"]
+    from pubguard.broker import Unsubscribe
+
+    meta = young.scheme.unsubscribe_meta(Filter.parse(YOUNG), now=NOW + 2)
+    world.sim._send_from_client(young, Unsubscribe(sid, DEFAULT, meta), NOW + 2)
+    world.sim.run()
+    world.sim.publish("hospital", ev(26, eid="after"), at=NOW + 3)
+    world.sim.run()
+    assert world.got("young") == [25] and world.got("any") == [25, 26]
+    assert not world.sim.drops
