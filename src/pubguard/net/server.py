@@ -249,7 +249,8 @@ class BrokerServer:
             if link.kind == LinkKind.CHILD.value and not resumed:
                 self._apply(self.core.link_up(link.link_id))
                 self._flush_batch()
-            link.attach(writer, hello["rx"])
+            # the peer's rx counts only for a resumed session; a new link starts from 1
+            link.attach(writer, hello["rx"] if resumed else 0)
             await self._read_loop(link, reader, dec, rest)
         except (FrameError, TransportError) as exc:
             self.stats["closed." + type(exc).__name__] += 1
