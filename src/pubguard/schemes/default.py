@@ -104,6 +104,7 @@ PERMIT_TAG: Final = b"pubguard/default/permit/v1\x00"
 WITHDRAW_TAG: Final = b"pubguard/default/withdraw/v1\x00"
 FILTER_TAG: Final = b"pubguard/default/filter/v1\x00"
 MAX_PERMIT_BYTES: Final = 1024
+SERIAL_BYTES: Final = 20
 _STRIKING: Final = frozenset(
     {DropReason.FORGED, DropReason.UNAUTHORISED, DropReason.MALFORMED, DropReason.REVOKED}
 )
@@ -133,12 +134,13 @@ class AuthorityPermit:
     def signed_bytes(self) -> bytes:
         return pack_fields(PERMIT_TAG, self.kind, self.subject, self.key, self.epoch,
                            float(self.not_before), float(self.not_after), self.digest,
-                           self.serial, self.ident)  # fmt: skip
+                           _serial_bytes(self.serial), self.ident)  # fmt: skip
 
     def encode(self) -> bytes:
         return msgpack.packb(
             [1, self.kind, self.subject, self.key, self.epoch, float(self.not_before),
-             float(self.not_after), self.digest, self.serial, self.ident, self.signature],
+             float(self.not_after), self.digest, _serial_bytes(self.serial), self.ident,
+             self.signature],
             use_bin_type=True,
         )  # fmt: skip
 
@@ -152,11 +154,14 @@ class AuthorityPermit:
             raise ValidationError("undecodable permit") from None
         if not isinstance(v, list) or len(v) != 11 or v[0] != 1:
             raise ValidationError("a permit is an 11-field list of version 1")
-        _, kind, subject, key, epoch, nb, na, digest, serial, ident, sig = v
+        _, kind, subject, key, epoch, nb, na, digest, sb, ident, sig = v
+        if not isinstance(sb, bytes) or len(sb) != SERIAL_BYTES:
+            raise ValidationError("malformed permit serial")
+        serial = int.from_bytes(sb, "big")
         ok = (
             kind in (PUBLISH, SUBSCRIBE) and isinstance(subject, str) and bool(subject)
             and isinstance(key, bytes) and len(key) == 32
-            and _nat(epoch) and _nat(serial)
+            and _nat(epoch)
             and isinstance(nb, float) and isinstance(na, float) and nb <= na
             and isinstance(digest, bytes) and isinstance(ident, bytes) and len(ident) == 16
             and isinstance(sig, bytes)
@@ -168,6 +173,13 @@ class AuthorityPermit:
     def verify(self, authority: VerifyKey) -> None:
         """InvalidToken unless the authority signed exactly these fields."""
         authority.verify(self.signature, self.signed_bytes())
+
+
+def _serial_bytes(serial: int) -> bytes:
+    """An X.509 serial (at most 20 octets, RFC 5280 §4.1.2.2) as fixed-width bytes."""
+    if isinstance(serial, bool) or not isinstance(serial, int) or not 0 <= serial < 2**160:
+        raise ValidationError("a certificate serial is a non-negative integer below 2**160")
+    return serial.to_bytes(SERIAL_BYTES, "big")
 
 
 def _nat(v: Any) -> bool:
