@@ -167,7 +167,7 @@ class _Reader:
 
     def name(self, k: str, default: Any = ...) -> str:
         v = self.get(k, str, default)
-        if v is not None and (not v or not all(ch.isalnum() or ch in "-_." for ch in v)):
+        if not isinstance(v, str) or not v or not all(ch.isalnum() or ch in "-_." for ch in v):
             raise self.fail(k, f"{v!r} is not a valid name (letters, digits, - _ .)")
         return v
 
