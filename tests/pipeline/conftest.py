@@ -1,0 +1,36 @@
+"""Pipeline fixtures: tiny workloads, and ONE loopback Spark standalone cluster per test run
+(started only if a slow test asks for it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pubguard.pipeline.cluster import ClusterInfo, cluster_down, cluster_up
+from pubguard.sim.workloads import Workload
+from tests.pipeline.helpers import make_workload, run
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
+    """A master and a worker on 127.0.0.1, shared by every test that needs one."""
+    state: Path = tmp_path_factory.mktemp("spark-cluster")
+    info = cluster_up(state, cores=1, memory="1g")
+    try:
+        yield info
+    finally:
+        cluster_down(state)
+
+
+@pytest.fixture(scope="session")
+def psguard_run(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Workload, dict[str, Any]]:
+    """One end-to-end randomized run on a small psguard workload, shared by several tests."""
+    root = tmp_path_factory.mktemp("pipeline")
+    d, wl = make_workload(root, "psguard")
+    out = root / "out-psguard-randomized"
+    return out, wl, run(spark, d, out, "randomized")

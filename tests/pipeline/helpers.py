@@ -1,0 +1,53 @@
+"""Helpers shared by the pipeline tests (tiny workloads, the reference pairs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pubguard.matching.reference import ReferenceMatcher
+from pubguard.pipeline.opener import read_opened
+from pubguard.pipeline.run import run_pipeline
+from pubguard.sim.workloads import Workload, generate, load_workload
+
+NOW = 1_700_000_000_000
+MASTER = b"M" * 32
+SHAPES: dict[str, dict[str, int]] = {
+    "psguard": {"subscribers": 4, "events": 40, "topics_per_subscriber": 10},
+    "vcaps": {"filters": 80, "subscribers": 5, "events": 40},
+    "eventguard": {
+        "subscribers": 10,
+        "events": 30,
+        "topics": 12,
+        "publishers": 3,
+        "topics_per_publisher": 4,
+        "topics_per_subscriber": 2,
+    },
+}
+
+
+def make_workload(root: Path, shape: str) -> tuple[Path, Workload]:
+    d = root / f"wl-{shape}"
+    if not d.exists():
+        generate(shape, d, seed=11, **SHAPES[shape])
+    return d, load_workload(d)
+
+
+def expected_pairs(wl: Workload) -> set[tuple[str, str]]:
+    ref = ReferenceMatcher(wl.filters)
+    out = set()
+    for e in wl.events:
+        fs = ref.match(e)
+        out |= {(s.subscriber, str(e.id)) for s in wl.subscriptions if s.filter.id in fs}
+    return out
+
+
+def opened_pairs(out: Path) -> set[tuple[str, str]]:
+    pdf = read_opened(out / "opened")
+    pairs = list(zip(pdf.subscriber, pdf.event_id, strict=True))
+    assert len(pairs) == len(set(pairs)), "a subscriber got an event twice"
+    return set(pairs)
+
+
+def run(spark: Any, wl_dir: Path, out: Path, mode: str) -> dict[str, Any]:
+    return run_pipeline(spark, wl_dir, out, mode=mode, master_secret=MASTER, now_ms=NOW, seed=5)
