@@ -548,7 +548,7 @@ class PSGuardClient:
         self._sk = signing_key
         self._signer: Any = signing_key if sign_records else _NullSigner()
         self.publisher_keys = dict(publisher_keys or {})
-        self._held: dict[str, _Held] = {}  # str(filter) -> live authorisation
+        self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
         self._pub: tuple[int, Publisher] | None = None
 
     def __repr__(self) -> str:
@@ -562,8 +562,15 @@ class PSGuardClient:
     def authorise(self, f: Filter, *, now: float) -> ProtectedFilterRows:
         f = f if f.id else f.with_id(filter_id(f))
         rows, keys = self.service.authorise(self.name, f, epoch=self.service.epoch_at(now))
-        self._held[str(f)] = _Held(f, keys)
+        self._hold(f, keys)
         return rows
+
+    def _hold(self, f: Filter, keys: FilterKeys) -> None:
+        """Keep ``f``'s keys of this epoch and of the one before (events still in flight at an
+        epoch change open with the old keys; older ones are dropped)."""
+        self._held[(str(f), keys.epoch)] = _Held(f, keys)
+        for k in [k for k in self._held if k[0] == str(f) and k[1] < keys.epoch - 1]:
+            del self._held[k]
 
     def protect_filter(
         self, f: Filter, *, now: float, rng: Random | None = None
@@ -579,21 +586,25 @@ class PSGuardClient:
         self, f: Filter, *, now: float, rng: Random | None = None
     ) -> dict[str, Any]:
         """Forget ``f``'s keys: it is not renewed at the next epoch."""
-        self._held.pop(str(f), None)
+        for k in [k for k in self._held if k[0] == str(f)]:
+            del self._held[k]
         return {}
 
     def renew(self, *, now: float) -> list[Filter]:
         """Fetch the current epoch's keys for every held filter; returns the filters the KDC
         refused (they are dropped)."""
         epoch = self.service.epoch_at(now)
+        latest: dict[str, _Held] = {}
+        for (fk, _), h in self._held.items():
+            if fk not in latest or h.keys.epoch > latest[fk].keys.epoch:
+                latest[fk] = h
         lost = []
-        for k, h in list(self._held.items()):
-            if h.keys.epoch != epoch:
+        for h in latest.values():
+            if h.keys.epoch < epoch:
                 try:
-                    self._held[k] = _Held(h.filter, self.service.authorise(
-                        self.name, h.filter, epoch=epoch)[1])  # fmt: skip
+                    self._hold(h.filter, self.service.authorise(self.name, h.filter,
+                                                                epoch=epoch)[1])  # fmt: skip
                 except DropError:
-                    del self._held[k]
                     lost.append(h.filter)
         return lost
 
@@ -603,9 +614,9 @@ class PSGuardClient:
         vk = self.publisher_keys.get(rec.publisher)
         if vk is not None and not verify_record(rec, {rec.publisher: vk}):
             raise InvalidToken()
-        if any(h.keys.epoch < rec.epoch for h in self._held.values()):
-            if rec.epoch <= self.service.epoch_at(now):
-                self.renew(now=now)
+        newest = max((k[1] for k in self._held), default=rec.epoch)
+        if newest < rec.epoch <= self.service.epoch_at(now):
+            self.renew(now=now)  # a new epoch began: fetch its keys (refused if withdrawn)
         for h in list(self._held.values()):
             if h.keys.epoch != rec.epoch:
                 continue

@@ -231,6 +231,7 @@ class KeyBundle:
     ``state_dir``: where Narada's CA lives (created on first use). ``master``: the secret the
     PSGuard KDC / default authority and EventGuard's MS derive from (random if omitted).
     ``subscribers`` / ``publishers``: the PSGuard / default policy (None: allow all).
+    ``epoch_length`` / ``origin``: key epochs of the KDC, the authority and the MS.
     ``identities``: names that get a publisher signing key up front (psguard brokers must know
     every publisher's key; more can be added with :meth:`signing_key` before
     :meth:`broker_keys` is taken)."""
@@ -246,6 +247,7 @@ class KeyBundle:
         publishers: Mapping[str, Iterable[str]] | None = None,
         identities: Iterable[str] = (),
         epoch_length: float = 30 * _DAY,
+        origin: float = 0.0,
         max_delay: float = DEFAULT_MAX_DELAY,
         rng: _random.Random | None = None,
     ) -> None:
@@ -256,10 +258,11 @@ class KeyBundle:
         self.schema = Schema(types)
         self.max_delay = max_delay
         self.authority = DefaultAuthority(m, self.schema, subscribers=subscribers,
-                                          publishers=publishers, epoch_length=epoch_length)  # fmt: skip
+                                          publishers=publishers, epoch_length=epoch_length,
+                                          origin=origin)  # fmt: skip
         self.psguard: PSGuardKeyService = self.authority.keys  # one KDC for both profiles
         self.ms = MetaService(SecretBytes(hkdf(m, info=b"pubguard/bundle/ms")),
-                              epoch_length=epoch_length)  # fmt: skip
+                              epoch_length=epoch_length, origin=origin)  # fmt: skip
         self._keys: dict[str, SigningKey] = {}
         self._narada: _NaradaPki | None = None
         for n in identities:

@@ -1,0 +1,81 @@
+"""``python -m tests.security.secure_broker --config broker.toml --keys keys.json --profiles
+default [--capture]``: one broker process serving the secure profiles, with a frame capture.
+
+The net layer has no hook yet for either (issue 5 report): ``net/server.py``'s
+``schemes_for(profile)`` knows only ``plain``, and nothing records what a broker reads and
+writes after TLS decryption. This entry point, used by the security tests only, installs both
+before it runs the ordinary broker (``pubguard.net.broker_main``):
+
+- the broker's schemes come from :func:`pubguard.schemes.registry.build_registry` over the
+  public :class:`~pubguard.schemes.registry.BrokerKeys` in ``--keys`` (replay state in the
+  broker's state directory, so it survives a ``kill -9``);
+- with ``--capture``, every frame the broker decodes is appended, re-encoded, to
+  ``<state_dir>/capture.in`` and every frame it encodes to ``<state_dir>/capture.out``: what a
+  curious broker sees of the network, readable back with ``FrameDecoder``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pubguard.net.links as links_mod
+import pubguard.net.server as server_mod
+from pubguard.net.broker_main import serve
+from pubguard.net.config import load_broker_config
+from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.schemes.registry import BrokerKeys, build_registry
+
+
+def install_profiles(keys: BrokerKeys, profiles: list[str], state_dir: Path) -> None:
+    def schemes_for(profile: str) -> Any:
+        return build_registry(["plain", *profiles], keys, now=time.time(), state_dir=state_dir)
+
+    server_mod.schemes_for = schemes_for  # type: ignore[assignment]
+
+
+def install_capture(state_dir: Path) -> None:
+    fin = (state_dir / "capture.in").open("ab", buffering=0)
+    fout = (state_dir / "capture.out").open("ab", buffering=0)
+
+    class TeeDecoder(FrameDecoder):
+        def feed(self, data: bytes) -> list[dict[str, Any]]:
+            frames = super().feed(data)
+            if frames:
+                fin.write(b"".join(encode_frame(f) for f in frames))
+            return frames
+
+    def tee_encode(msg: dict[str, Any]) -> bytes:
+        b = encode_frame(msg)
+        fout.write(b)
+        return b
+
+    server_mod.FrameDecoder = TeeDecoder  # type: ignore[misc]
+    server_mod.encode_frame = tee_encode
+    links_mod.encode_frame = tee_encode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="secure-broker")
+    ap.add_argument("--config", required=True, type=Path)
+    ap.add_argument("--keys", required=True, type=Path)
+    ap.add_argument("--profiles", default="default")
+    ap.add_argument("--capture", action="store_true")
+    ap.add_argument("-v", "--verbose", action="count", default=0)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    config = load_broker_config(args.config)
+    install_profiles(BrokerKeys.load(args.keys), args.profiles.split(","), config.state_dir)
+    if args.capture:
+        install_capture(config.state_dir)
+    serve(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
