@@ -63,9 +63,12 @@ __all__ = [
     "NONCE_BYTES",
     "TOKEN_BYTES",
     "AttrKind",
+    "NodeGrant",
     "attr_kind",
     "category_path",
+    "constraint_nodes",
     "constraint_tokens",
+    "event_attr_nodes",
     "event_attr_tokens",
     "match_randomized",
     "numeric_intervals",
@@ -134,34 +137,41 @@ def _t(raw: bytes) -> bytes:
     return raw[:TOKEN_BYTES]
 
 
-def _eq(tk: TopicKeys, attr: str, v: object) -> bytes:
-    return _t(tk.node_token("category", attr, (EQ_NODE, typed_value(v))))
+@dataclass(frozen=True, slots=True)
+class NodeGrant:
+    """One node of an authorisation: which tree, which node (for keys and tokens)."""
+
+    kind: str  # numeric | category | prefix | suffix
+    attr: str
+    node: str | tuple[str, ...]
 
 
-def _exists(tk: TopicKeys, attr: str) -> bytes:
-    return _t(tk.node_token("category", attr, (EXISTS_NODE,)))
-
-
-def event_attr_tokens(tk: TopicKeys, spec: AttributeSpec, value: object) -> list[bytes]:
-    """Tokens of one routable non-topic attribute value of an event (scope ``tk``)."""
+def event_attr_nodes(spec: AttributeSpec, value: object) -> list[NodeGrant]:
+    """The tree nodes one routable non-topic attribute value of an event sits under (its
+    tokens are these nodes' tokens; the plaintext baseline joins on the nodes themselves)."""
     kind = attr_kind(spec)
     a = spec.name
     if kind == "numeric":
         leaf = ktid(_int_in_range(spec, value), spec.range_size, spec.least_count)  # type: ignore[arg-type]
-        return [_t(tk.node_token("numeric", a, leaf[:i])) for i in range(len(leaf) + 1)]
-    out = [_eq(tk, a, value)]
+        return [NodeGrant("numeric", a, leaf[:i]) for i in range(len(leaf) + 1)]
+    out = [NodeGrant("category", a, (EQ_NODE, typed_value(value)))]
     if kind == "category":
         p = category_path(value)
-        out += [_t(tk.node_token("category", a, p[:i])) for i in range(len(p) + 1)]
+        out += [NodeGrant("category", a, p[:i]) for i in range(len(p) + 1)]
     elif kind == "prefix":
         s = str(value)
-        out += [_t(tk.node_token("prefix", a, s[:i])) for i in range(len(s) + 1)]
+        out += [NodeGrant("prefix", a, s[:i]) for i in range(len(s) + 1)]
     elif kind == "suffix":
         s = str(value)
-        out += [_t(tk.node_token("suffix", a, s[i:])) for i in range(len(s) + 1)]
+        out += [NodeGrant("suffix", a, s[i:]) for i in range(len(s) + 1)]
     else:
-        out.append(_exists(tk, a))
+        out.append(NodeGrant("category", a, (EXISTS_NODE,)))
     return out
+
+
+def event_attr_tokens(tk: TopicKeys, spec: AttributeSpec, value: object) -> list[bytes]:
+    """Tokens of one routable non-topic attribute value of an event (scope ``tk``)."""
+    return constraint_tokens(tk, event_attr_nodes(spec, value))
 
 
 def _int_in_range(spec: AttributeSpec, value: object) -> int:
@@ -216,15 +226,6 @@ def numeric_intervals(cs: Iterable[Constraint], range_size: int) -> list[tuple[i
     if start <= hi:
         out.append((start, hi))
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class NodeGrant:
-    """One node of an authorisation: which tree, which node (for keys and tokens)."""
-
-    kind: str  # numeric | category | prefix | suffix
-    attr: str
-    node: str | tuple[str, ...]
 
 
 def constraint_nodes(
