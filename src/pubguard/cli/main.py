@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.net_cmds",  # broker, cluster, publish, subscribe, status, bench network
     "pubguard.cli.pipeline_cmds",  # pipeline ..., spark-cluster, bench pipeline
     "pubguard.cli.demo_cmd",  # demo
+    "pubguard.cli.security_cmds",  # experiments flood
 )
 
 
