@@ -47,6 +47,7 @@ from pubguard.broker.messages import (
     Error,
     Publish,
     Subscribe,
+    Unadvertise,
     Unsubscribe,
     decode_message,
 )
@@ -62,7 +63,7 @@ from pubguard.model.filters import Filter
 from pubguard.net import protocol
 from pubguard.net.framing import FrameDecoder, encode_frame
 from pubguard.net.subscription import Delivery, Handler, Subscription
-from pubguard.schemes.base import ClientScheme
+from pubguard.schemes.base import ClientScheme, withdrawal_meta
 from pubguard.schemes.plain import PlainScheme
 
 __all__ = [
@@ -211,6 +212,19 @@ class Client:
         await self._send(msg)
         return pe.event_id
 
+    async def publish_batch(self, events: list[Event], *, profile: str | None = None) -> list[str]:
+        """Publish several events; a profile with ``protect_events`` signs one Merkle root over
+        the batch (amortised signing, issue 5), others protect each event alone."""
+        batch = getattr(self.scheme, "protect_events", None)
+        if batch is None or len(events) < 2:
+            return [await self.publish(e, profile=profile) for e in events]
+        prof = profile or self.scheme.profile
+        ids = []
+        for pe in batch(events, now=time.time()):
+            await self._send(Publish(pe.event_id, prof, pe.routing, pe.body, pe.meta).to_wire())
+            ids.append(pe.event_id)
+        return ids
+
     async def subscribe(
         self,
         filter: str | Filter,
@@ -225,15 +239,22 @@ class Client:
         if sid in self._subs:
             raise StateError(f"subscription {sid!r} already exists on this client")
         sub = Subscription(self, sid, f, handler, max_pending)
+        try:
+            msg = self._subscribe_msg(sub)  # may be refused by the key service (DropError)
+        except BaseException:
+            sub._close()
+            raise
         self._subs[sid] = sub
-        await self._send(self._subscribe_msg(sub))
+        await self._send(msg)
         return sub
 
     async def unsubscribe(self, sub: Subscription) -> None:
         if self._subs.pop(sub.id, None) is None:
             return
         sub._close()
-        await self._send(Unsubscribe(sub.id, self.scheme.profile).to_wire())
+        # the scheme's withdrawal proof (EventGuard usb permit, §4.5; signed withdrawals)
+        meta = withdrawal_meta(self.scheme, "unsubscribe_meta", sub.filter, now=time.time())
+        await self._send(Unsubscribe(sub.id, self.scheme.profile, meta).to_wire())
 
     async def advertise(self, filter: str | Filter, *, adv_id: str | None = None) -> str:
         f = Filter.parse(filter) if isinstance(filter, str) else filter
@@ -241,6 +262,14 @@ class Client:
         self._adverts[aid] = f
         await self._send(self._advertise_msg(aid, f))
         return aid
+
+    async def unadvertise(self, adv_id: str) -> None:
+        """Withdraw an advertisement (with the scheme's ``unadvertise_meta``, §4.6)."""
+        f = self._adverts.pop(adv_id, None)
+        if f is None:
+            return
+        meta = withdrawal_meta(self.scheme, "unadvertise_meta", f, now=time.time())
+        await self._send(Unadvertise(adv_id, self.scheme.profile, meta).to_wire())
 
     async def flush(self, timeout: float | None = 10.0) -> None:
         """Wait until the broker has acknowledged everything sent so far."""

@@ -14,12 +14,21 @@ in-process :class:`~.server.BrokerServer` on the caller's event loop. ``cluster.
 the processes so ``pubguard cluster down`` / ``status`` from another shell find them.
 Children find their parent through its ``port`` file; a port chosen on first start is kept
 across restarts, so ``kill -9`` + :meth:`LocalCluster.restart` brings a broker back in place.
+
+Security profiles: when some broker serves a profile other than plain, the cluster holds the
+deployment's key services (a :class:`~pubguard.schemes.registry.KeyBundle`, in memory: the
+KDC / authority, EventGuard's MS, Narada's CA and KMC) and writes the public material brokers
+need (:class:`~pubguard.schemes.registry.BrokerKeys`) to ``<state>/pki/broker-keys.json``
+beside the TLS CA; every broker's ``keys`` points there. :meth:`LocalCluster.connect` with
+``profile=`` gives the client its keys from the bundle (the in-process stand-in for the key
+services' network endpoints).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -40,12 +49,15 @@ from pubguard.net.config import (
 )
 from pubguard.net.pki import DEFAULT_CLIENTS, ClusterPki
 from pubguard.net.server import BrokerServer, read_port
+from pubguard.schemes.registry import KeyBundle
 
 __all__ = ["LocalCluster", "cluster_status", "run_local_cluster", "stop_cluster"]
 
 START_TIMEOUT: Final = 30.0
 STOP_TIMEOUT: Final = 5.0
 CLUSTER_FILE: Final = "cluster.json"
+KEYS_FILE: Final = "broker-keys.json"  # in <state>/pki, beside the CA
+RECORD_FILE: Final = "seen.msgpack"  # a recording broker's log, in <state>/<name>
 
 
 def _toml_str(p: Path | str) -> str:
@@ -55,10 +67,12 @@ def _toml_str(p: Path | str) -> str:
 class LocalCluster:
     """Start, inspect, kill and restart the brokers of one :class:`ClusterConfig`."""
 
-    def __init__(self, config: ClusterConfig, *, in_process: bool = False) -> None:
+    def __init__(self, config: ClusterConfig, *, in_process: bool = False,
+                 bundle: KeyBundle | None = None) -> None:  # fmt: skip
         self.config = config
         self.state_dir = config.state_dir.resolve()
         self.in_process = in_process
+        self._bundle = bundle
         self.pki = ClusterPki(self.state_dir / "pki")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.servers: dict[str, BrokerServer] = {}
@@ -73,11 +87,38 @@ class LocalCluster:
     def config_path(self, name: str) -> Path:
         return self.broker_dir(name) / "broker.toml"
 
+    @property
+    def keys_path(self) -> Path:
+        return self.state_dir / "pki" / KEYS_FILE
+
+    def record_path(self, name: str) -> Path:
+        return self.broker_dir(name) / RECORD_FILE
+
+    @property
+    def secure(self) -> bool:
+        """Whether some broker serves a profile other than plain."""
+        return any(p != "plain" for p in self.config.served)
+
+    @property
+    def bundle(self) -> KeyBundle:
+        """The deployment's key services (created on first use; trusted, in memory)."""
+        if self._bundle is None:
+            self._bundle = KeyBundle(self.state_dir / "pki" / "keys", now=time.time(),
+                                     identities=self.config.publishers)  # fmt: skip
+        return self._bundle
+
+    def write_keys(self) -> Path:
+        """Write the public material brokers need (public keys, certificates, CRL)."""
+        self.bundle.broker_keys(narada="narada" in self.config.served).save(self.keys_path)
+        return self.keys_path
+
     def write_configs(self) -> None:
         """Issue certificates (first use) and write every broker's TOML file."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for name in DEFAULT_CLIENTS:
             self.pki.identity(name, Role.CLIENT)
+        if self.secure:
+            self.write_keys()
         for name in self.config.brokers:
             ident = self.pki.identity(name, Role.BROKER)
             lines = [
@@ -86,8 +127,13 @@ class LocalCluster:
                 "port = 0",
                 f"state_dir = {_toml_str(self.broker_dir(name))}",
             ]
-            for k, v in self.config.defaults.items():
+            settings = self.config.settings(name)
+            if settings.pop("record", False):
+                lines.append(f"record = {_toml_str(self.record_path(name))}")
+            for k, v in settings.items():
                 lines.append(f"{k} = {json.dumps(v)}")
+            if self.secure:
+                lines.append(f"keys = {_toml_str(self.keys_path)}")
             children = self.config.children_of(name)
             lines.append(f"children = {json.dumps(list(children))}")
             lines += [
@@ -202,8 +248,13 @@ class LocalCluster:
     def url(self, name: str) -> str:
         return f"tls://{self.config.host}:{self.ports[name]}"
 
-    async def connect(self, broker: str, identity: str, **kw: Any) -> Client:
-        """A client of ``broker`` with identity ``identity`` (certificate issued on demand)."""
+    async def connect(self, broker: str, identity: str, *, profile: str | None = None,
+                      topics: tuple[str, ...] = (), **kw: Any) -> Client:  # fmt: skip
+        """A client of ``broker`` with identity ``identity`` (certificate issued on demand).
+        ``profile``: speak that security profile, with keys from :attr:`bundle` (``topics``:
+        the narada topics it needs a KMC token and key for)."""
+        if profile is not None and profile != "plain" and "scheme" not in kw:
+            kw["scheme"] = self.bundle.client(profile, identity, topics=topics, now=time.time())
         return await connect(
             self.url(broker), identity=identity, ssl=self.pki.client_context(identity), **kw
         )
@@ -269,15 +320,15 @@ async def run_local_cluster(
     state_dir: Path | str,
     *,
     in_process: bool = False,
+    bundle: KeyBundle | None = None,
 ) -> AsyncIterator[LocalCluster]:
     """Start a cluster (``topology``: config, TOML path, or None for the 7-broker default),
     yield it, and tear every broker down on exit, whatever happens."""
     if isinstance(topology, ClusterConfig):
-        cfg = topology
-        cfg = type(cfg)(Path(state_dir), cfg.edges, cfg.brokers, cfg.host, cfg.defaults)
+        cfg = dataclasses.replace(topology, state_dir=Path(state_dir))
     else:
         cfg = load_cluster_config(topology, state_dir=Path(state_dir))
-    cluster = LocalCluster(cfg, in_process=in_process)
+    cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle)
     try:
         await cluster.start()
         yield cluster

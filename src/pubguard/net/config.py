@@ -9,7 +9,11 @@ One broker (``broker.toml``)::
     host = "127.0.0.1"
     port = 0                    # 0: ephemeral on first start, then sticky across restarts
     state_dir = "state/b1"      # SQLite state, port file, log
-    profile = "plain"
+    profiles = ["default", "psguard"]   # the security profiles served (or profile = "plain")
+    keys = "state/pki/broker-keys.json" # public key material (BrokerKeys JSON, no secrets);
+                                # required for any profile but plain
+    domain = "hospital"         # administrative domain (shown in status)
+    record = "state/b1/seen.msgpack"    # optional: log every message seen (a curious broker)
     durable = true              # persist tables, outboxes and per-link state (issue 4, item 4)
     max_queue = 10000           # frames per outgoing link before back-pressure / slow consumer
     heartbeat_interval = 2.0
@@ -33,8 +37,16 @@ A cluster (``cluster.toml``)::
     kind = "tree"               # or "edges" with edges = [["b0", "b1"], ...] (parent, child)
     arity = 2
     depth = 2
+    publishers = ["cli"]        # psguard publishers whose keys brokers must know up front
     [broker]                    # defaults applied to every broker
     durable = true
+    profiles = ["plain"]
+    [brokers.b1]                # per-broker overrides (any [broker] key, plus domain and
+    domain = "cloud"            # record = true: log what it sees to <state>/b1/seen.msgpack)
+    record = true
+
+When any broker serves a profile other than plain, the cluster writes the public key material
+to ``<state>/pki/broker-keys.json`` (beside the CA) and points every broker's ``keys`` at it.
 """
 
 from __future__ import annotations
@@ -46,9 +58,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from pubguard.errors import ConfigError
+from pubguard.schemes.registry import PROFILES
 
 __all__ = [
     "DEFAULT_CLUSTER",
+    "PROFILES",
     "BrokerConfig",
     "ClusterConfig",
     "ParentLink",
@@ -60,7 +74,6 @@ __all__ = [
     "tree_edges",
 ]
 
-PROFILES: Final = ("plain",)  # more arrive with the security profiles (issue 5)
 MAX_BROKERS: Final = 64
 
 
@@ -94,6 +107,15 @@ class BrokerConfig:
     tls: TlsFiles | None = None
     parent: ParentLink | None = None
     children: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()  # every profile served; () means (profile,)
+    keys: Path | None = None  # BrokerKeys JSON (public material only)
+    domain: str | None = None
+    record: Path | None = None  # append every message seen here (msgpack stream)
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The profiles this broker serves."""
+        return self.profiles or (self.profile,)
 
     def with_(self, **kw: Any) -> BrokerConfig:
         return replace(self, **kw)
@@ -106,6 +128,21 @@ class ClusterConfig:
     brokers: tuple[str, ...]
     host: str = "127.0.0.1"
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # [brokers.<n>]
+    publishers: tuple[str, ...] = ("cli",)
+
+    def settings(self, name: str) -> dict[str, Any]:
+        """``[broker]`` defaults with ``[brokers.<name>]`` applied."""
+        return {**self.defaults, **self.overrides.get(name, {})}
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """Every profile some broker of the cluster serves."""
+        out: list[str] = []
+        for n in self.brokers:
+            s = self.settings(n)
+            out += s.get("profiles") or [s.get("profile", "plain")]
+        return tuple(dict.fromkeys(out))
 
     @property
     def root(self) -> str:
@@ -204,6 +241,21 @@ def parse_broker_config(
     profile = r.get("profile", str, "plain")
     if profile not in PROFILES:
         raise r.fail("profile", f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+    profiles = r.get("profiles", list, [])
+    for i, p in enumerate(profiles):
+        if p not in PROFILES:
+            raise r.fail(f"profiles[{i}]", f"unknown profile {p!r} (known: {', '.join(PROFILES)})")
+    if "profile" in data and profiles and profile not in profiles:
+        raise r.fail("profile", f"{profile!r} is not among profiles = {profiles}")
+    served = tuple(dict.fromkeys(profiles)) or (profile,)
+    keys = r.get("keys", str, None)
+    if keys is None and any(p != "plain" for p in served):
+        secure = next(p for p in served if p != "plain")
+        raise r.fail("keys", f"is required to serve profile {secure!r} (the broker keys JSON)")
+    domain = r.get("domain", str, None)
+    if domain is not None:
+        r.name("domain")
+    record = r.get("record", str, None)
     use_tls = r.get("tls_enabled", bool, True)
     tls: TlsFiles | None = None
     t = r.table("tls")
@@ -246,7 +298,7 @@ def parse_broker_config(
         state_dir=state_dir,
         host=r.get("host", str, "127.0.0.1"),
         port=r.port("port", 0),
-        profile=profile,
+        profile=profile if "profile" in data or not profiles else served[0],
         durable=r.get("durable", bool, True),
         max_queue=r.positive("max_queue", int, 10_000),
         heartbeat_interval=float(hb),
@@ -254,6 +306,10 @@ def parse_broker_config(
         tls=tls,
         parent=parent,
         children=tuple(children),
+        profiles=served if profiles else (),
+        keys=_path(base, keys) if keys else None,
+        domain=domain,
+        record=_path(base, record) if record else None,
     )
     r.done()
     return cfg
@@ -311,24 +367,48 @@ def parse_cluster_config(
     else:
         raise t.fail("kind", f"must be 'tree' or 'edges', got {kind!r}")
     t.done()
-    d = r.table("broker")
-    defaults: dict[str, Any] = {}
-    if d is not None:
-        defaults = dict(d.data)
-        # validate the defaults by parsing a throw-away broker config with them
-        probe = {"name": "probe", "tls_enabled": False, **defaults}
-        for k in ("name", "parent", "children", "tls", "port", "state_dir"):
-            if k in defaults:
-                raise d.fail(k, "is set per broker by the cluster, not in [broker]")
-        try:
-            parse_broker_config(probe, path=path, base=base)
-        except ConfigError as exc:
-            key = f"broker.{exc.key}" if exc.key else "broker"
-            raise ConfigError(
-                str(exc).replace(f"{exc.key}:", f"{key}:"), path=path, key=key
-            ) from None
+    defaults = _broker_defaults(r.table("broker"), "broker", path, base)
+    overrides: dict[str, dict[str, Any]] = {}
+    bt = r.table("brokers")
+    if bt is not None:
+        for name in list(bt.data):
+            if name not in brokers:
+                raise bt.fail(name, f"no broker {name!r} in the topology")
+            overrides[name] = _broker_defaults(bt.table(name), f"brokers.{name}", path, base,
+                                               per_broker=True)  # fmt: skip
+        bt.done()
+    pubs = r.get("publishers", list, ["cli"])
+    for i, n in enumerate(pubs):
+        if not isinstance(n, str) or not n:
+            raise r.fail(f"publishers[{i}]", "must be an identity name")
     r.done()
-    return ClusterConfig(state_dir, tuple(edges), tuple(brokers), host, defaults)
+    return ClusterConfig(state_dir, tuple(edges), tuple(brokers), host, defaults, overrides,
+                         tuple(pubs))  # fmt: skip
+
+
+def _broker_defaults(d: _Reader | None, prefix: str, path: str | None, base: Path,
+                     *, per_broker: bool = False) -> dict[str, Any]:  # fmt: skip
+    """A ``[broker]`` / ``[brokers.<name>]`` table, validated through a throw-away broker
+    config. ``record`` is a boolean here (the cluster chooses the file)."""
+    if d is None:
+        return {}
+    out = dict(d.data)
+    for k in ("name", "parent", "children", "tls", "port", "state_dir", "keys"):
+        if k in out:
+            raise d.fail(k, "is set per broker by the cluster, not in the cluster config")
+    if "record" in out:
+        if not isinstance(out["record"], bool):
+            raise d.fail("record", "must be true or false")
+        if not per_broker:
+            raise d.fail("record", "is set per broker, in [brokers.<name>]")
+    probe = {"name": "probe", "tls_enabled": False, "keys": "probe.json",
+             **{k: v for k, v in out.items() if k != "record"}}  # fmt: skip
+    try:
+        parse_broker_config(probe, path=path, base=base)
+    except ConfigError as exc:
+        key = f"{prefix}.{exc.key}" if exc.key else prefix
+        raise ConfigError(str(exc).replace(f"{exc.key}:", f"{key}:"), path=path, key=key) from None
+    return out
 
 
 def _check_tree(edges: list[tuple[str, str]], r: _Reader) -> list[str]:

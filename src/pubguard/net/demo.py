@@ -1,6 +1,7 @@
-"""The network scenario behind ``make demo`` (issue 4, item 6): a stock-quote market.
+"""Network scenarios: the secure hospital behind ``make demo`` and the stock-quote market.
 
-:func:`network_demo` starts the embedded 7-broker tree (real processes with mutual TLS, or
+:func:`hospital_demo` (issue 5, item 5; in :mod:`pubguard.net.hospital`) is the secure
+multi-domain scenario. :func:`network_demo` (issue 4, item 6) starts the embedded 7-broker tree (real processes with mutual TLS, or
 in-process brokers), attaches traders (subscribers with quote filters) at the leaves and two
 exchanges (publishers) at the root and at a leaf, publishes a seeded stream of quotes, waits
 until the network is quiescent, and reports who received what, checked against the reference
@@ -20,8 +21,9 @@ from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model import Event, Filter
 from pubguard.net.client import Client, Subscription
 from pubguard.net.cluster import run_local_cluster
+from pubguard.net.hospital import hospital_demo
 
-__all__ = ["TRADERS", "NetworkDemoResult", "network_demo"]
+__all__ = ["TRADERS", "NetworkDemoResult", "hospital_demo", "network_demo"]
 
 SYMBOLS: Final = ("IBM", "HPQ", "ORCL", "SUNW", "DELL", "MSFT")
 TRADERS: Final = (  # (name, broker, filter)

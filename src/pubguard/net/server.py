@@ -34,8 +34,11 @@ import secrets
 import ssl as _ssl
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
+
+import msgpack
 
 from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
 from pubguard.broker.core import Broker
@@ -47,6 +50,7 @@ from pubguard.net.framing import FrameDecoder, encode_frame
 from pubguard.net.links import BROKER_WINDOW, Link
 from pubguard.schemes.base import LinkKind, SchemeRegistry
 from pubguard.schemes.plain import PlainScheme
+from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
 from pubguard.store.broker_state import BrokerStore, LinkRow
 
 __all__ = ["HANDSHAKE_TIMEOUT", "BrokerServer", "run_broker", "schemes_for"]
@@ -64,11 +68,30 @@ class _PeerClosed(Exception):
     """The peer ended the link in an orderly way (EOF or ``bye``)."""
 
 
-def schemes_for(profile: str) -> SchemeRegistry:
-    """The broker-side schemes a broker of ``profile`` serves (plain for now; issue 5 adds)."""
-    if profile == "plain":
+def schemes_for(
+    profiles: str | Sequence[str],
+    keys: BrokerKeys | Path | str | None = None,
+    *,
+    now: float | None = None,
+    state_dir: Path | None = None,
+) -> SchemeRegistry:
+    """The broker faces of every profile a broker serves, built from public key material only
+    (``keys``: a :class:`~pubguard.schemes.registry.BrokerKeys` or the path of its JSON; not
+    needed for plain). ``state_dir``: where narada / default keep their replay state
+    (``replay.db``), so a restarted broker reopens no replay window (narada §V-B)."""
+    names = (profiles,) if isinstance(profiles, str) else tuple(profiles)
+    for p in names:
+        if p not in PROFILES:
+            raise ConfigError(f"unknown profile {p!r} (known: {', '.join(PROFILES)})",
+                              key="profile")  # fmt: skip
+    if set(names) <= {"plain"}:
         return SchemeRegistry([PlainScheme()])
-    raise ConfigError(f"unknown profile {profile!r}", key="profile")
+    if keys is None:
+        raise ConfigError("serving a secure profile needs the broker keys (keys = ...)",
+                          key="keys")  # fmt: skip
+    bk = keys if isinstance(keys, BrokerKeys) else BrokerKeys.load(keys)
+    t = time.time() if now is None else now
+    return build_registry(names, bk, now=t, state_dir=state_dir)
 
 
 def _peer_identity(writer: asyncio.StreamWriter) -> tuple[str | None, str | None]:
@@ -105,7 +128,10 @@ class BrokerServer:
         if config.durable:
             config.state_dir.mkdir(parents=True, exist_ok=True)
             self.store = BrokerStore(config.state_dir / "broker.db")
-        self.core = Broker(config.name, schemes_for(config.profile), store=self.store)
+        self.core = Broker(config.name, schemes_for(config.served, config.keys,
+                           state_dir=config.state_dir if config.durable else None),
+                           store=self.store)  # fmt: skip
+        self._record = config.record.open("ab") if config.record is not None else None
         self.links: dict[str, Link] = {}
         self.stats: Counter[str] = Counter()
         self.port = 0
@@ -227,6 +253,9 @@ class BrokerServer:
         if self.store is not None:
             self.store.close()
             self.store = None
+        if self._record is not None:
+            self._record.close()
+            self._record = None
 
     # -- connections -----------------------------------------------------------------------
 
@@ -415,6 +444,8 @@ class BrokerServer:
                         self.stats["duplicate_frames"] += 1
                         continue
                     link.rx_seq = seq
+                    if self._record is not None:
+                        self._record_message(link.link_id, env["m"])
                     self._apply(self.core.handle(env["m"], link.link_id, now))
                 if n:
                     acks.append(link)
@@ -426,6 +457,13 @@ class BrokerServer:
             link.send_control(protocol.ack(link.rx_seq))
         if any(lk.inbox and lk.writer and self._allowed(lk) for lk in self.links.values()):
             self._schedule()
+
+    def _record_message(self, link_id: str, m: Any) -> None:
+        """A curious broker's log: every message exactly as it arrived (``record = ...``)."""
+        assert self._record is not None
+        with contextlib.suppress(TypeError, ValueError, OSError):
+            self._record.write(msgpack.packb([link_id, m], use_bin_type=True))
+            self._record.flush()
 
     def _apply(self, actions: list[Any]) -> None:
         """Queue the core's send actions on their links; log drops."""
@@ -576,6 +614,8 @@ class BrokerServer:
         st["parked"] = sum(lk.depth for lk in self.links.values() if not lk.writer)
         st["congested"] = sorted(self._congested)
         st["transport"] = dict(self.stats)
+        st["profiles"] = list(self.config.served)
+        st["domain"] = self.config.domain
         return st
 
 
