@@ -32,7 +32,7 @@ from pubguard.schemes.registry import BrokerKeys, build_registry
 
 
 def install_profiles(keys: BrokerKeys, profiles: list[str], state_dir: Path) -> None:
-    def schemes_for(profile: str) -> Any:
+    def schemes_for(*_args: Any, **_kw: Any) -> Any:  # whatever the server's signature
         return build_registry(["plain", *profiles], keys, now=time.time(), state_dir=state_dir)
 
     server_mod.schemes_for = schemes_for  # type: ignore[assignment]
