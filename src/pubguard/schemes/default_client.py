@@ -202,6 +202,12 @@ class DefaultClient:
         ts, seq = self._stamp(now)
         return {"ts": ts, "q": seq, "sig": self._sk.sign(withdrawal_digest(op, p, ts, seq))}
 
+    def unadvertise_meta(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> dict[str, Any]:
+        """The signed withdrawal of this client's advertisement (its publish permit's key)."""
+        return self.unsubscribe_meta(f, now=now, rng=rng, op="unadvertise")
+
     def renew(self, *, now: float) -> list[Filter]:
         """The current epoch's keys for every held filter (refused ones are dropped)."""
         return self._ps.renew(now=now)

@@ -590,6 +590,11 @@ class PSGuardClient:
             del self._held[k]
         return {}
 
+    def unadvertise_meta(
+        self, f: Filter, *, now: float, rng: Random | None = None
+    ) -> dict[str, Any]:
+        return {}  # PSGuard has no advertisements
+
     def renew(self, *, now: float) -> list[Filter]:
         """Fetch the current epoch's keys for every held filter; returns the filters the KDC
         refused (they are dropped)."""
