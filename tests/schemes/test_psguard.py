@@ -128,3 +128,38 @@ def test_profile_mismatch_is_named(tmp_path: Path) -> None:
         auth.protect_filter(Filter.parse("px > 3", id="f"))
     with pytest.raises(ValidationError, match="'sym' substring"):
         auth.protect_filter(Filter.parse('sym substring "a"', id="f"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_scheme_protocol_face(mode: str) -> None:
+    from pubguard.schemes.base import BrokerScheme, CheckContext, ClientScheme, LinkInfo, LinkKind
+    from pubguard.schemes.psguard import PSGuardScheme
+
+    t = EventType(
+        "cancerTrail",
+        (
+            AttributeSpec("topic", "str", True, kind="topic"),
+            AttributeSpec("age", "int", True, 128, 1, kind="numeric"),
+            AttributeSpec("patientRecord", "str", False),
+        ),
+    )
+    kdc, schema = KDC(b"k" * 32), Schema([t])
+    pub = PSGuardScheme(schema, kdc=kdc, publisher="p0", signing_key=SK, mode=mode)
+    sub = PSGuardScheme(schema, kdc=kdc, mode=mode)
+    broker = PSGuardScheme(schema, verify_keys=KEYS, mode=mode)
+    assert isinstance(pub, ClientScheme) and isinstance(broker, BrokerScheme)
+    pf = sub.protect_filter(Filter.parse('topic = "cancerTrail" && age > 20', id="f1"), now=0)
+    e = Event({"topic": "cancerTrail", "age": 25, "patientRecord": "rec"}, id="e1", type=t.name)
+    pe = pub.protect_event(e, now=5.0, rng=random.Random(2))
+    m = broker.new_matcher()
+    m.add("f1", broker.decode_filter(pf.filter))
+    assert m.match(broker.decode_event(pe.routing)) == {"f1"}
+
+    class Msg:
+        event_id, routing, body, meta = pe.event_id, pe.routing, pe.body, pe.meta
+
+    ctx = CheckContext(now=5.0, link=LinkInfo("l", LinkKind.CLIENT), broker_id="b")
+    assert broker.broker_check(Msg(), ctx) is None
+    Msg.body = pe.body[:-1] + bytes([pe.body[-1] ^ 1])
+    assert broker.broker_check(Msg(), ctx) is DropReason.FORGED
+    assert sub.open_event(pe.event_id, pe.routing, pe.body, pe.meta, now=5.0) == e
