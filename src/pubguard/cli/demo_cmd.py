@@ -1,164 +1,255 @@
-"""``pubguard demo`` (first version): generate a vcaps workload, match it, summarise.
+"""``pubguard demo`` (what ``make demo`` runs): the secure hospital network, then Spark.
 
-Self-contained real work: a seeded ssbg-like workload (vcaps.txt §6.1) is written to a temporary
-folder, read back strictly, indexed with the counting matcher and matched event by event; the
-result is checked against the reference matcher on a sample and summarised in rich tables.
-Later issues replace this with the secure multi-domain network scenario.
+Part 1 (issue 5, item 5; :mod:`pubguard.net.hospital`): a five-broker cluster in three domains
+(hospital, cloud, university) started from the embedded configuration, serving the ``default``
+and ``psguard`` profiles from public key material. A hospital publishes ``<topic, age,
+patientRecord>`` events (psguard.txt §1); a paediatric unit (ages 0-17), an oncology researcher
+(20-30) and a geriatric ward (65-100) each receive exactly their events in plaintext, while the
+curious cloud broker every event crosses holds tokens, ciphertext and signatures only. The
+demo prints the two views side by side and scans the cloud broker's recorded messages, SQLite
+files and log for every published plaintext string.
+
+Part 2 (issue 6, item 4): a Spark dissemination run (``local[*]`` by default) over a generated
+psguard workload with :func:`pubguard.pipeline.run.run_pipeline`, printing the stage summary
+and a few opened deliveries beside the ciphertext the executors handled.
+
+Every broker process is stopped and the Spark session closed before the command returns.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.columns import Columns
+from rich.panel import Panel
 from rich.table import Table
 
 from pubguard.cli.common import console, print_json
-from pubguard.errors import StateError
-from pubguard.matching import IndexedMatcher, ReferenceMatcher
-from pubguard.sim.workloads import generate, load_workload
+from pubguard.errors import StateError, ValidationError
 
-__all__ = ["DemoResult", "register", "run_demo"]
+__all__ = ["hexcut", "register", "run_spark_part"]
 
-CHECK_SAMPLE = 50  # events cross-checked against the reference matcher
-
-
-@dataclass(frozen=True, slots=True)
-class DemoResult:
-    events: int
-    subscribers: int
-    subscriptions: int
-    filters: int
-    deliveries: int
-    matched_filters: int
-    events_delivered: int
-    generate_s: float
-    build_s: float
-    match_ms_per_event: float
-    checked: int
-    top_subscribers: tuple[tuple[str, int], ...]
-    top_events: tuple[tuple[str, int], ...]
-
-    def to_json(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["top_subscribers"] = [list(x) for x in self.top_subscribers]
-        d["top_events"] = [list(x) for x in self.top_events]
-        return d
+SAMPLE_ROWS = 8  # events shown side by side
+SPARK_SAMPLES = 3  # opened deliveries shown beside their ciphertext
 
 
-def run_demo(
-    workdir: Path, *, seed: int, filters: int, subscribers: int, events: int
-) -> DemoResult:
-    """Generate, load, index, match; every step on real files and the real matchers."""
-    t0 = time.perf_counter()
-    generate("vcaps", workdir, seed=seed, filters=filters, subscribers=subscribers, events=events)
-    w = load_workload(workdir)
-    gen_s = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    index = IndexedMatcher(w.filters.items())
-    build_s = time.perf_counter() - t0
-
-    by_filter: dict[str, list[str]] = {}
-    for s in w.subscriptions:
-        by_filter.setdefault(s.filter.id or "", []).append(s.subscriber)
-    t0 = time.perf_counter()
-    matches = [index.match(e) for e in w.events]
-    match_s = time.perf_counter() - t0
-
-    reference = ReferenceMatcher(w.filters.items())
-    sample = w.events[:CHECK_SAMPLE]
-    for e, got in zip(sample, matches, strict=False):
-        if reference.match(e) != got:  # the demo refuses to report numbers it cannot trust
-            raise StateError(f"indexed and reference matchers disagree on event {e.id}")
-
-    per_sub: Counter[str] = Counter()
-    per_event: Counter[str] = Counter()
-    matched: set[str] = set()
-    for e, fids in zip(w.events, matches, strict=True):
-        subs = {s for fid in fids for s in by_filter.get(str(fid), ())}
-        per_sub.update(subs)
-        per_event[e.id or ""] = len(subs)
-        matched.update(str(f) for f in fids)
-    n = max(1, len(w.events))
-    return DemoResult(
-        events=len(w.events),
-        subscribers=len(w.subscribers),
-        subscriptions=len(w.subscriptions),
-        filters=len(w.filters),
-        deliveries=sum(per_event.values()),
-        matched_filters=len(matched),
-        events_delivered=sum(1 for v in per_event.values() if v),
-        generate_s=round(gen_s, 3),
-        build_s=round(build_s, 3),
-        match_ms_per_event=round(1000 * match_s / n, 4),
-        checked=min(CHECK_SAMPLE, len(w.events)),
-        top_subscribers=tuple(sorted(per_sub.items(), key=_rank)[:5]),
-        top_events=tuple(sorted(per_event.items(), key=_rank)[:3]),
-    )
+def hexcut(b: Any, n: int = 12) -> str:
+    """``b`` as truncated hex (``a1b2c3…(34 B)``)."""
+    if not isinstance(b, bytes | bytearray):
+        return "-"
+    h = bytes(b).hex()
+    return f"{h[: 2 * n]}…({len(b)} B)" if len(b) > n else h
 
 
-def _rank(item: tuple[str, int]) -> tuple[int, int, str]:
-    # most first; ties in natural id order (s2 before s10), independent of set iteration order
-    return (-item[1], len(item[0]), item[0])
+def _secrets(blob: Any) -> str:
+    """A sealed-secrets field as ``name: ciphertext`` (names are the public schema)."""
+    from pubguard.schemes.psguard import decode_secrets
+
+    if not isinstance(blob, bytes):
+        return "-"
+    try:
+        return ", ".join(f"{k}: {hexcut(v, 8)}" for k, v in decode_secrets(blob))
+    except ValidationError:  # not a secrets field: show the bytes
+        return hexcut(blob, 8)
 
 
-def _tables(r: DemoResult, seed: int) -> list[Table]:
-    t = Table(title=f"pubguard demo: vcaps workload (seed {seed}), counting matcher")
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    rows = [
-        ("events", f"{r.events:,}"),
-        ("subscribers", f"{r.subscribers:,}"),
-        ("subscriptions", f"{r.subscriptions:,}"),
-        ("unique filters", f"{r.filters:,}"),
-        ("filters matched by some event", f"{r.matched_filters:,}"),
-        ("deliveries (event, subscriber)", f"{r.deliveries:,}"),
-        ("events delivered to someone", f"{r.events_delivered:,}"),
-        ("generate + load", f"{r.generate_s:.2f} s"),
-        ("index build", f"{r.build_s:.3f} s"),
-        ("match per event", f"{r.match_ms_per_event:.3f} ms"),
-        ("checked against reference matcher", f"{r.checked} events, all equal"),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    top = Table(title="top subscribers")
-    top.add_column("subscriber")
-    top.add_column("events received", justify="right")
-    for s, c in r.top_subscribers:
-        top.add_row(s, f"{c:,}")
-    pop = Table(title="most popular events")
-    pop.add_column("event")
-    pop.add_column("subscribers reached", justify="right")
-    for e, c in r.top_events:
-        pop.add_row(e, f"{c:,}")
-    return [t, top, pop]
+def _tokens(routing: dict[str, Any]) -> str:
+    t = routing.get("t")
+    n = routing.get("n")
+    if isinstance(t, bytes):
+        return f"r={hexcut(n, 6)} F_T(r)={hexcut(t, 8)}"
+    return hexcut(json.dumps(routing, default=str).encode(), 8)
+
+
+# -- part 1: the hospital network ----------------------------------------------------------------
+
+
+def _print_network(r: Any) -> None:
+    from pubguard.net.hospital import CURIOUS, UNITS
+
+    doms = ", ".join(f"{b} ({d})" for b, d in r.domains.items())
+    console.print(Panel(f"brokers: {doms}\nprofile: {r.profile}; the cloud broker records every "
+                        "message it routes", title="secure hospital network"))  # fmt: skip
+    units = Table(title="subscribers: authorised ranges and what they received")
+    for col in ("unit", "broker", "authorised filters", "received", "expected"):
+        units.add_column(col)
+    for unit, broker, filters in UNITS:
+        got, exp = len(r.received.get(unit, [])), len(r.expected.get(unit, []))
+        mark = "[green]✓[/green]" if got == exp else "[red]✗[/red]"
+        units.add_row(unit, f"{broker} ({r.domains[broker]})", "\n".join(filters),
+                      f"{got} {mark}", str(exp))  # fmt: skip
+    console.print(units)
+    for line in r.refused:
+        console.print(f"[yellow]key service[/yellow]: {line}")
+
+    held = {m["event_id"]: m for _, m in r.curious.messages if m.get("op") == "publish"}
+    who = {str(e.id): u for u, evs in r.received.items() for e in evs}
+    side = Table(title=f"the same events: what a subscriber reads | what '{CURIOUS}' holds")
+    for col in ("event", "subscriber (plaintext)", "topic, age, patientRecord",
+                f"{CURIOUS}: routing tokens", "ciphertext (body, secrets)", "signature"):  # fmt: skip
+        side.add_column(col, overflow="fold")
+    shown = [e for e in r.events if str(e.id) in who][:SAMPLE_ROWS]
+    for e in shown:
+        m = held.get(str(e.id), {})
+        meta = m.get("meta", {})
+        side.add_row(
+            str(e.id), who[str(e.id)],
+            f"{e['topic']}, {e['age']}, {e['patientRecord']}",
+            _tokens(m.get("routing", {})),
+            f"body: {hexcut(m.get('body'), 8)}\n{_secrets(meta.get('s'))}",
+            hexcut(meta.get("sig"), 8),
+        )  # fmt: skip
+    console.print(side)
+    subs = [m for _, m in r.curious.messages if m.get("op") == "subscribe"]
+    if subs:
+        groups = subs[0].get("filter", {}).get("g", [[]])
+        toks = [hexcut(t, 6) for clause in groups for g in clause for t in g]
+        console.print(f"[dim]{CURIOUS} also holds {len(subs)} subscriptions as token sets, e.g. "
+                      f"{', '.join(toks[:3])}[/dim]")  # fmt: skip
+    cv = r.curious
+    size = sum(cv.files.values())
+    verdict = "[green]0 found[/green]" if not cv.hits else f"[red]{len(cv.hits)} found: {cv.hits[:5]}[/red]"  # fmt: skip
+    console.print(f"{CURIOUS}'s view: {len(cv.messages)} messages recorded, {len(cv.files)} files "
+                  f"({size:,} B: {', '.join(sorted(cv.files))}) scanned for {cv.needles} "
+                  f"plaintext strings (every patientRecord, payload, topic and age): {verdict}. "
+                  f"The same scan finds {cv.control_hits}/{cv.needles} in the plain profile's "
+                  "wire form of these events.")  # fmt: skip
+
+
+# -- part 2: Spark ---------------------------------------------------------------------------------
+
+
+def run_spark_part(
+    workdir: Path, *, master: str, events: int, subscribers: int, seed: int, say: Any
+) -> dict[str, Any]:
+    """Generate a psguard workload, run the pipeline on it, return its summary plus samples of
+    opened deliveries with the ciphertext the executors handled."""
+    import pyarrow.dataset as ds
+
+    from pubguard.pipeline.opener import read_opened
+    from pubguard.pipeline.run import run_pipeline
+    from pubguard.pipeline.session import get_spark
+    from pubguard.sim.workloads import generate
+
+    generate("psguard", workdir / "workload", seed=seed, events=events, subscribers=subscribers,
+             topics_per_subscriber=8)  # fmt: skip
+    say(f"psguard workload: {events} events, {subscribers} subscribers; starting Spark ({master})")
+    spark = get_spark(master=master, app_name="pubguard-demo", shuffle_partitions=4)
+    try:
+        summary = run_pipeline(spark, workdir / "workload", workdir / "out", profile="psguard",
+                               mode="randomized", seed=seed,
+                               progress=lambda stage, msg: say(f"{stage}: {msg}"))  # fmt: skip
+    finally:
+        _stop_spark(spark)
+    opened = read_opened(workdir / "out" / "opened")
+    outbox = ds.dataset(str(workdir / "out" / "outbox"), format="parquet", partitioning="hive")
+    rows = {(str(x["subscriber"]), x["event_id"]): x for x in outbox.to_table().to_pylist()}
+    samples = []
+    for rec in opened.head(SPARK_SAMPLES).to_dict("records"):
+        c = rows.get((str(rec["subscriber"]), rec["event_id"]), {})
+        samples.append({
+            "subscriber": rec["subscriber"], "event_id": rec["event_id"],
+            "attrs": json.loads(rec["attrs"]), "payload": bytes(rec["payload"])[:24].decode(errors="replace"),
+            "executor_secrets": hexcut(c.get("secrets"), 10),
+            "executor_payload": hexcut(c.get("payload"), 10),
+        })  # fmt: skip
+    summary["samples"] = samples
+    return summary
+
+
+def _stop_spark(spark: Any) -> None:
+    """Stop the session *and* its JVM, so no process outlives the demo (pyspark otherwise
+    keeps the gateway JVM until the interpreter exits)."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gw = SparkContext._gateway
+    if gw is None:
+        return
+    proc = getattr(gw, "proc", None)
+    with contextlib.suppress(Exception):
+        gw.shutdown()
+    if proc is not None:
+        with contextlib.suppress(Exception):
+            proc.stdin.close()  # the launcher exits when its stdin closes
+            proc.wait(timeout=30)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
+def _print_spark(s: dict[str, Any]) -> None:
+    t = Table(title=f"Spark dissemination ({s['master']}, psguard, {s['mode']} tokens)")
+    t.add_column("stage")
+    t.add_column("seconds", justify="right")
+    for stage, sec in s["seconds"].items():
+        t.add_row(stage, f"{sec:.2f}")
+    c = Table(title="counts")
+    c.add_column("quantity")
+    c.add_column("value", justify="right")
+    for k in ("events", "subscriptions", "subscribers", "deliveries", "opened", "refused"):
+        c.add_row(k, f"{s[k]:,}")
+    c.add_row("drops", json.dumps(s["drops"]) if s["drops"] else "none")
+    console.print(Columns([t, c]))
+    d = Table(title="opened by the subscriber | what the executors handled")
+    for col in ("subscriber", "event", "opened attributes", "payload",
+                "executor: secrets", "executor: payload"):  # fmt: skip
+        d.add_column(col, overflow="fold")
+    for x in s["samples"]:
+        d.add_row(x["subscriber"], x["event_id"], json.dumps(x["attrs"]), x["payload"] + "…",
+                  x["executor_secrets"], x["executor_payload"])  # fmt: skip
+    console.print(d)
 
 
 def register(cli: click.Group) -> None:
     @cli.command("demo")
-    @click.option("--seed", type=int, default=1, show_default=True, help="workload seed")
-    @click.option("--filters", type=click.IntRange(1), default=2000, show_default=True)
-    @click.option("--subscribers", type=click.IntRange(1), default=200, show_default=True)
-    @click.option("--events", type=click.IntRange(1), default=200, show_default=True)
-    @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-    def demo(seed: int, filters: int, subscribers: int, events: int, as_json: bool) -> None:
-        """Generate a vcaps workload, match it with the indexed matcher, print a summary."""
-        with tempfile.TemporaryDirectory(prefix="pubguard-demo-") as tmp:
-            r = run_demo(
-                Path(tmp) / "workload",
-                seed=seed,
-                filters=filters,
-                subscribers=subscribers,
-                events=events,
-            )
+    @click.option("--profile", type=click.Choice(["default", "psguard"]), default="default",
+                  show_default=True, help="Profile the hospital and its units speak.")  # fmt: skip
+    @click.option("--events", type=click.IntRange(1, 1000), default=24, show_default=True)
+    @click.option("--seed", type=int, default=7, show_default=True)
+    @click.option("--in-process", is_flag=True, help="Brokers in this process (no processes).")
+    @click.option("--no-spark", is_flag=True, help="Skip the Spark part.")
+    @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+    @click.option("--spark-events", type=click.IntRange(1, 100_000), default=200,
+                  show_default=True)  # fmt: skip
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    def demo(profile: str, events: int, seed: int, in_process: bool, no_spark: bool,
+             master: str, spark_events: int, as_json: bool) -> None:  # fmt: skip
+        """The secure hospital network with a curious cloud broker, then a Spark run."""
+        from pubguard.net.hospital import hospital_demo
+
+        t0 = time.perf_counter()
+
+        def say(s: str) -> None:
+            if not as_json:
+                console.print(f"[dim]{s}[/dim]")
+
+        r = asyncio.run(hospital_demo(profile=profile, events=events, seed=seed,
+                                      in_process=in_process, say=say))  # fmt: skip
+        if not as_json:
+            _print_network(r)
+        out: dict[str, Any] = {"network": r.to_json()}
+        if not no_spark:
+            with tempfile.TemporaryDirectory(prefix="pubguard-demo-spark-") as tmp:
+                s = run_spark_part(Path(tmp), master=master, events=spark_events,
+                                   subscribers=16, seed=seed, say=say)  # fmt: skip
+            s.pop("out", None)
+            out["spark"] = s
+            if not as_json:
+                _print_spark(s)
+        out["seconds"] = round(time.perf_counter() - t0, 1)
         if as_json:
-            print_json(r.to_json())
+            print_json(out)
         else:
-            for table in _tables(r, seed):
-                console.print(table)
+            console.print(f"demo finished in {out['seconds']} s; every broker stopped")
+        if not r.correct:
+            raise StateError("some subscriber did not receive exactly its authorised events")
+        assert r.curious is not None
+        if not r.curious.clean:
+            raise StateError(f"the curious broker holds plaintext: {r.curious.hits[:5]}")
