@@ -241,7 +241,7 @@ def register(cli: click.Group) -> None:
     def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
                       subscribers: int, in_process: bool, as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
-        from pubguard.net.bench import BROKER_COUNTS, PAPER_NOTE, run_network_bench
+        from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
         from pubguard.net.config import PROFILES
 
         if profile not in PROFILES:
@@ -261,24 +261,43 @@ def register(cli: click.Group) -> None:
         ))  # fmt: skip
         if as_json:
             print_json(results[0] if len(results) == 1 else {"results": results,
-                                                             "paper": PAPER_NOTE})  # fmt: skip
+                                                             **PAPER[profile]})  # fmt: skip
             return
-        t = Table(title=f"bench network ({profile}, {subscribers} subscribers)")
-        for col in (
-            "brokers",
-            "payload B",
-            "max ev/s",
-            "p50 ms @80%",
-            "p99 ms @80%",
-            "idle p50 ms",
-        ):
-            t.add_column(col, justify="right")
-        for r in results:
-            t.add_row(str(r["brokers"]), str(r["payload"]), f"{r['max_throughput_eps']:.0f}",
-                      str(r["latency_p50_ms"]), str(r["latency_p99_ms"]),
-                      str(r["latency_idle_p50_ms"]))  # fmt: skip
-        console.print(t)
-        console.print(f"paper: {PAPER_NOTE}")
+        console.print(_bench_table(profile, subscribers, results))
+        for k, v in PAPER[profile].items():
+            if k in ("paper", "goal"):
+                console.print(f"{k}: {v}")
+        v = results[0].get("broker_validation_us")
+        if v:
+            console.print("broker validation per message (CPU, in process): "
+                          + ", ".join(f"{k} {x} us" for k, x in v.items()))  # fmt: skip
+        console.print(f"[dim]{results[0]['machine']}[/dim]")
+
+
+def _bench_table(profile: str, subscribers: int, results: list[dict[str, Any]]) -> Table:
+    t = Table(title=f"bench network ({profile}, {subscribers} subscribers)")
+    cols = ["brokers", "payload B", "signing", "max ev/s", "p50 ms @80%", "p99 ms @80%",
+            "idle p50 ms"]  # fmt: skip
+    if profile != "plain":
+        cols += ["plain ev/s", "thr ratio", "p50 ratio"]
+    for col in cols:
+        t.add_column(col, justify="right")
+
+    def row(r: dict[str, Any], signing: str) -> list[str]:
+        cells = [str(r["brokers"]), str(r["payload"]), signing,
+                 f"{r['max_throughput_eps']:.0f}", str(r["latency_p50_ms"]),
+                 str(r.get("latency_p99_ms")), str(r.get("latency_idle_p50_ms", "-"))]  # fmt: skip
+        if profile != "plain":
+            cells += [f"{r['baseline_max_throughput_eps']:.0f}", str(r["throughput_ratio"]),
+                      str(r["latency_p50_ratio"])]  # fmt: skip
+        return cells
+
+    for r in results:
+        t.add_row(*row(r, "1 per event" if "merkle_batch" in r else "-"))
+        mb = r.get("merkle_batch")
+        if mb:
+            t.add_row(*row({**r, **mb, "latency_idle_p50_ms": "-"}, f"Merkle x{mb['batch']}"))
+    return t
 
 
 def _show_status(state: Path, as_json: bool) -> None:

@@ -9,11 +9,21 @@ until saturation, then bisected; the largest unsaturated ``q`` is ``max_throughp
 Latency (publish to delivery, same process clock) is measured at 80% of that rate, as p50 and
 p99, plus at an idle rate for reference.
 
-Each subscriber ``j`` subscribes to ``sym = "s<j>"`` and every event carries one random
-symbol, so each event is routed to exactly one of the 32 subscribers (content-based routing
+Each subscriber ``j`` subscribes to ``topic = "s<j>"`` and every event carries one random
+topic, so each event is routed to exactly one of the 32 subscribers (content-based routing
 with fan-out one); the payload is ``--payload`` bytes. Everything runs on this machine's
 cores: brokers are separate processes (or in-process with ``in_process``) and the publisher
 and subscribers share the bench process, so the figures are a floor for a real deployment.
+
+Security profiles (issue 5, Performance): the brokers serve ``profile`` from public key
+material and the clients take their keys from an in-process
+:class:`~pubguard.schemes.registry.KeyBundle` (topics are PSGuard topic-kind attributes,
+EventGuard topics with advertisements, Narada KMC topics). A non-plain profile is run beside
+plain in the same invocation (``throughput_ratio``, ``latency_p50_ratio``). EventGuard and the
+default profile are measured twice: one signature per publication (faithful to the papers) and
+Merkle batches (one signature over ``MERKLE_BATCH`` publications, verified once per batch per
+broker). :func:`validation_cost` times a broker's per-message work (decode + guards) in
+process, which is what narada's Table 2 broker cost and EventGuard's 1.7 ms verify measure.
 """
 
 from __future__ import annotations
@@ -29,12 +39,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from pubguard.model import Event
+from pubguard.broker.messages import Publish
+from pubguard.model import AttributeSpec, Event, EventType, Filter
 from pubguard.net.client import Client, Delivery
 from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import PROFILES, ClusterConfig, tree_edges
+from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
+from pubguard.schemes.registry import KeyBundle, make_broker_scheme
 
-__all__ = ["BROKER_COUNTS", "PAPER_NOTE", "measure_network", "run_network_bench"]
+__all__ = [
+    "BROKER_COUNTS",
+    "PAPER",
+    "PAPER_NOTE",
+    "measure_network",
+    "run_network_bench",
+    "validation_cost",
+]
 
 BROKER_COUNTS: Final = (1, 3, 7, 15)
 SUBSCRIBERS: Final = 32
@@ -46,6 +66,42 @@ PAPER_NOTE: Final = (
     "EventGuard Fig. 11 (Siena, 550 MHz PIII, LAN): plain throughput grows with nodes until "
     "subscribers are spread thin; Narada secure 16 KB latency on a LAN: 64.5 ms"
 )
+MERKLE_BATCH: Final = 16  # publications under one signature in the amortised runs
+SIGNING_PROFILES: Final = ("eventguard", "default")  # measured single-signed and batch-signed
+SHARED_MACHINE: Final = (
+    "2-core machine shared with other jobs; brokers, publisher and subscribers on the same "
+    "cores: ratios are indicative, absolute numbers a floor"
+)
+#: the papers' figures next to ours, and the issue's goal (issue 5, Performance)
+PAPER: Final = {
+    "plain": {"paper": PAPER_NOTE},
+    "psguard": {
+        "paper": "psguard.txt §5.2.3: throughput 2.2% lower and latency 1.5% higher than Siena "
+                 "with key caching (10.8% / 5.7% without), topic and numeric attributes",
+        "paper_throughput_drop_pct": 2.2, "paper_latency_increase_pct": 1.5,
+        "goal": "throughput drop <= 2%, latency increase <= 1.5%",
+    },
+    "eventguard": {
+        "paper": "eventguard.txt §6.2.2 / Fig. 11: overhead < 5% only with the ElGamal "
+                 "signature check switched off (EventGuard-nosig); ElGamal verify 1.7 ms",
+        "paper_verify_ms": 1.7, "paper_nosig_throughput_drop_pct": 5.0,
+        "goal": "throughput drop <= 10% with every guard, signatures checked at every broker",
+    },
+    "narada": {
+        "paper": "narada-secure-delivery.txt Table 2: broker-side validation 7.0 ms per message "
+                 "(RSA-1024, 16 KB)",
+        "paper_broker_validation_ms": 7.0,
+        "goal": "broker-side validation <= 0.3 ms per message",
+    },
+    "default": {
+        "paper": "no paper: the composed profile (PSGuard tokens + Merkle-root signatures + "
+                 "replay defence)",
+        "goal": "throughput drop <= 10%",
+    },
+}  # fmt: skip
+#: a topic-routed event type every profile can carry (PSGuard topic-kind attribute)
+BENCH_TYPE: Final = EventType("bench", (AttributeSpec("topic", "str", kind="topic"),))
+PUBLISHER: Final = "bench-pub"
 
 
 def _tree(brokers: int) -> list[tuple[str, str]]:
@@ -75,22 +131,29 @@ class _Net:
         self.cluster, self.pub, self.subs, self.sink = cluster, pub, subs, sink
 
 
-async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int) -> _Net:
+async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) -> _Net:
     leaves = [b for b in cluster.config.brokers if not cluster.config.children_of(b)]
+    topics = tuple(f"s{j}" for j in range(n_subs))
     subs = []
     for j in range(n_subs):
-        c = await cluster.connect(leaves[j % len(leaves)], f"bench-sub{j}", window=8192)
-        await c.subscribe(f'sym = "s{j}"', handler=sink, max_pending=1 << 20)
+        c = await cluster.connect(leaves[j % len(leaves)], f"bench-sub{j}", window=8192,
+                                  profile=profile, topics=(topics[j],))  # fmt: skip
+        await c.subscribe(f'topic = "{topics[j]}"', handler=sink, max_pending=1 << 20)
         subs.append(c)
     for c in subs:
         await c.flush()
-    pub = await cluster.connect(cluster.config.root, "bench-pub", window=4096)
+    pub = await cluster.connect(cluster.config.root, PUBLISHER, window=4096, profile=profile,
+                                topics=topics)  # fmt: skip
+    if profile == "eventguard":  # eventguard.txt §4.3: advertise before publishing
+        for t in topics:
+            await pub.advertise(f'topic = "{t}"')
+        await pub.flush()
     await cluster.wait_quiescent()
     return _Net(cluster, pub, subs, sink)
 
 
 async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: random.Random,
-                  record: bool = False) -> bool:  # fmt: skip
+                  record: bool = False, batch: int = 1) -> bool:  # fmt: skip
     """Publish at ``rate`` for ``seconds``; True if some node saturated."""
     pad = b"\0" * max(0, payload - 8)
     syms = [f"s{j}" for j in range(len(net.subs))]
@@ -127,12 +190,18 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
             if now >= seconds:
                 break
             due = int(rate * now) - sent
-            for _ in range(max(0, due)):
-                ev = Event({"sym": rng.choice(syms)},
-                           payload=struct.pack(">d", time.perf_counter()) + pad)  # fmt: skip
-                await net.pub.publish(ev)
-                sent += 1
-                if sent % 64 == 0:
+            while due > 0:
+                k = min(due, batch)
+                evs = [Event({"topic": rng.choice(syms)}, type=BENCH_TYPE.name,
+                             payload=struct.pack(">d", time.perf_counter()) + pad)
+                       for _ in range(k)]  # fmt: skip
+                if batch == 1:
+                    await net.pub.publish(evs[0])
+                else:
+                    await net.pub.publish_batch(evs)
+                sent += k
+                due -= k
+                if sent % 64 < k:
                     await asyncio.sleep(0)  # let the observer and the subscribers run
             if (time.perf_counter() - t0) * rate - sent > rate * 0.5:
                 saturated = True  # the publisher cannot even submit at this rate
@@ -181,27 +250,33 @@ async def measure_network(
     max_rate: float = 200_000,
     subscribers: int = SUBSCRIBERS,
     on_step: Callable[[str], None] | None = None,
+    batch: int = 1,
 ) -> dict[str, Any]:
-    """Max sustained throughput and latency for one (profile, tree size, payload)."""
+    """Max sustained throughput and latency for one (profile, tree size, payload); ``batch``:
+    publications per signature (Merkle batches) for profiles that sign batches."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}")
     edges = _tree(brokers)
     names = ["b0"] + [c for _, c in edges]
     cfg = ClusterConfig(state_dir, tuple(edges), tuple(names), "127.0.0.1",
-                        {"profile": profile})  # fmt: skip
-    cluster = LocalCluster(cfg, in_process=in_process)
+                        {"profiles": [profile]}, publishers=(PUBLISHER,))  # fmt: skip
+    bundle = None
+    if profile != "plain":
+        bundle = KeyBundle(state_dir / "keys", now=time.time(), types=(BENCH_TYPE,),
+                           identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
+    cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle)
     rng = random.Random(seed)
     sink = _Sink()
     clients: list[Client] = []
     try:
         await cluster.start()
-        net = await _setup(cluster, sink, subscribers)
+        net = await _setup(cluster, sink, subscribers, profile)
         clients = [net.pub, *net.subs]
         say = on_step or (lambda s: None)
         good, bad, rate = 0.0, None, 1000.0
         while bad is None and rate <= max_rate:  # doubling phase
             say(f"{brokers} brokers, {payload} B: {rate:.0f} ev/s")
-            if await _run_at(net, rate, payload, RUN_S, rng):
+            if await _run_at(net, rate, payload, RUN_S, rng, batch=batch):
                 bad = rate
             else:
                 good, rate = rate, rate * 2
@@ -209,14 +284,15 @@ async def measure_network(
         for _ in range(4):  # bisection
             mid = (good + hi) / 2
             say(f"{brokers} brokers, {payload} B: {mid:.0f} ev/s")
-            if await _run_at(net, mid, payload, RUN_S, rng):
+            if await _run_at(net, mid, payload, RUN_S, rng, batch=batch):
                 hi = mid
             else:
                 good = mid
-        await _run_at(net, max(good * 0.8, 10), payload, 2.0, rng, record=True)
+        await _run_at(net, max(good * 0.8, 10), payload, 2.0, rng, record=True, batch=batch)
         lat = sorted(sink.lat)
-        await _run_at(net, 100, payload, 1.0, rng, record=True)
+        await _run_at(net, 100, payload, 1.0, rng, record=True, batch=batch)
         idle = sorted(sink.lat)
+        drops = await cluster.statuses()
     finally:
         for c in clients:
             with contextlib.suppress(Exception):
@@ -233,6 +309,7 @@ async def measure_network(
         "latency_idle_p50_ms": _pct(idle, 0.50),
         "latency_samples": len(lat),
         "in_process": in_process,
+        "drops": {n: st["drops"] for n, st in drops.items() if st["drops"]},
     }
 
 
@@ -252,26 +329,127 @@ async def run_network_bench(
     in_process: bool = False,
     subscribers: int = SUBSCRIBERS,
     on_step: Callable[[str], None] | None = None,
+    validation_messages: int = 300,
 ) -> list[dict[str, Any]]:
-    """Every (brokers, payload) combination; a non-plain profile also runs plain for ratios."""
+    """Every (brokers, payload) combination; a non-plain profile also runs plain for ratios,
+    eventguard and default also with Merkle batches, and every secure profile reports its
+    per-message broker validation time."""
     out = []
+    say = on_step or (lambda s: None)
+    valid: dict[str, Any] = {}
+    if profile != "plain":
+        say(f"{profile}: broker validation cost per message")
+        valid = validation_costs(profile, validation_messages)
     with tempfile.TemporaryDirectory(prefix="pubguard-bench-") as tmp:
         for n in brokers:
             for size in payloads:
-                r = await measure_network(profile, n, size, state_dir=Path(tmp) / f"{profile}-{n}-{size}",
-                                          in_process=in_process, subscribers=subscribers,
-                                          on_step=on_step)  # fmt: skip
+
+                def run(prof: str, tag: str, batch: int = 1, n: int = n, size: int = size) -> Any:
+                    return measure_network(prof, n, size, state_dir=Path(tmp) / f"{tag}-{n}-{size}",
+                                           in_process=in_process, subscribers=subscribers,
+                                           on_step=lambda s: say(f"[{tag}] {s}"), batch=batch)  # fmt: skip
+
+                r = await run(profile, profile)
                 if profile != "plain":
-                    base = await measure_network("plain", n, size,
-                                                 state_dir=Path(tmp) / f"plain-{n}-{size}",
-                                                 in_process=in_process, subscribers=subscribers,
-                                                 on_step=on_step)  # fmt: skip
-                    r["baseline_max_throughput_eps"] = base["max_throughput_eps"]
-                    r["throughput_ratio"] = _ratio(
-                        r["max_throughput_eps"], base["max_throughput_eps"]
-                    )
-                    r["latency_p50_ratio"] = _ratio(r["latency_p50_ms"], base["latency_p50_ms"])
+                    base = await run("plain", "plain")
+                    r.update(_versus(r, base))
+                    r["baseline_latency_p50_ms"] = base["latency_p50_ms"]
+                    if profile in SIGNING_PROFILES:
+                        r["signing"] = "one signature per publication"
+                        mb = await run(profile, f"{profile}-merkle", MERKLE_BATCH)
+                        r["merkle_batch"] = {
+                            "batch": MERKLE_BATCH,
+                            "max_throughput_eps": mb["max_throughput_eps"],
+                            "latency_p50_ms": mb["latency_p50_ms"],
+                            "latency_p99_ms": mb["latency_p99_ms"],
+                            **_versus(mb, base),
+                        }
+                    r["broker_validation_us"] = valid
+                r.update(PAPER[profile])
+                r["machine"] = SHARED_MACHINE
                 out.append(r)
+    return out
+
+
+def _versus(r: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    tr = _ratio(r["max_throughput_eps"], base["max_throughput_eps"])
+    lr = _ratio(r["latency_p50_ms"], base["latency_p50_ms"])
+    return {
+        "baseline_max_throughput_eps": base["max_throughput_eps"],
+        "throughput_ratio": tr,
+        "latency_p50_ratio": lr,
+        "throughput_drop_pct": None if tr is None else round(100 * (1 - tr), 1),
+        "latency_increase_pct": None if lr is None else round(100 * (lr - 1), 1),
+    }
+
+
+# -- per-message broker validation (in process, no sockets) ---------------------------------------
+
+
+def validation_cost(
+    profile: str, n: int = 300, *, batch: int = 1, token_cache: bool = True, seed: int = 1
+) -> float:
+    """Mean microseconds a broker spends on one publication of ``profile``: decoding its
+    routing part and running every guard (signatures, permits or tokens, timestamps, replay).
+    ``batch``: publications per signature (Merkle root verified once, then cached).
+    ``token_cache=False``: narada without the verified-token cache (§VI). CPU time, best of
+    three slices of ``n / 3`` publications."""
+    import tempfile as _tf
+
+    now = time.time()
+    with _tf.TemporaryDirectory(prefix="pubguard-valid-") as tmp:
+        bundle = KeyBundle(tmp, now=now, types=(BENCH_TYPE,), identities=(PUBLISHER,),
+                           rng=random.Random(seed))  # fmt: skip
+        client = bundle.client(profile, PUBLISHER, topics=("s0",), now=now)
+        keys = bundle.broker_keys(narada=profile == "narada")
+        if profile == "narada" and not token_cache:
+            from pubguard.schemes.narada import NaradaBroker
+
+            assert keys.ca_cert is not None
+            broker: Any = NaradaBroker(ca_cert=keys.ca_cert, kmc_certs=keys.kmc_certs, now=now,
+                                       crl=keys.crl, token_uses=0)  # fmt: skip
+        else:
+            broker = make_broker_scheme(profile, keys, now=now)
+        if profile == "eventguard":
+            client.protect_advertisement(Filter.parse('topic = "s0"'), now=now)
+        warm = 2 * batch
+        evs = [Event({"topic": "s0"}, id=f"v{i}", type=BENCH_TYPE.name, payload=b"\0" * 16)
+               for i in range(n + warm)]  # fmt: skip
+        protect = getattr(client, "protect_events", None)
+        pes = []
+        for i in range(0, len(evs), batch):
+            chunk = evs[i : i + batch]
+            pes += protect(chunk, now=now) if protect and batch > 1 else [
+                client.protect_event(e, now=now) for e in chunk]  # fmt: skip
+        msgs = [Publish(pe.event_id, profile, pe.routing, pe.body, pe.meta) for pe in pes]
+        ctx = CheckContext(now=now, link=LinkInfo("c:" + PUBLISHER, LinkKind.CLIENT, PUBLISHER),
+                           broker_id="b0")  # fmt: skip
+        for m in msgs[:warm]:
+            broker.decode_event(m.routing)
+            broker.broker_check(m, ctx)
+        # CPU time of this process, best of three slices (the machine is shared)
+        rest, k = msgs[warm:], max(1, (len(msgs) - warm) // 3)
+        best = float("inf")
+        for part in (rest[:k], rest[k : 2 * k], rest[2 * k :]):
+            if not part:
+                continue
+            t0 = time.process_time()
+            for m in part:
+                broker.decode_event(m.routing)
+                reason = broker.broker_check(m, ctx)
+                if reason is not None:
+                    raise RuntimeError(f"{profile}: a valid publication was dropped ({reason})")
+            best = min(best, (time.process_time() - t0) / len(part))
+        return round(best * 1e6, 1)
+
+
+def validation_costs(profile: str, n: int = 300) -> dict[str, float]:
+    """The per-message broker validation figures a profile's report carries."""
+    out = {"per_message": validation_cost(profile, n)}
+    if profile in SIGNING_PROFILES:
+        out["merkle_batch"] = validation_cost(profile, n, batch=MERKLE_BATCH)
+    if profile == "narada":
+        out["without_token_cache"] = validation_cost(profile, n, token_cache=False)
     return out
 
 
