@@ -26,10 +26,17 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=80)
-@given(steps)
-def test_equals_reference_under_add_remove_sequences(ops: list[tuple]) -> None:
-    im, ref = IndexedMatcher(compact_min_dead=2), ReferenceMatcher()
+# small-set thresholds: numpy only, Python only (the default for these small sets), mixed
+PATHS = [{"small_hits": 0, "small_rows": 0}, {}, {"small_hits": 2, "small_rows": 2}]
+
+
+@pytest.mark.parametrize("paths", PATHS, ids=["numpy", "python", "mixed"])
+@settings(max_examples=60)
+@given(ops=steps)
+def test_equals_reference_under_add_remove_sequences(
+    paths: dict[str, int], ops: list[tuple]
+) -> None:
+    im, ref = IndexedMatcher(compact_min_dead=2, **paths), ReferenceMatcher()
     for op in ops:
         if op[0] == "add":
             im.add(op[1], op[2])
@@ -44,17 +51,21 @@ def test_equals_reference_under_add_remove_sequences(ops: list[tuple]) -> None:
         assert len(im) == len(ref)
 
 
-@settings(max_examples=40)
-@given(st.lists(filters, min_size=1, max_size=30), st.lists(any_events, max_size=10))
-def test_bulk_build_equals_reference(fs: list[Filter], evs: list[Event]) -> None:
-    im = IndexedMatcher(enumerate(fs))
+@pytest.mark.parametrize("paths", PATHS, ids=["numpy", "python", "mixed"])
+@settings(max_examples=30)
+@given(fs=st.lists(filters, min_size=1, max_size=30), evs=st.lists(any_events, max_size=10))
+def test_bulk_build_equals_reference(
+    paths: dict[str, int], fs: list[Filter], evs: list[Event]
+) -> None:
+    im = IndexedMatcher(enumerate(fs), **paths)
     ref = ReferenceMatcher(enumerate(fs))
     assert im.match_batch(evs) == [ref.match(e) for e in evs]
     for e in evs:
         assert im.match(e) == ref.match(e)
 
 
-def test_every_operator_and_type_class() -> None:
+@pytest.mark.parametrize("paths", PATHS, ids=["numpy", "python", "mixed"])
+def test_every_operator_and_type_class(paths: dict[str, int]) -> None:
     fs = {
         "eq": Filter.of(("x", "=", 2)),
         "ne": Filter.of(("x", "!=", 2)),
@@ -70,7 +81,7 @@ def test_every_operator_and_type_class() -> None:
         "bool": Filter.of(("b", "=", True)),
         "two": Filter.of(("x", ">", 1), ("x", "<", 3)),
     }
-    im = IndexedMatcher(fs)
+    im = IndexedMatcher(fs, **paths)
     assert im.match(Event({"x": 2})) == {"eq", "lt", "le", "ge", "ex", "two"}
     assert im.match(Event({"x": 3.5})) == {"ne", "gt", "ge", "ex"}
     assert im.match(Event({"x": "2"})) == {"ex"}  # wrong type class: only 'exists'
@@ -80,8 +91,10 @@ def test_every_operator_and_type_class() -> None:
     assert im.match(Event({})) == set()
 
 
-def test_huge_ints_compare_exactly() -> None:
-    im = IndexedMatcher({"gt": Filter.of(("x", ">", 2**53)), "eq": Filter.of(("x", "=", 2**60))})
+@pytest.mark.parametrize("paths", PATHS, ids=["numpy", "python", "mixed"])
+def test_huge_ints_compare_exactly(paths: dict[str, int]) -> None:
+    fs = {"gt": Filter.of(("x", ">", 2**53)), "eq": Filter.of(("x", "=", 2**60))}
+    im = IndexedMatcher(fs, **paths)
     e1, e2 = Event({"x": 2**53 + 1}), Event({"x": 2**60})
     assert im.match(e1) == {"gt"}
     assert im.match_batch([e1, e2]) == [{"gt"}, {"gt", "eq"}]
@@ -136,3 +149,24 @@ def test_numeric_batch_in_small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     evs = [Event({"x": v, "y": 9 - v}) for v in range(7)] + [Event({"z": 1}), Event({"x": 2**60})]
     im = IndexedMatcher(fs)
     assert im.match_batch(evs) == [ReferenceMatcher(fs).match(e) for e in evs]
+
+
+def test_repeated_constraints_on_one_run() -> None:
+    # two constraints of one filter in the same sorted run: both must be counted
+    fs = {
+        "k": Filter.of(("s", ">", "a"), ("s", ">", "b")),
+        "n": Filter.of(("x", ">", 1), ("x", ">", 2)),
+    }
+    for paths in PATHS:
+        im = IndexedMatcher(fs, **paths)
+        assert im.match(Event({"s": "c", "x": 3})) == {"k", "n"}
+        assert im.match(Event({"s": "b", "x": 2})) == set()
+
+
+def test_many_hits_take_the_numpy_path() -> None:
+    # more satisfied constraints than SMALL_HITS / SMALL_ROWS: the vectorised engines answer
+    fs = {i: Filter.of(("s", ">=", f"{i:04d}")) for i in range(600)}
+    fs.update({1000 + i: Filter.of(("x", "<", i)) for i in range(600)})
+    im, ref = IndexedMatcher(fs), ReferenceMatcher(fs)
+    for e in (Event({"s": "0450", "x": 100}), Event({"s": "9", "x": 2**60}), Event({"x": 0.5})):
+        assert im.match(e) == ref.match(e)

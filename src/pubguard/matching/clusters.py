@@ -22,7 +22,10 @@ satisfy it: 4 for x < v, 2 for x == v, 1 for x > v (``<=`` is 6, ``!=`` is 5; an
 attribute is NaN and compares false, so it satisfies nothing). The tables of the touched
 clusters are concatenated, every row is evaluated at once, and ``np.logical_and.reduceat`` over
 the FIRST rows gives, per filter, whether all its constraints hold. A batch of K events does
-the same over the (event, cluster) pairs with a K x attributes value matrix.
+the same over the (event, cluster) pairs with a K x attributes value matrix. When the touched
+clusters hold few rows (``small_rows``), a single event is evaluated member by member in Python
+instead: numpy's fixed cost per call exceeds the whole work there, and Python compares an int
+with a float exactly, so that path needs no float64 fallback.
 
 Clusters are rebuilt lazily (only dirty ones, only when read); removal deletes the member and
 marks its cluster dirty, so no tombstones are needed here.
@@ -85,9 +88,15 @@ class NumericClusters:
         # pairs by first then second name: no tuple to build or hash per lookup
         self._pairs: dict[str, dict[str, _Cluster]] = {}
         self._n_pairs = 0
+        self._n_members = 0
         self._dirty: dict[int, _Cluster] = {}
         self._global_dirty = True
         self._buf = np.full(64, np.nan)  # event value per attribute id, NaN when absent
+
+    @property
+    def empty(self) -> bool:
+        """No numeric filter is filed (matching can skip this engine)."""
+        return not self._n_members
 
     def __len__(self) -> int:
         return sum(len(c.members) for c in self._singles.values()) + sum(
@@ -139,6 +148,8 @@ class NumericClusters:
         if cl is None:
             cl = table[name] = _Cluster()
             self._n_pairs += table is not self._singles
+        if slot not in cl.members:
+            self._n_members += 1
         cl.members[slot] = tuple(enc)
         self._dirty[id(cl)] = cl
         self._global_dirty = True
@@ -154,6 +165,7 @@ class NumericClusters:
         cl = table.get(name)
         if cl is None or cl.members.pop(slot, None) is None:
             return False
+        self._n_members -= 1
         self._global_dirty = True
         if cl.members:
             self._dirty[id(cl)] = cl
@@ -221,16 +233,23 @@ class NumericClusters:
         names = self._numeric_attrs(attrs)[0]
         return [s for c in self._touched(names) for s in c.members]
 
-    def match(self, attrs: Mapping[str, Any]) -> np.ndarray | None:
-        """Matching slots, or None when an event value is not exact as float64."""
+    def match(self, attrs: Mapping[str, Any], small_rows: int = 0) -> np.ndarray | list[int] | None:
+        """Matching slots (a list when evaluated in Python, for touched clusters of at most
+        ``small_rows`` rows), or None when an event value is not exact as float64."""
         names, ids, xs, exact = self._numeric_attrs(attrs)
         if not names:
             return _NO_SLOTS
-        if not exact:
-            return None
         touched = self._touched(names)
         if not touched:
             return _NO_SLOTS
+        if small_rows:
+            rows = 0
+            for c in touched:
+                rows += len(c.table)
+            if rows <= small_rows:
+                return _evaluate_py(touched, dict(zip(ids, xs, strict=True)))
+        if not exact:
+            return None
         table = (
             touched[0].table if len(touched) == 1 else np.concatenate([c.table for c in touched])
         )
@@ -389,3 +408,27 @@ def _evaluate(table: np.ndarray, x: np.ndarray) -> np.ndarray:
     first = np.flatnonzero(table[:, 1] >= FIRST)
     ok = np.logical_and.reduceat(_satisfied(table, x), first)
     return table[first[ok], 3].astype(np.int64)
+
+
+def _evaluate_py(touched: list[_Cluster], values: dict[int, Any]) -> list[int]:
+    """The members of ``touched`` whose every row holds for ``values`` (attribute id -> event
+    value), in exact Python arithmetic: the small-set twin of :func:`_evaluate`."""
+    out: list[int] = []
+    get = values.get
+    for c in touched:
+        for slot, cs in c.members.items():
+            for a, m, v in cs:
+                x = get(a)
+                if x is None:
+                    break
+                if x < v:
+                    if not m & 4:
+                        break
+                elif x == v:
+                    if not m & 2:
+                        break
+                elif not m & 1:
+                    break
+            else:
+                out.append(slot)
+    return out

@@ -20,6 +20,15 @@ integer *slot*; keys (any hashable) map to slots. Two engines share the slots:
   match; the touched counters are reset. Batches expand the runs of K events at once into
   ``(event, slot)`` pairs counted in a K x slots array.
 
+Both engines have a *small-set path* in pure Python, because numpy's per-call overhead
+(``np.add.at`` above all) dominates when an event touches few constraints, as at a broker
+with tens of subscriptions: the counting engine first collects the satisfied runs as index
+spans, and when they hold at most ``small_hits`` slots it counts them in a dict against a
+Python list of ``need``; the numeric engine evaluates the touched clusters' members row by
+row when they hold at most ``small_rows`` constraints (exactly, in Python arithmetic, so no
+float64 fallback is needed). The crossovers were chosen by measurement (``SMALL_HITS``,
+``SMALL_ROWS``); the answers are the same either way.
+
 Removal is physical for numeric filters (their cluster is rebuilt lazily) and a tombstone for
 the others (``need = 0`` never equals a count >= 1); when removed slots outnumber live ones the
 whole index is rebuilt (compaction), so the amortised cost stays constant. Additions are
@@ -45,6 +54,8 @@ __all__ = ["IndexedMatcher"]
 
 BATCH_CELLS: Final = 1 << 25  # counter cells (events x slots) per batch chunk
 COMPACT_MIN_DEAD: Final = 1024  # never compact for fewer removed slots than this
+SMALL_HITS: Final = 128  # satisfied constraints counted in Python up to this (measured crossover)
+SMALL_ROWS: Final = 128  # numeric rows evaluated in Python up to this (measured crossover)
 _DEAD: Final = object()  # the key of a removed slot
 _ONE8: Final = np.uint8(1)
 _ONE32: Final = np.int32(1)
@@ -58,8 +69,12 @@ class IndexedMatcher:
         filters: Mapping[Hashable, Filter] | Iterable[tuple[Hashable, Filter]] = (),
         *,
         compact_min_dead: int = COMPACT_MIN_DEAD,
+        small_hits: int = SMALL_HITS,
+        small_rows: int = SMALL_ROWS,
     ) -> None:
         self._compact_min_dead = compact_min_dead
+        self._small_hits = small_hits
+        self._small_rows = small_rows
         self._reset()
         self.add_many(filters.items() if isinstance(filters, Mapping) else filters)
 
@@ -69,6 +84,7 @@ class IndexedMatcher:
         self._keys: list[Any] = []  # slot -> key (or _DEAD)
         self._key_arr = np.empty(1024, dtype=object)  # the same, for gathers by slot arrays
         self._need = np.zeros(1024, dtype=np.uint8)
+        self._need_l: list[int] = []  # slot -> need, as Python ints (small-set path)
         self._counts = np.zeros(1024, dtype=np.uint8)
         self._batch_counts = np.zeros(0, dtype=np.uint8)
         self._numeric = NumericClusters()
@@ -94,6 +110,7 @@ class IndexedMatcher:
         self._slot_of[key] = slot
         self._filters[key] = f
         if self._numeric.add(slot, f):
+            self._need_l.append(0)
             return
         if slot >= len(self._need):
             self._grow(max(2 * len(self._need), slot + 1))
@@ -103,6 +120,7 @@ class IndexedMatcher:
             self._counts = self._counts.astype(np.int32)
             self._batch_counts = self._batch_counts.astype(np.int32)
         self._need[slot] = len(cs)
+        self._need_l.append(len(cs))
         self._general.add(slot, cs, self._dirty)
         self._n_general += 1
 
@@ -127,6 +145,7 @@ class IndexedMatcher:
         self._key_arr[slot] = _DEAD
         if not self._numeric.remove(slot, f):
             self._need[slot] = 0  # tombstone: a count of >= 1 never equals 0
+            self._need_l[slot] = 0
             self._n_general -= 1
         self._dead += 1
         if self._dead > self._compact_min_dead and self._dead > len(self._filters):
@@ -169,34 +188,49 @@ class IndexedMatcher:
         self.flush()
         attrs = getattr(event, "attrs", event)
         keys = self._keys
-        slots = self._numeric.match(attrs)
-        if slots is None:  # a value float64 cannot hold exactly: check the candidates exactly
-            out = {
-                keys[s]
-                for s in self._numeric.candidates(attrs)
-                if self._filters[keys[s]].matches(attrs)
-            }
+        out: set[Hashable]
+        if not self._numeric.empty:
+            slots = self._numeric.match(attrs, self._small_rows)
+            if slots is None:  # a value float64 cannot hold exactly: check candidates exactly
+                out = {
+                    keys[s]
+                    for s in self._numeric.candidates(attrs)
+                    if self._filters[keys[s]].matches(attrs)
+                }
+            elif type(slots) is list:
+                out = {keys[s] for s in slots}
+            else:
+                out = set(self._key_arr[slots].tolist())
         else:
-            out = set(self._key_arr[slots].tolist())
+            out = set()
         if self._n_general:
             out.update(keys[s] for s in self._general_match(attrs))
         return out
 
     def _general_match(self, attrs: Mapping[str, Any]) -> list[int]:
-        parts: list[np.ndarray] = []
+        spans: list[tuple[SortedRun, int, int]] = []
         extra: list[int] = []
-        self._general.collect(attrs, parts, extra)
+        total = self._general.spans(attrs, spans, extra) + len(extra)
+        if not total:
+            return []
+        if total <= self._small_hits:  # few hits: count in a dict (numpy calls cost more)
+            need = self._need_l
+            counts: dict[int, int] = {}
+            get = counts.get
+            for run, lo, hi in spans:
+                for s in run.slot_list[lo:hi]:
+                    counts[s] = get(s, 0) + 1
+            for s in extra:
+                counts[s] = get(s, 0) + 1
+            return [s for s, c in counts.items() if c == need[s]]
+        parts = [run.slots[lo:hi] for run, lo, hi in spans]
         if extra:
             parts.append(np.asarray(extra, dtype=np.int32))
-        if not parts:
-            return []
         hits = np.concatenate(parts)
-        if not len(hits):
-            return []
-        counts, need = self._counts, self._need
-        np.add.at(counts, hits, _ONE8 if counts.dtype == np.uint8 else _ONE32)
-        matched = hits[counts[hits] == need[hits]]
-        counts[hits] = 0
+        counts_a, need_a = self._counts, self._need
+        np.add.at(counts_a, hits, _ONE8 if counts_a.dtype == np.uint8 else _ONE32)
+        matched = hits[counts_a[hits] == need_a[hits]]
+        counts_a[hits] = 0
         return matched.tolist()  # a slot appears once per constraint: callers build sets
 
     # -- batch ----------------------------------------------------------------------------

@@ -22,10 +22,12 @@ For an event attribute ``x`` each index yields the slots of the constraints ``x`
   (short ``x``), whichever is cheaper;
 * ``exists`` is a plain list per attribute (any type class).
 
-Sorted runs are kept twice: a Python list of the exact values (``bisect``: exact comparisons
-between int and float, used by single-event matching) and a numpy array (float64 when every
-value is exactly representable, else an object array with Python comparisons) used by the
-vectorised batch matcher with ``np.searchsorted``. Additions go to a pending buffer; an index is
+Sorted runs are kept twice: Python lists of the exact values and their slots (``bisect``: exact
+comparisons between int and float, used by single-event matching, which counts few hits in a
+dict) and numpy arrays (float64 when every value is exactly representable, else an object array
+with Python comparisons) used for many hits and by the vectorised batch matcher with
+``np.searchsorted``. Single-event matching first collects *spans* ``(run, lo, hi)``, so the
+matcher knows how many hits there are before choosing how to count them. Additions go to a pending buffer; an index is
 re-sorted lazily, only when it is dirty and about to be read. Removal is the matcher's business
 (tombstoned slots can never reach their count); dead entries are dropped on compaction.
 """
@@ -46,6 +48,7 @@ __all__ = ["AttrIndex", "Cluster", "SortedRun", "exact_float"]
 EXACT_INT: Final = 2**53  # ints beyond this are not exactly representable as float64
 ORDER_OPS: Final = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
 _EMPTY: Final = np.empty(0, dtype=np.int32)
+_CLASS: Final[dict[type, str]] = {int: "num", float: "num", str: "str", bool: "bool"}
 
 
 def exact_float(v: Any) -> bool:
@@ -56,11 +59,12 @@ def exact_float(v: Any) -> bool:
 class SortedRun:
     """Constraints of one (attribute, type class, operator), sorted by value."""
 
-    __slots__ = ("arr", "exact", "pend_s", "pend_v", "slots", "vals")
+    __slots__ = ("arr", "exact", "pend_s", "pend_v", "slot_list", "slots", "vals")
 
     def __init__(self, numeric: bool) -> None:
         self.vals: list[Any] = []
         self.slots: np.ndarray = _EMPTY
+        self.slot_list: list[int] = []  # the same slots as Python ints (small-set counting)
         self.arr: np.ndarray = np.empty(0, dtype=np.float64 if numeric else object)
         self.exact = numeric  # float64 representation is exact (strings: never)
         self.pend_v: list[Any] = []
@@ -93,6 +97,39 @@ class SortedRun:
             self.arr = np.empty(len(vals), dtype=object)
             self.arr[:] = self.vals
         self.slots = np.ascontiguousarray(slots[order])
+        self.slot_list = self.slots.tolist()
+
+    def span(self, op: Op, x: Any, out: list[tuple[SortedRun, int, int]]) -> int:
+        """Append the runs ``(self, lo, hi)`` of slots satisfied by event value ``x`` (flushed
+        run) to ``out``; returns how many slots they hold. Same runs as :meth:`hits`."""
+        vals = self.vals
+        n = len(vals)
+        if op is Op.EQ:
+            lo = bisect_left(vals, x)
+            hi = bisect_right(vals, x, lo)
+        elif op is Op.LT:
+            lo, hi = bisect_right(vals, x), n
+        elif op is Op.LE:
+            lo, hi = bisect_left(vals, x), n
+        elif op is Op.GT:
+            lo, hi = 0, bisect_left(vals, x)
+        elif op is Op.GE:
+            lo, hi = 0, bisect_right(vals, x)
+        else:  # NE
+            lo = bisect_left(vals, x)
+            hi = bisect_right(vals, x, lo)
+            total = 0
+            if lo:
+                out.append((self, 0, lo))
+                total = lo
+            if hi < n:
+                out.append((self, hi, n))
+                total += n - hi
+            return total
+        if hi > lo:
+            out.append((self, lo, hi))
+            return hi - lo
+        return 0
 
     def hits(self, op: Op, x: Any, out: list[np.ndarray]) -> None:
         """Append the slot runs satisfied by event value ``x`` to ``out`` (flushed run)."""
@@ -149,11 +186,12 @@ class _Patterns:
 class AttrIndex:
     """All constraints on one attribute name (within one cluster)."""
 
-    __slots__ = ("exists", "prefix", "runs", "substring", "suffix")
+    __slots__ = ("by_class", "exists", "prefix", "runs", "substring", "suffix")
 
     def __init__(self) -> None:
         # (type class, op) -> SortedRun
         self.runs: dict[tuple[str, Op], SortedRun] = {}
+        self.by_class: dict[str, list[tuple[Op, SortedRun]]] = {}  # the same, per type class
         self.exists: list[int] = []
         self.prefix: _Patterns | None = None  # string tables are created on first use
         self.suffix: _Patterns | None = None
@@ -177,6 +215,7 @@ class AttrIndex:
             run = self.runs.get((cls, op))
             if run is None:
                 run = self.runs[(cls, op)] = SortedRun(numeric=cls != "str")
+                self.by_class.setdefault(cls, []).append((op, run))
             if run.add(value, slot):
                 return run
         return None
@@ -191,6 +230,22 @@ class AttrIndex:
         for (rcls, op), run in self.runs.items():
             if rcls == cls:
                 run.hits(op, x, parts)
+
+    def spans(self, x: Any, out: list[tuple[SortedRun, int, int]], extra: list[int]) -> int:
+        """:meth:`collect` as spans of the runs (see :meth:`SortedRun.span`) plus the slots of
+        ``exists`` and string patterns in ``extra``; returns the number of span slots."""
+        if self.exists:
+            extra.extend(self.exists)
+        cls = _CLASS.get(type(x)) or type_class(x)
+        if cls == "str" and (self.prefix or self.suffix or self.substring):
+            self.string_hits(x, extra)
+        runs = self.by_class.get(cls)  # type: ignore[arg-type]
+        if runs is None:
+            return 0
+        n = 0
+        for op, run in runs:
+            n += run.span(op, x, out)
+        return n
 
     def string_hits(self, x: str, out: list[int]) -> None:
         """Slots of the prefix / suffix / substring constraints that ``x`` satisfies."""
@@ -240,3 +295,22 @@ class Cluster:
         for name, ai in self.attrs.items():
             if name in event:
                 ai.collect(event[name], parts, extra)
+
+    def spans(
+        self, event: Mapping[str, Any], out: list[tuple[SortedRun, int, int]], extra: list[int]
+    ) -> int:
+        """Spans and extra slots of every constraint ``event`` satisfies (runs flushed);
+        walks whichever is shorter, the event's attributes or the indexed names."""
+        attrs = self.attrs
+        n = 0
+        if len(event) <= len(attrs):
+            get = attrs.get
+            for name, x in event.items():
+                ai = get(name)
+                if ai is not None:
+                    n += ai.spans(x, out, extra)
+        else:
+            for name, ai in attrs.items():
+                if name in event:
+                    n += ai.spans(event[name], out, extra)
+        return n
