@@ -255,7 +255,7 @@ def run_pipeline(
         master_secret or random_bytes(32), list(wl.types.values()), mode=mode, now_ms=now, seed=seed
     )
     t = time.perf_counter()
-    trusted_local = spark.sparkContext.master.startswith("local")
+    trusted_local = (spark.sparkContext.master or "").startswith("local")
     ev_plain = S.events_frame(spark, wl.events)
     f_plain = S.filters_frame(spark, filters)
     if trusted_local:

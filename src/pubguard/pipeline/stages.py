@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,7 +228,7 @@ def protect_events_pandas(pdf: Any, ctx: TrustedContext) -> Any:
 def protect_events(df: DataFrame, ctx: TrustedContext) -> DataFrame:
     """Stage *protect*: plaintext ``(event_id, event)`` -> protected events (trusted side)."""
 
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+    def fn(batches: Iterable[Any]) -> Iterable[Any]:
         for pdf in batches:
             yield protect_events_pandas(pdf, ctx)
 
@@ -249,7 +249,7 @@ def protect_filters_pandas(pdf: Any, ctx: TrustedContext) -> Any:
 def protect_filters(df: DataFrame, ctx: TrustedContext) -> DataFrame:
     """Stage *protect* for subscriptions: ``(filter_id, filter)`` -> token rows (KDC side)."""
 
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+    def fn(batches: Iterable[Any]) -> Iterable[Any]:
         for pdf in batches:
             yield protect_filters_pandas(pdf, ctx)
 
@@ -280,7 +280,7 @@ def validate(
     out_schema = T.StructType([*df.select(*EVENT_COLUMNS).schema.fields])
     out_schema = out_schema.add("drop", T.StringType(), True)
 
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+    def fn(batches: Iterable[Any]) -> Iterable[Any]:
         vks = {p: VerifyKey.from_bytes(k) for p, k in keys.items()}
         for pdf in batches:
             drops: list[str | None] = []
@@ -352,7 +352,7 @@ def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> 
     toks64 = [k for k, _ in tokens]
     bc64 = spark.sparkContext.broadcast(toks64)
 
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+    def fn(batches: Iterable[Any]) -> Iterable[Any]:
         import pandas as pd
 
         toks, t64 = bc.value, bc64.value

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +64,7 @@ def match_with_index(events: DataFrame, index_bc: Any, mode: str) -> DataFrame:
     """Stage *match* against a broadcast index (map side; no shuffle of the filter table)."""
     from pubguard.pipeline.tables import DELIVERY_COLUMNS, deliveries_schema
 
-    def fn(batches: Iterator[Any]) -> Iterator[Any]:
+    def fn(batches: Iterable[Any]) -> Iterable[Any]:
         import pandas as pd
 
         idx = index_bc.value
@@ -253,7 +253,7 @@ def run_stream(
             writer = writer.trigger(availableNow=True)
         query = writer.start()
         try:
-            query.awaitTermination(timeout)
+            query.awaitTermination(None if timeout is None else max(1, round(timeout)))
         finally:
             if query.isActive:
                 query.stop()

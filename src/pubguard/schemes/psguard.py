@@ -504,7 +504,7 @@ class Authority:
 
     def _grants(self, f: Filter) -> list[_ScopeGrant]:
         fid = f.id or str(f)
-        by_scope: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
+        by_scope: dict[tuple[Any, ...], list[str]] = {}
         out: list[_ScopeGrant] = []
         cands = self.schema.candidates(f)
         # Workload convention (sim/topic_workloads): a topic's events have the type named
@@ -534,7 +534,7 @@ class Authority:
         f: Filter,
         fid: str,
         et: EventType,
-        by_scope: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]],
+        by_scope: dict[tuple[Any, ...], list[str]],
     ) -> _ScopeGrant | None:
         ta = self.schema.topic_attr(et.name)
         if ta is not None:
