@@ -241,4 +241,4 @@ def register(cli: click.Group) -> None:
         if as_json:
             print_json(res)
         else:
-            print_bench(res)
+            print_bench(res, console)

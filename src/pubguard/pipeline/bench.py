@@ -278,10 +278,9 @@ def _plot(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None
     plt.close(fig)
 
 
-def print_bench(res: dict[str, Any]) -> None:
+def print_bench(res: dict[str, Any], console: Any) -> None:
+    """Print the results as a rich table on ``console``."""
     from rich.table import Table
-
-    from pubguard.cli.common import console
 
     t = Table(
         title=f"bench pipeline: {res['subscriptions']} subscriptions, {res['events']} events, "
