@@ -237,9 +237,11 @@ def register(cli: click.Group) -> None:
                   help="Payload bytes; repeat; default 16 and 16384.")  # fmt: skip
     @click.option("--subscribers", type=click.IntRange(1, 256), default=32, show_default=True)
     @click.option("--in-process", is_flag=True, help="Brokers in this process (quick look).")
+    @click.option("--quick", is_flag=True, hidden=True, help="Smoke test: tiny rates and runs.")
     @click.option("--json", "as_json", is_flag=True)
     def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
-                      subscribers: int, in_process: bool, as_json: bool) -> None:  # fmt: skip
+                      subscribers: int, in_process: bool, quick: bool,
+                      as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
         from pubguard.net.config import PROFILES
@@ -256,7 +258,7 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
         results = asyncio.run(run_network_bench(
             profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
-            in_process=in_process, subscribers=subscribers,
+            in_process=in_process, subscribers=subscribers, quick=quick,
             on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
         ))  # fmt: skip
         if as_json:
@@ -267,10 +269,12 @@ def register(cli: click.Group) -> None:
         for k, v in PAPER[profile].items():
             if k in ("paper", "goal"):
                 console.print(f"{k}: {v}")
-        v = results[0].get("broker_validation_us")
-        if v:
-            console.print("broker validation per message (CPU, in process): "
-                          + ", ".join(f"{k} {x} us" for k, x in v.items()))  # fmt: skip
+        for key, what in (("broker_validation_us", "broker validation per message"),
+                          ("client_cost_us", "client work per event")):  # fmt: skip
+            v = results[0].get(key)
+            if v:
+                console.print(f"{what} (CPU, in process): "
+                              + ", ".join(f"{k} {x} us" for k, x in v.items()))  # fmt: skip
         console.print(f"[dim]{results[0]['machine']}[/dim]")
 
 

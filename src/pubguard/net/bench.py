@@ -1,7 +1,10 @@
 """``pubguard bench network``: maximum sustained throughput and latency of a broker tree.
 
 Method (eventguard.txt §6.2.2): one publisher at the root of a complete binary tree, 32
-subscribers spread uniformly over the leaves. The publisher sends at a fixed rate ``q``; every
+subscribers spread uniformly over the leaves. The publisher protects each step's events
+before the step starts and subscribers take deliveries unopened (in a deployment publishers
+and subscribers are other machines; :func:`client_costs` reports what protecting and opening
+cost per event), so the figures measure the broker network. It sends at a fixed rate ``q``; every
 ``OBSERVE_S`` we observe the number of outstanding publications at every node (each broker's
 queued + unprocessed messages, and the publisher's unacknowledged ones). If at some node that
 number increases for five consecutive observations, the node is saturated. ``q`` is doubled
@@ -32,7 +35,6 @@ import asyncio
 import contextlib
 import random
 import statistics
-import struct
 import tempfile
 import time
 from collections.abc import Callable
@@ -45,6 +47,7 @@ from pubguard.net.client import Client, Delivery
 from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import PROFILES, ClusterConfig, tree_edges
 from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
+from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import KeyBundle, make_broker_scheme
 
 __all__ = [
@@ -112,18 +115,35 @@ def _tree(brokers: int) -> list[tuple[str, str]]:
 
 
 class _Sink:
-    """Collects delivery latencies (publish stamp carried in the first 8 payload bytes)."""
+    """Collects delivery latencies: send time by event id, arrival time at the subscriber."""
 
     def __init__(self) -> None:
         self.lat: list[float] = []
+        self.sent: dict[str, float] = {}
         self.count = 0
         self.recording = False
 
     def __call__(self, d: Delivery) -> None:
         self.count += 1
-        if self.recording and len(d.event.payload) >= 8:
-            (t0,) = struct.unpack_from(">d", d.event.payload)
+        t0 = self.sent.pop(str(d.event.id), None)
+        if self.recording and t0 is not None:
             self.lat.append(time.perf_counter() - t0)
+
+
+class _Unopened:
+    """A subscriber's scheme that subscribes with real keys but hands deliveries over
+    unopened (the bench times the network; :func:`client_costs` times opening)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.profile = inner.profile
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def open_event(self, event_id: str, routing: Any, body: bytes, meta: Any, *,
+                   now: float) -> Event:  # fmt: skip
+        return Event({"n": 0}, id=event_id)
 
 
 class _Net:
@@ -136,8 +156,11 @@ async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) 
     topics = tuple(f"s{j}" for j in range(n_subs))
     subs = []
     for j in range(n_subs):
-        c = await cluster.connect(leaves[j % len(leaves)], f"bench-sub{j}", window=8192,
-                                  profile=profile, topics=(topics[j],))  # fmt: skip
+        name = f"bench-sub{j}"
+        inner = (PlainScheme() if profile == "plain"
+                 else cluster.bundle.client(profile, name, topics=(topics[j],)))  # fmt: skip
+        c = await cluster.connect(leaves[j % len(leaves)], name, window=8192,
+                                  scheme=_Unopened(inner))  # fmt: skip
         await c.subscribe(f'topic = "{topics[j]}"', handler=sink, max_pending=1 << 20)
         subs.append(c)
     for c in subs:
@@ -155,8 +178,20 @@ async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) 
 async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: random.Random,
                   record: bool = False, batch: int = 1) -> bool:  # fmt: skip
     """Publish at ``rate`` for ``seconds``; True if some node saturated."""
-    pad = b"\0" * max(0, payload - 8)
     syms = [f"s{j}" for j in range(len(net.subs))]
+    # the publisher protects this step's events before the clock starts (publishers are
+    # other machines in a deployment; client_costs() reports what protecting costs)
+    todo = [Event({"topic": rng.choice(syms)}, type=BENCH_TYPE.name, payload=b"\0" * payload)
+            for _ in range(int(rate * seconds) + 1)]  # fmt: skip
+    protect = getattr(net.pub.scheme, "protect_events", None)
+    pes: list[Any] = []
+    for i in range(0, len(todo), batch):
+        chunk = todo[i : i + batch]
+        if batch > 1 and protect is not None:
+            pes += protect(chunk, now=time.time())
+        else:
+            pes += [net.pub.scheme.protect_event(e, now=time.time()) for e in chunk]
+    pool = iter(pes)
     history: dict[str, list[int]] = {}
     saturated = False
     stop = False
@@ -190,18 +225,14 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
             if now >= seconds:
                 break
             due = int(rate * now) - sent
-            while due > 0:
-                k = min(due, batch)
-                evs = [Event({"topic": rng.choice(syms)}, type=BENCH_TYPE.name,
-                             payload=struct.pack(">d", time.perf_counter()) + pad)
-                       for _ in range(k)]  # fmt: skip
-                if batch == 1:
-                    await net.pub.publish(evs[0])
-                else:
-                    await net.pub.publish_batch(evs)
-                sent += k
-                due -= k
-                if sent % 64 < k:
+            for _ in range(max(0, due)):
+                pe = next(pool, None)
+                if pe is None:
+                    break
+                net.sink.sent[pe.event_id] = time.perf_counter()
+                await net.pub.publish_protected(pe)
+                sent += 1
+                if sent % 64 == 0:
                     await asyncio.sleep(0)  # let the observer and the subscribers run
             if (time.perf_counter() - t0) * rate - sent > rate * 0.5:
                 saturated = True  # the publisher cannot even submit at this rate
@@ -221,6 +252,7 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
         with contextlib.suppress(asyncio.CancelledError):
             await obs_task
         net.sink.recording = False
+        net.sink.sent.clear()
         if not record:
             net.sink.lat.clear()
     return saturated
@@ -251,6 +283,8 @@ async def measure_network(
     subscribers: int = SUBSCRIBERS,
     on_step: Callable[[str], None] | None = None,
     batch: int = 1,
+    run_s: float = RUN_S,
+    bisections: int = 4,
 ) -> dict[str, Any]:
     """Max sustained throughput and latency for one (profile, tree size, payload); ``batch``:
     publications per signature (Merkle batches) for profiles that sign batches."""
@@ -276,21 +310,22 @@ async def measure_network(
         good, bad, rate = 0.0, None, 1000.0
         while bad is None and rate <= max_rate:  # doubling phase
             say(f"{brokers} brokers, {payload} B: {rate:.0f} ev/s")
-            if await _run_at(net, rate, payload, RUN_S, rng, batch=batch):
+            if await _run_at(net, rate, payload, run_s, rng, batch=batch):
                 bad = rate
             else:
                 good, rate = rate, rate * 2
         hi = bad if bad is not None else max_rate
-        for _ in range(4):  # bisection
+        for _ in range(bisections):
             mid = (good + hi) / 2
             say(f"{brokers} brokers, {payload} B: {mid:.0f} ev/s")
-            if await _run_at(net, mid, payload, RUN_S, rng, batch=batch):
+            if await _run_at(net, mid, payload, run_s, rng, batch=batch):
                 hi = mid
             else:
                 good = mid
-        await _run_at(net, max(good * 0.8, 10), payload, 2.0, rng, record=True, batch=batch)
+        await _run_at(net, max(good * 0.8, 10), payload, run_s * 4 / 3, rng, record=True,
+                      batch=batch)  # fmt: skip
         lat = sorted(sink.lat)
-        await _run_at(net, 100, payload, 1.0, rng, record=True, batch=batch)
+        await _run_at(net, 100, payload, run_s * 2 / 3, rng, record=True, batch=batch)
         idle = sorted(sink.lat)
         drops = await cluster.statuses()
     finally:
@@ -330,6 +365,7 @@ async def run_network_bench(
     subscribers: int = SUBSCRIBERS,
     on_step: Callable[[str], None] | None = None,
     validation_messages: int = 300,
+    quick: bool = False,
 ) -> list[dict[str, Any]]:
     """Every (brokers, payload) combination; a non-plain profile also runs plain for ratios,
     eventguard and default also with Merkle batches, and every secure profile reports its
@@ -337,9 +373,12 @@ async def run_network_bench(
     out = []
     say = on_step or (lambda s: None)
     valid: dict[str, Any] = {}
+    clients: dict[str, Any] = {}
     if profile != "plain":
-        say(f"{profile}: broker validation cost per message")
-        valid = validation_costs(profile, validation_messages)
+        say(f"{profile}: broker validation and client costs per message")
+        valid = validation_costs(profile, 30 if quick else validation_messages)
+        clients = client_costs(profile, 30 if quick else 200)
+    knobs: dict[str, Any] = {"max_rate": 2000, "run_s": 0.3, "bisections": 1} if quick else {}
     with tempfile.TemporaryDirectory(prefix="pubguard-bench-") as tmp:
         for n in brokers:
             for size in payloads:
@@ -347,7 +386,8 @@ async def run_network_bench(
                 def run(prof: str, tag: str, batch: int = 1, n: int = n, size: int = size) -> Any:
                     return measure_network(prof, n, size, state_dir=Path(tmp) / f"{tag}-{n}-{size}",
                                            in_process=in_process, subscribers=subscribers,
-                                           on_step=lambda s: say(f"[{tag}] {s}"), batch=batch)  # fmt: skip
+                                           on_step=lambda s: say(f"[{tag}] {s}"), batch=batch,
+                                           **knobs)  # fmt: skip
 
                 r = await run(profile, profile)
                 if profile != "plain":
@@ -365,6 +405,7 @@ async def run_network_bench(
                             **_versus(mb, base),
                         }
                     r["broker_validation_us"] = valid
+                    r["client_cost_us"] = clients
                 r.update(PAPER[profile])
                 r["machine"] = SHARED_MACHINE
                 out.append(r)
@@ -441,6 +482,31 @@ def validation_cost(
                     raise RuntimeError(f"{profile}: a valid publication was dropped ({reason})")
             best = min(best, (time.process_time() - t0) / len(part))
         return round(best * 1e6, 1)
+
+
+def client_costs(profile: str, n: int = 200, *, seed: int = 1) -> dict[str, float]:
+    """CPU microseconds per event for the publisher to protect and a subscriber to open (off
+    the network's critical path in the throughput runs, where clients are other machines)."""
+    import tempfile as _tf
+
+    now = time.time()
+    with _tf.TemporaryDirectory(prefix="pubguard-client-") as tmp:
+        bundle = KeyBundle(tmp, now=now, types=(BENCH_TYPE,), identities=(PUBLISHER,),
+                           rng=random.Random(seed))  # fmt: skip
+        f = Filter.parse('topic = "s0"')
+        sub = bundle.client(profile, "bench-sub0", topics=("s0",), now=now)
+        sub.protect_filter(f, now=now)
+        pub = bundle.client(profile, PUBLISHER, topics=("s0",), now=now)
+        if profile == "eventguard":
+            pub.protect_advertisement(f, now=now)
+        evs = [Event({"topic": "s0"}, type=BENCH_TYPE.name, payload=b"\0" * 16) for _ in range(n)]
+        t0 = time.process_time()
+        pes = [pub.protect_event(e, now=now) for e in evs]
+        t1 = time.process_time()
+        for pe in pes:
+            sub.open_event(pe.event_id, pe.routing, pe.body, pe.meta, now=now)
+        t2 = time.process_time()
+    return {"protect": round((t1 - t0) / n * 1e6, 1), "open": round((t2 - t1) / n * 1e6, 1)}
 
 
 def validation_costs(profile: str, n: int = 300) -> dict[str, float]:

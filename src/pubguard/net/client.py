@@ -63,7 +63,7 @@ from pubguard.model.filters import Filter
 from pubguard.net import protocol
 from pubguard.net.framing import FrameDecoder, encode_frame
 from pubguard.net.subscription import Delivery, Handler, Subscription
-from pubguard.schemes.base import ClientScheme, withdrawal_meta
+from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
 from pubguard.schemes.plain import PlainScheme
 
 __all__ = [
@@ -210,6 +210,13 @@ class Client:
         else:
             msg = Publish(pe.event_id, prof, pe.routing, pe.body, pe.meta).to_wire()
         await self._send(msg)
+        return pe.event_id
+
+    async def publish_protected(self, pe: ProtectedEvent, *, profile: str | None = None) -> str:
+        """Send an event protected earlier by this client's scheme (a publisher may protect
+        ahead of time; the guards' timestamp window still applies)."""
+        prof = profile or self.scheme.profile
+        await self._send(Publish(pe.event_id, prof, pe.routing, pe.body, pe.meta).to_wire())
         return pe.event_id
 
     async def publish_batch(self, events: list[Event], *, profile: str | None = None) -> list[str]:
