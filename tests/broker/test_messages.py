@@ -149,3 +149,34 @@ def test_direct_construction_raises_validation_error() -> None:
         Subscribe("s", "plain", "not a mapping")  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         Deliver("not a publish", ("s",))  # type: ignore[arg-type]
+
+
+odd_leaf = st.sampled_from([math.nan, math.inf, 2**64, -(2**63) - 1, bytearray(b"x"), {1}, None])
+odd_maps = st.dictionaries(
+    st.one_of(st.text(max_size=3), st.integers(0, 2)), st.one_of(wire_values, odd_leaf), max_size=4
+)
+
+
+@settings(max_examples=150)
+@given(
+    routing=odd_maps, meta=st.one_of(st.none(), odd_maps), body=st.sampled_from([b"", b"x", "x"])
+)
+def test_publish_fast_decode_equals_the_constructor(
+    routing: dict, meta: dict | None, body: object
+) -> None:
+    # decode_message validates a publication once, inline; it must agree with the dataclass
+    wire = {"op": "publish", "event_id": "e", "profile": "p", "routing": routing, "body": body}
+    if meta is not None:
+        wire["meta"] = meta
+    try:
+        want: object = Publish("e", "p", routing, body, {} if meta is None else meta)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        with pytest.raises(FrameError, match="bad publish") as info:
+            decode_message(wire)
+        assert str(exc) in str(info.value)
+        return
+    got = decode_message(wire)
+    assert got == want and got.to_wire() == want.to_wire()  # type: ignore[attr-defined]
+    assert type(got.routing) is type(want.routing)  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        got.routing["new"] = 1  # type: ignore[attr-defined,index]

@@ -87,10 +87,38 @@ class MsgOp(enum.StrEnum):
 # -- deep freeze / thaw of wire values ---------------------------------------------------------
 
 
+_FLAT: Final = frozenset({str, bool, type(None), bytes})  # leaves that need no check
+_SCALARS: Final = _FLAT | {int, float}
+
+
 def freeze_wire(value: Any, *, what: str = "value") -> Any:
     """Validate a msgpack-model value and return it deep-frozen; ValidationError if invalid."""
+    if type(value) is dict:  # the common case, a flat map from a frame: one pass, no recursion
+        frozen = _freeze_flat(value)
+        if frozen is not None:
+            return frozen
     budget = [MAX_WIRE_ITEMS]
     return _freeze(value, 0, budget, what)
+
+
+def _freeze_flat(d: dict[Any, Any]) -> MappingProxyType[str, Any] | None:
+    """``_freeze`` of a map whose keys are ``str`` and values valid scalars (exactly the same
+    result), or None to take the general path (which also words the errors)."""
+    if len(d) >= MAX_WIRE_ITEMS:
+        return None
+    flat = _FLAT
+    for k, v in d.items():
+        t = type(v)
+        if type(k) is not str:
+            return None
+        if t in flat:
+            continue
+        if t is int:
+            if not _INT_MIN <= v <= _INT_MAX:
+                return None
+        elif t is not float or v != v:  # NaN, containers and anything else
+            return None
+    return MappingProxyType(dict(d))
 
 
 def _freeze(v: Any, depth: int, budget: list[int], what: str) -> Any:
@@ -125,6 +153,12 @@ def _freeze(v: Any, depth: int, budget: list[int], what: str) -> Any:
 
 def thaw_wire(v: Any) -> Any:
     """The inverse of :func:`freeze_wire`: plain lists and dicts, ready for msgpack."""
+    if type(v) is MappingProxyType:  # flat maps (most routing and meta): one copy
+        out = dict(v)
+        for k, x in out.items():
+            if type(x) not in _SCALARS:
+                out[k] = thaw_wire(x)
+        return out
     if isinstance(v, tuple):
         return [thaw_wire(x) for x in v]
     if isinstance(v, Mapping):
@@ -148,6 +182,9 @@ def _check_id(v: Any, what: str) -> str:
 
 def _empty() -> Mapping[str, Any]:
     return MappingProxyType({})
+
+
+_EMPTY_MAP: Final[Mapping[str, Any]] = MappingProxyType({})  # shared: read-only and empty
 
 
 # -- the messages ---------------------------------------------------------------------------------
@@ -286,6 +323,25 @@ class Publish:
     def ref(self) -> str:
         return self.event_id
 
+    @classmethod
+    def _trusted(
+        cls,
+        event_id: str,
+        profile: str,
+        routing: Mapping[str, Any],
+        body: bytes,
+        meta: Mapping[str, Any],
+    ) -> Publish:
+        """Build from fields the decoder has just validated and frozen (no second pass)."""
+        p = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(p, "event_id", event_id)
+        setattr_(p, "profile", profile)
+        setattr_(p, "routing", routing)
+        setattr_(p, "body", body)
+        setattr_(p, "meta", meta)
+        return p
+
     def to_wire(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.op, **self._fields()}
         return d
@@ -406,7 +462,25 @@ _Spec = tuple[frozenset[str], frozenset[str], Callable[[Mapping[str, Any]], Any]
 
 
 def _publish_from(d: Mapping[str, Any]) -> Publish:
-    return Publish(d["event_id"], d["profile"], d["routing"], d.get("body", b""), d.get("meta", {}))
+    eid, profile, routing = d["event_id"], d["profile"], d["routing"]
+    body, meta = d.get("body", b""), d.get("meta")
+    # the hot path (every publication at every hop): the checks of Publish.__post_init__
+    # done inline once, then built without running them again
+    if (
+        type(eid) is str
+        and 0 < len(eid) <= MAX_ID_LEN
+        and type(profile) is str
+        and 0 < len(profile) <= MAX_ID_LEN
+        and type(routing) is dict
+        and type(body) is bytes
+        and len(body) <= MAX_BODY_BYTES
+        and (meta is None or type(meta) is dict)
+    ):
+        fr = _freeze_flat(routing)
+        fm = _EMPTY_MAP if not meta else _freeze_flat(meta)  # type: ignore[arg-type]
+        if fr is not None and fm is not None:
+            return Publish._trusted(eid, profile, fr, body, fm)
+    return Publish(eid, profile, routing, body, {} if meta is None else meta)
 
 
 def _deliver_from(d: Mapping[str, Any]) -> Deliver:
@@ -451,7 +525,16 @@ _DECODERS: dict[str, _Spec] = {
 }
 
 
+_ALLOWED: dict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = {}
+
+
 def _check_keys(d: Mapping[str, Any], req: frozenset[str], opt: frozenset[str], what: str) -> None:
+    allowed = _ALLOWED.get((req, opt))
+    if allowed is None:
+        allowed = _ALLOWED[(req, opt)] = req | opt | {"op"}
+    keys_view = d.keys()
+    if req <= keys_view and keys_view <= allowed:
+        return
     keys = set(d)
     missing = req - keys
     if missing:
@@ -467,7 +550,7 @@ def decode_message(obj: Any) -> Message:
 
     (The broker checks ``op in KNOWN_OPS`` first to count unknown ops as ``unknown_type``.)
     """
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         raise FrameError(f"a message must be a mapping, not {type(obj).__name__}")
     op = obj.get("op")
     if not isinstance(op, str):
