@@ -1,4 +1,5 @@
-"""``pubguard workload generate|info`` and ``pubguard demo`` through the real click group."""
+"""``pubguard workload generate|info`` through the real click group (the demo's tests are in
+tests/cli/test_demo.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from pubguard.cli import demo_cmd, workload_cmds
+from pubguard.cli import workload_cmds
 from pubguard.cli.main import cli
-from pubguard.matching import ReferenceMatcher
-from pubguard.sim import load_workload
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +20,6 @@ def root() -> click.Group:
     # it does not list these modules yet, so the tests run the same group either way.
     if "workload" not in cli.commands:
         workload_cmds.register(cli)
-    if "demo" not in cli.commands:
-        demo_cmd.register(cli)
     return cli
 
 
@@ -93,31 +90,3 @@ def test_usage_errors_and_help(root: click.Group, tmp_path: Path) -> None:
     assert r.exit_code == 2 and "nope" in r.stderr
     h = run(root, "workload", "generate", "--help")
     assert h.exit_code == 0 and "--shape" in h.stdout and "psguard:" in h.stdout
-
-
-def test_demo_json(root: click.Group) -> None:
-    r = run(root, "demo", "--json", "--filters", "200", "--subscribers", "20", "--events", "40")
-    assert r.exit_code == 0, r.output
-    obj = json.loads(r.stdout)
-    assert obj["events"] == 40 and obj["subscribers"] == 20 and obj["filters"] == 200
-    assert obj["checked"] == 40
-    assert 0 < len(obj["top_subscribers"]) <= 5
-    again = json.loads(
-        run(
-            root, "demo", "--json", "--filters", "200", "--subscribers", "20", "--events", "40"
-        ).stdout
-    )
-    keys = ("deliveries", "matched_filters", "top_subscribers", "top_events")
-    assert {k: again[k] for k in keys} == {k: obj[k] for k in keys}  # seeded: same answers
-
-
-def test_demo_counts_match_an_independent_count(tmp_path: Path) -> None:
-    r = demo_cmd.run_demo(tmp_path / "w", seed=3, filters=150, subscribers=15, events=30)
-    w = load_workload(tmp_path / "w")
-    ref = ReferenceMatcher(w.filters)
-    deliveries = 0
-    for e in w.events:
-        fids = ref.match(e)
-        deliveries += len({s.subscriber for s in w.subscriptions if s.filter.id in fids})
-    assert r.deliveries == deliveries > 0
-    assert (r.events, r.subscribers, r.filters) == (30, 15, len(w.filters))
