@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pubguard.errors import ValidationError
 from pubguard.model import Event, Filter
@@ -85,3 +87,29 @@ def test_registry_refuses_duplicates_and_nameless() -> None:
 
     with pytest.raises(ValidationError):
         reg.register(Nameless())  # type: ignore[arg-type]
+
+
+@settings(max_examples=100)
+@given(
+    st.dictionaries(
+        st.text(max_size=3),
+        st.one_of(
+            st.integers(), st.floats(), st.text(max_size=3), st.booleans(), st.none(),
+            st.binary(max_size=2), st.lists(st.integers(), max_size=2),
+        ),
+        max_size=4,
+    )
+)  # fmt: skip
+def test_decode_event_checks_as_event_does(routing: dict) -> None:
+    # the fast check of the broker hot path accepts exactly what Event accepts
+    for r in (routing, MappingProxyType(dict(routing))):
+        try:
+            want = dict(Event(dict(r)).attrs)
+        except ValidationError:
+            with pytest.raises(ValidationError):
+                P.decode_event(r)
+            continue
+        got = P.decode_event(r)
+        assert dict(got) == want and list(got) == list(want)
+        with pytest.raises(TypeError):
+            got["x"] = 1  # type: ignore[index]

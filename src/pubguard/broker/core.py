@@ -94,6 +94,7 @@ MAX_BROKER_ID_LEN: Final = 64
 _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
                   Heartbeat)  # fmt: skip
 _DECODE_ERRORS = DECODE_ERRORS
+_IN_KEY: Final = {op: f"in.{op}" for op in KNOWN_OPS}  # counter names, built once
 
 
 @dataclass(slots=True)
@@ -104,14 +105,18 @@ class _Entry:
 
 
 class _Profile:
-    """Per-profile routing tables: the scheme, its matcher and the upward forward set."""
+    """Per-profile routing tables: the scheme, its matcher and the upward forward set, plus
+    whether the scheme's ``broker_check`` / ``outgoing`` hooks do anything (optional scheme
+    flags ``checks_messages`` / ``rewrites_outgoing``; absent means they do)."""
 
-    __slots__ = ("fwd", "matcher", "scheme")
+    __slots__ = ("checks", "fwd", "matcher", "rewrites", "scheme")
 
     def __init__(self, scheme: BrokerScheme) -> None:
         self.scheme = scheme
         self.matcher: Matcher = scheme.new_matcher()
         self.fwd = ForwardSet(scheme.covers)
+        self.checks = bool(getattr(scheme, "checks_messages", True))
+        self.rewrites = bool(getattr(scheme, "rewrites_outgoing", True))
 
 
 class Broker(AdvertisementRouting):
@@ -214,7 +219,7 @@ class Broker(AdvertisementRouting):
                 message = decode_message(message)
             except FrameError as exc:
                 return self._drop(DropReason.MALFORMED, str(exc), link, _guess_id(message), op)
-        self.counters[f"in.{message.op}"] += 1
+        self.counters[_IN_KEY[message.op]] += 1
         match message:
             case Publish():
                 return self._on_publish(message, link, now)
@@ -245,9 +250,10 @@ class Broker(AdvertisementRouting):
             pe = prof.scheme.decode_event(msg.routing)
         except _DECODE_ERRORS as exc:
             return self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
-        refused = self._check(prof.scheme, msg, link, now, None)
-        if refused is not None:
-            return refused
+        if prof.checks:
+            refused = self._check(prof.scheme, msg, link, now, None)
+            if refused is not None:
+                return refused
         self._dedup.record(msg.event_id, now)
         by_link: dict[str, list[str]] = {}
         keys: set[Key] = prof.matcher.match(pe)  # type: ignore[assignment]
@@ -273,7 +279,7 @@ class Broker(AdvertisementRouting):
         if self.parent is not None and self.parent != src:
             out.append(Forward(self.parent, msg))
         self.counters["delivered"] += delivered
-        if not getattr(prof.scheme, "rewrites_outgoing", True):
+        if not prof.rewrites:
             self.counters["sent"] += len(out)
             return out
         return self._outgoing(out, now, prof.scheme)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from random import Random
+from types import MappingProxyType
 from typing import Any
 
 from pubguard.errors import DropReason, ValidationError
@@ -25,6 +26,7 @@ from pubguard.schemes.base import CheckContext, Matcher, ProtectedEvent, Protect
 __all__ = ["PLAIN", "PlainScheme", "new_event_id"]
 
 PLAIN = "plain"
+_INF = float("inf")
 
 
 def new_event_id(rng: Random | None = None) -> str:
@@ -53,6 +55,12 @@ class PlainScheme:
     """Both faces of the plain profile. Stateless; one instance can serve every role."""
 
     profile = PLAIN
+
+    @property
+    def checks_messages(self) -> bool:
+        """False while ``broker_check`` accepts everything (the core then skips the call and
+        its context); a subclass that overrides ``broker_check`` turns it on automatically."""
+        return type(self).broker_check is not PlainScheme.broker_check
 
     @property
     def rewrites_outgoing(self) -> bool:
@@ -100,10 +108,24 @@ class PlainScheme:
     def decode_filter(self, wire: Mapping[str, Any]) -> Filter:
         return filter_from_wire(wire)
 
-    def decode_event(self, routing: Mapping[str, Any]) -> Event:
+    def decode_event(self, routing: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The event's attributes as a read-only mapping (what the index matches on), checked
+        as :class:`Event` checks them. A publication's frozen ``routing`` is returned as is:
+        one type check per attribute, no copy (this runs for every event at every hop)."""
         if not isinstance(routing, Mapping):
             raise ValidationError("plain routing must be an attribute mapping")
-        return Event(dict(routing))
+        for k, v in routing.items():
+            t = type(v)
+            if (
+                not k
+                or type(k) is not str
+                or not (t is str or t is int or t is bool or (t is float and -_INF < v < _INF))
+            ):
+                # the model's checks word the error (or accept an odd but valid value)
+                return MappingProxyType(dict(Event(dict(routing)).attrs))
+        if type(routing) is MappingProxyType:
+            return routing
+        return MappingProxyType(dict(routing))
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         return None  # the baseline has no guards
