@@ -76,7 +76,7 @@ SHARED_MACHINE: Final = (
     "cores: ratios are indicative, absolute numbers a floor"
 )
 #: the papers' figures next to ours, and the issue's goal (issue 5, Performance)
-PAPER: Final = {
+PAPER: Final[dict[str, dict[str, Any]]] = {
     "plain": {"paper": PAPER_NOTE},
     "psguard": {
         "paper": "psguard.txt §5.2.3: throughput 2.2% lower and latency 1.5% higher than Siena "
@@ -457,7 +457,7 @@ def validation_cost(
         evs = [Event({"topic": "s0"}, id=f"v{i}", type=BENCH_TYPE.name, payload=b"\0" * 16)
                for i in range(n + warm)]  # fmt: skip
         protect = getattr(client, "protect_events", None)
-        pes = []
+        pes: list[Any] = []
         for i in range(0, len(evs), batch):
             chunk = evs[i : i + batch]
             pes += protect(chunk, now=now) if protect and batch > 1 else [
