@@ -157,7 +157,7 @@ def run_spark_part(
         samples.append({
             "subscriber": rec["subscriber"], "event_id": rec["event_id"],
             "attrs": json.loads(rec["attrs"]), "payload": bytes(rec["payload"])[:24].decode(errors="replace"),
-            "executor_secrets": hexcut(c.get("secrets"), 10),
+            "executor_secrets": _secrets(c.get("secrets")),
             "executor_payload": hexcut(c.get("payload"), 10),
         })  # fmt: skip
     summary["samples"] = samples
