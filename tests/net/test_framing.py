@@ -105,3 +105,22 @@ def test_oversize_encode_is_refused() -> None:
         encode_frame({"b": b"x" * MAX_FRAME_SIZE})
     with pytest.raises(FrameError, match="encode"):
         encode_frame({"s": {1, 2}})  # type: ignore[dict-item]
+
+
+def test_a_failed_encode_leaves_nothing_behind() -> None:
+    # the packer is reused: a message that fails half-way must not leak into the next frame
+    with pytest.raises(FrameError):
+        encode_frame({"a": 1, "b": [1, 2, {3}]})  # type: ignore[dict-item]
+    assert FrameDecoder().feed(encode_frame({"ok": True})) == [{"ok": True}]
+
+
+def test_encoding_matches_packb_and_decoding_accepts_views() -> None:
+    msg = {"t": "m", "s": 7, "m": {"op": "publish", "body": b"\0" * 20, "routing": {"x": 1.5}}}
+    frame = encode_frame(msg)
+    body = msgpack.packb(msg, use_bin_type=True)
+    assert frame == struct.pack(">IB", len(body) + 1, WIRE_VERSION) + body
+    assert decode_body(memoryview(frame)[4:]) == decode_body(frame[4:]) == msg
+    dec = FrameDecoder()  # frames decoded in place: the buffer still shrinks after each feed
+    assert dec.feed(frame[:10]) == [] and dec.buffered == 10
+    assert dec.feed(frame[10:] + frame[:3]) == [msg] and dec.buffered == 3
+    assert dec.feed(frame[3:]) == [msg] and dec.buffered == 0

@@ -23,6 +23,7 @@ decoded maps out; it never blocks and buffers at most one frame.
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any, Final
 
 import msgpack
@@ -45,6 +46,7 @@ MAX_FRAME_SIZE: Final = 1 << 20  # 1 MiB: a 16 KB event plus envelope fits with 
 MAX_DEPTH: Final = 16
 HEADER_SIZE: Final = 4
 _LEN = struct.Struct(">I")
+_HEAD = struct.Struct(">IB")  # length and version byte, packed in one call
 _INT_MIN: Final = -(1 << 63)
 _INT_MAX: Final = (1 << 64) - 1
 
@@ -53,16 +55,29 @@ def _no_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack ext type {code} is not allowed")
 
 
+class _Packers(threading.local):
+    """One reusable msgpack packer per thread (``packb`` builds a new one per call, which
+    costs more than packing a small message)."""
+
+    def __init__(self) -> None:
+        self.packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+_PACKERS = _Packers()
+
+
 def encode_frame(msg: dict[str, Any]) -> bytes:
     """Encode one map as a complete frame (header, version, body)."""
+    packer = _PACKERS.packer
     try:
-        body = msgpack.packb(msg, use_bin_type=True)
+        body = packer.pack(msg)
     except (TypeError, ValueError, OverflowError) as exc:
+        packer.reset()  # a failed pack may leave a partial buffer behind
         raise FrameError(f"cannot encode frame: {exc}") from None
     n = len(body) + 1
     if n > MAX_FRAME_SIZE:
         raise FrameError(f"frame of {n} bytes exceeds MAX_FRAME_SIZE={MAX_FRAME_SIZE}")
-    return _LEN.pack(n) + bytes((WIRE_VERSION,)) + body
+    return _HEAD.pack(n, WIRE_VERSION) + body
 
 
 def check_wire(obj: Any, depth: int = 0) -> None:
@@ -96,18 +111,16 @@ def decode_body(frame_body: bytes | memoryview) -> dict[str, Any]:
     version = frame_body[0]
     if version != WIRE_VERSION:
         raise FrameError(f"unknown wire version {version}")
-    size = len(frame_body)
+    if type(frame_body) is not memoryview:
+        frame_body = memoryview(frame_body)
     try:
+        # unpackb bounds every str / bin / array / map length by the buffer size by default
+        # (maps by half of it), so only ext types need refusing here
         obj = msgpack.unpackb(
             frame_body[1:],
             raw=False,
-            use_list=True,
             strict_map_key=True,
             ext_hook=_no_ext,
-            max_str_len=size,
-            max_bin_len=size,
-            max_array_len=size,
-            max_map_len=size,
             max_ext_len=0,
         )
     except FrameError:
@@ -149,24 +162,28 @@ class FrameDecoder:
         buf += data
         out: list[dict[str, Any]] = []
         pos = 0
+        size = len(buf)
+        view = memoryview(buf)  # frames are decoded in place, without copying them out
         try:
-            while len(buf) - pos >= HEADER_SIZE:
+            while size - pos >= HEADER_SIZE:
                 (n,) = _LEN.unpack_from(buf, pos)
                 if n > self.max_frame_size:
                     raise FrameError(f"frame of {n} bytes exceeds limit {self.max_frame_size}")
                 if n < 2:
                     raise FrameError("frame shorter than version byte and body")
                 end = pos + HEADER_SIZE + n
-                if len(buf) < end:
+                if size < end:
                     break
-                out.append(decode_body(bytes(buf[pos + HEADER_SIZE : end])))
+                out.append(decode_body(view[pos + HEADER_SIZE : end]))
                 pos = end
         except FrameError as exc:
+            view.release()
             self.error = exc
             self._buf = bytearray()
             if not out:
                 raise
             return out
+        view.release()  # the buffer cannot be resized while a view of it is exported
         if pos:
             del buf[:pos]
         return out

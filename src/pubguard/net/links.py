@@ -103,19 +103,17 @@ class Link:
     def pump(self) -> None:
         """Write queued frames while the window allows."""
         w = self.writer
-        if w is None:
+        outq = self.outq
+        if w is None or not outq:
             return
-        limit = self.acked + self.window
-        if self.sent_upto >= limit:
+        # sequence numbers are consecutive and outq is in order, so the frames to write are
+        # looked up directly instead of walking past those written but not yet acknowledged
+        limit = min(self.acked + self.window, next(reversed(outq)))
+        start = self.sent_upto + 1
+        if start > limit:
             return
-        chunks = []
-        for seq, frame in self.outq.items():
-            if seq <= self.sent_upto:
-                continue
-            if seq > limit:
-                break
-            chunks.append(frame)
-            self.sent_upto = seq
+        chunks = [f for f in map(outq.get, range(start, limit + 1)) if f is not None]
+        self.sent_upto = limit
         if chunks:
             w.write(b"".join(chunks))
             self.last_tx = time.monotonic()

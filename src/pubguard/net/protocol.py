@@ -121,6 +121,10 @@ _FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
 
 def check_envelope(d: dict[str, Any]) -> str:
     """Check an envelope's shape and field types; return its tag. FrameError otherwise."""
+    if len(d) == 3 and d.get("t") == "m":  # the hot path: one reliable message
+        s, m = d.get("s"), d.get("m")
+        if type(s) is int and 1 <= s <= _SEQ_MAX and type(m) is dict:
+            return "m"
     t = d.get("t")
     spec = _FIELDS.get(t) if type(t) is str else None
     if spec is None:
