@@ -103,7 +103,7 @@ def register(cli: click.Group) -> None:
         cfg = load_cluster_config(config, state_dir=state)
 
         async def up() -> dict[str, int]:
-            c = LocalCluster(cfg)
+            c = LocalCluster(cfg, detached=True)
             try:
                 await c.start()
             except BaseException:

@@ -2,13 +2,18 @@
 
 This is what ``pubguard broker`` and the local cluster start. SIGTERM and SIGINT stop the
 broker cleanly (links told ``bye``, state closed); ``kill -9`` is survivable by design.
+With ``--parent-pid PID`` the broker also stops when that process goes away (the demo, the
+benchmarks and the tests start brokers this way, so a killed parent leaves nothing running;
+``pubguard cluster up`` starts detached brokers without it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -17,28 +22,47 @@ from pubguard.errors import PubguardError
 from pubguard.net.config import BrokerConfig, load_broker_config
 from pubguard.net.server import run_broker
 
-__all__ = ["main", "serve"]
+__all__ = ["PARENT_POLL_S", "main", "serve"]
+
+PARENT_POLL_S = 1.0  # how often a tied broker checks that its parent is still there
 
 
-async def _serve(config: BrokerConfig) -> None:
+async def _watch_parent(parent_pid: int, task: asyncio.Task[None]) -> None:
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(PARENT_POLL_S)
+    logging.getLogger("pubguard.broker").warning("parent %d is gone: stopping", parent_pid)
+    task.cancel()
+
+
+async def _serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
     task = asyncio.current_task()
+    assert task is not None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        loop.add_signal_handler(sig, task.cancel)
+    watcher = None
+    if parent_pid is not None:
+        watcher = asyncio.create_task(_watch_parent(parent_pid, task))
     try:
         await run_broker(config)
     except asyncio.CancelledError:
         pass
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
 
 
-def serve(config: BrokerConfig) -> None:
-    """Run ``config``'s broker in this process until SIGTERM / SIGINT."""
-    asyncio.run(_serve(config))
+def serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
+    """Run ``config``'s broker in this process until SIGTERM / SIGINT (or its parent exits)."""
+    asyncio.run(_serve(config, parent_pid))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pubguard-broker")
     ap.add_argument("--config", required=True, type=Path)
+    ap.add_argument("--parent-pid", type=int, default=None)
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -46,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        serve(load_broker_config(args.config))
+        serve(load_broker_config(args.config), args.parent_pid)
     except PubguardError as exc:
         print(f"pubguard: error: {exc}", file=sys.stderr)
         return 1

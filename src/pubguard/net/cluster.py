@@ -68,8 +68,11 @@ class LocalCluster:
     """Start, inspect, kill and restart the brokers of one :class:`ClusterConfig`."""
 
     def __init__(self, config: ClusterConfig, *, in_process: bool = False,
-                 bundle: KeyBundle | None = None) -> None:  # fmt: skip
+                 bundle: KeyBundle | None = None, detached: bool = False) -> None:  # fmt: skip
+        """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
+        broker stops by itself when this process exits, even on SIGKILL."""
         self.config = config
+        self.detached = detached
         self.state_dir = config.state_dir.resolve()
         self.in_process = in_process
         self._bundle = bundle
@@ -174,9 +177,10 @@ class LocalCluster:
             self.ports[name] = await server.start()
             return
         log = (self.broker_dir(name) / "broker.log").open("ab")
+        tie = [] if self.detached else ["--parent-pid", str(os.getpid())]
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "pubguard.net.broker_main", "--config",
-             str(self.config_path(name))],
+             str(self.config_path(name)), *tie],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )  # fmt: skip
         log.close()
