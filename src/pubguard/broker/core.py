@@ -39,6 +39,10 @@ bounded window (``DedupWindow``), matches with the scheme's index and lets ``out
 each message as it leaves. Control messages from clients are answered with ``Ack``; drops of
 client messages with ``Error`` (narada §IV-H: errors go back to a directly connected client),
 except duplicates, which are silent. Brokers get no error replies.
+
+``handle_batch(messages, from_link, now)`` is ``handle`` for a batch from one link (what a
+transport reads at once): the same actions and state as one call per message, with runs of
+plain publications matched together (``pubguard.broker.publishing``).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from pubguard.broker.messages import (
     Unsubscribe,
     decode_message,
 )
+from pubguard.broker.publishing import PublicationRouting, _Admitted
 from pubguard.broker.state import BrokerState
 from pubguard.errors import (
     DropError,
@@ -119,7 +124,7 @@ class _Profile:
         self.rewrites = bool(getattr(scheme, "rewrites_outgoing", True))
 
 
-class Broker(AdvertisementRouting):
+class Broker(PublicationRouting, AdvertisementRouting):
     """One routing node. See the module docstring for the protocol."""
 
     def __init__(
@@ -208,21 +213,66 @@ class Broker(AdvertisementRouting):
     ) -> list[Action]:
         """Process one message from ``from_link`` at time ``now``; never raises on bad input."""
         link = self._link(from_link)
-        if not isinstance(message, _MESSAGE_TYPES):
-            op = message.get("op") if isinstance(message, Mapping) else None
-            op = op[:40] if isinstance(op, str) else None
-            if op is not None and op not in KNOWN_OPS:
-                return self._drop(
-                    DropReason.UNKNOWN_TYPE, "unknown op", link, _guess_id(message), op
-                )
-            try:
-                message = decode_message(message)
-            except FrameError as exc:
-                return self._drop(DropReason.MALFORMED, str(exc), link, _guess_id(message), op)
+        decoded = self._decode(message, link)
+        if isinstance(decoded, list):
+            return decoded
+        if type(decoded) is Publish:
+            return self._on_publish(decoded, link, now)
+        return self._dispatch(decoded, link, now)
+
+    def handle_batch(
+        self, messages: Iterable[Message | Mapping[str, Any]], from_link: str, now: float
+    ) -> list[Action]:
+        """``handle`` each message in order and concatenate the actions: the same actions
+        and the same state as one call per message. Runs of publications of a profile with
+        neither guards nor outgoing rewrites (plain) are matched together, with the
+        matcher's ``match_batch`` when the run has at least ``BATCH_MATCH_MIN`` of them."""
+        link = self._link(from_link)
+        out: list[Action] = []
+        run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
+        for message in messages:
+            decoded = self._decode(message, link)
+            if type(decoded) is Publish:
+                prof = self._profiles.get(decoded.profile)
+                if prof is not None and not prof.checks and not prof.rewrites:
+                    # nothing in admitting it can change how earlier ones match or leave
+                    adm = self._admit(decoded, link, now)
+                    if isinstance(adm, list):
+                        run.append((decoded, None, adm))
+                    else:
+                        run.append((decoded, adm, []))
+                    continue
+            if run:
+                self._route_run(run, link, now, out)
+                run = []
+            if isinstance(decoded, list):
+                out += decoded
+            elif type(decoded) is Publish:
+                out += self._on_publish(decoded, link, now)
+            else:
+                out += self._dispatch(decoded, link, now)
+        if run:
+            self._route_run(run, link, now, out)
+        return out
+
+    def _decode(
+        self, message: Message | Mapping[str, Any], link: LinkInfo
+    ) -> Message | list[Action]:
+        """The message, decoded from its wire dict if need be, or the actions of its drop."""
+        if type(message) is not dict and isinstance(message, _MESSAGE_TYPES):
+            return message
+        op = message.get("op") if isinstance(message, Mapping) else None
+        op = op[:40] if isinstance(op, str) else None
+        if op is not None and op not in KNOWN_OPS:
+            return self._drop(DropReason.UNKNOWN_TYPE, "unknown op", link, _guess_id(message), op)
+        try:
+            return decode_message(message)
+        except FrameError as exc:
+            return self._drop(DropReason.MALFORMED, str(exc), link, _guess_id(message), op)
+
+    def _dispatch(self, message: Message, link: LinkInfo, now: float) -> list[Action]:
         self.counters[_IN_KEY[message.op]] += 1
         match message:
-            case Publish():
-                return self._on_publish(message, link, now)
             case Subscribe():
                 return self._on_subscribe(message, link, now)
             case Unsubscribe():
@@ -233,56 +283,11 @@ class Broker(AdvertisementRouting):
                 return self._on_unadvertise(message, link, now)
             case Heartbeat() | Ack() | Error():
                 return []  # link-level traffic: the transport's business
+            case Publish():  # a subclass instance: the general path
+                return self._on_publish(message, link, now, counted=True)
             case _:  # Deliver: only ever sent to clients
                 return self._drop(DropReason.MALFORMED, f"unexpected {message.op}", link,
                                   message.ref, message.op)  # fmt: skip
-
-    # -- publications -------------------------------------------------------------------------
-    def _on_publish(self, msg: Publish, link: LinkInfo, now: float) -> list[Action]:
-        prof = self._profile(msg.profile)
-        if prof is None:
-            return self._drop(
-                DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.event_id, "publish"
-            )
-        if self._dedup.seen(msg.event_id, now):
-            return self._drop(DropReason.DUPLICATE, "seen event id", link, msg.event_id, "publish")
-        try:
-            pe = prof.scheme.decode_event(msg.routing)
-        except _DECODE_ERRORS as exc:
-            return self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
-        if prof.checks:
-            refused = self._check(prof.scheme, msg, link, now, None)
-            if refused is not None:
-                return refused
-        self._dedup.record(msg.event_id, now)
-        by_link: dict[str, list[str]] = {}
-        keys: set[Key] = prof.matcher.match(pe)  # type: ignore[assignment]
-        for lk, sid in keys:
-            if lk in by_link:
-                by_link[lk].append(sid)
-            else:
-                by_link[lk] = [sid]
-        out: list[Action] = []
-        src = link.link_id
-        links = self.links
-        delivered = 0
-        for lk in sorted(by_link):
-            if links[lk].kind is LinkKind.CLIENT:
-                if lk != src or self.echo:
-                    sids = by_link[lk]
-                    if len(sids) > 1:
-                        sids.sort()
-                    out.append(DeliverTo(lk, Deliver.trusted(msg, tuple(sids))))
-                    delivered += 1
-            elif lk != src:
-                out.append(Forward(lk, msg))
-        if self.parent is not None and self.parent != src:
-            out.append(Forward(self.parent, msg))
-        self.counters["delivered"] += delivered
-        if not prof.rewrites:
-            self.counters["sent"] += len(out)
-            return out
-        return self._outgoing(out, now, prof.scheme)
 
     # -- subscriptions ------------------------------------------------------------------------
     def _on_subscribe(self, msg: Subscribe, link: LinkInfo, now: float) -> list[Action]:

@@ -1,0 +1,169 @@
+"""Publication routing for the broker core: admit, match, route (eventguard.txt §2.1).
+
+A publication is *admitted* (profile known, event id not in the duplicate window, routing
+decodable by the scheme, the scheme's guards pass; then its id is recorded), *matched* with the
+profile's index, and *routed*: one ``DeliverTo`` per local client link naming all of its
+matching subscriptions (not back to the publisher unless ``echo``), one ``Forward`` per child
+broker link with a matching (covering) filter but the one it came from, and a ``Forward`` to the
+parent unless it came from there (see ``pubguard.broker.core`` for why this is exactly once on a
+tree). The three steps are separate so that ``Broker.handle_batch`` can admit a run of
+publications one by one, match them together (the index's ``match_batch``, vectorised across
+events) and route them in arrival order, with exactly the actions and state of one ``handle``
+per message.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from pubguard.broker.actions import Action, DeliverTo, Forward
+from pubguard.broker.advertising import DECODE_ERRORS, Key, why
+from pubguard.broker.dedup import DedupWindow
+from pubguard.broker.messages import Deliver, Publish
+from pubguard.errors import DropReason
+from pubguard.schemes.base import BrokerScheme, LinkInfo, LinkKind, Matcher
+
+if TYPE_CHECKING:
+    from pubguard.broker.core import _Profile
+
+__all__ = ["BATCH_MATCH_MIN", "PublicationRouting"]
+
+BATCH_MATCH_MIN: Final = 32  # publications in a run before handle_batch uses match_batch
+
+
+@dataclass(slots=True)
+class _Admitted:
+    """A publication that passed the guards: its profile, matcher and decoded event."""
+
+    prof: _Profile
+    matcher: Matcher
+    pe: Any
+
+
+class PublicationRouting:
+    """Mixin of :class:`~pubguard.broker.core.Broker`: the publication handlers."""
+
+    links: dict[str, LinkInfo]
+    parent: str | None
+    echo: bool
+    counters: Counter[str]
+    _dedup: DedupWindow
+    _profiles: dict[str, _Profile]
+
+    if TYPE_CHECKING:
+
+        def _profile(self, name: str) -> _Profile | None: ...
+        def _drop(
+            self,
+            reason: DropReason,
+            detail: str,
+            link: LinkInfo,
+            ref: str | None,
+            op: str | None = None,
+        ) -> list[Action]: ...
+        def _check(
+            self, scheme: BrokerScheme, msg: Any, link: LinkInfo, now: float, prior: Any
+        ) -> list[Action] | None: ...
+        def _outgoing(
+            self, actions: list[Action], now: float, scheme: BrokerScheme | None = None
+        ) -> list[Action]: ...
+
+    # -- publications -------------------------------------------------------------------------
+    def _on_publish(
+        self, msg: Publish, link: LinkInfo, now: float, counted: bool = False
+    ) -> list[Action]:
+        adm = self._admit(msg, link, now, counted)
+        if isinstance(adm, list):
+            return adm
+        keys: set[Key] = adm.matcher.match(adm.pe)  # type: ignore[assignment]
+        return self._route(msg, link, adm, keys, now)
+
+    def _admit(
+        self, msg: Publish, link: LinkInfo, now: float, counted: bool = False
+    ) -> _Admitted | list[Action]:
+        """Everything before matching: profile, duplicate window, decoding, the guards."""
+        if not counted:
+            self.counters["in.publish"] += 1
+        prof = self._profiles.get(msg.profile) or self._profile(msg.profile)
+        if prof is None:
+            return self._drop(
+                DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.event_id, "publish"
+            )
+        if self._dedup.seen(msg.event_id, now):
+            return self._drop(DropReason.DUPLICATE, "seen event id", link, msg.event_id, "publish")
+        try:
+            pe = prof.scheme.decode_event(msg.routing)
+        except DECODE_ERRORS as exc:
+            return self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
+        if prof.checks:
+            refused = self._check(prof.scheme, msg, link, now, None)
+            if refused is not None:
+                return refused
+        self._dedup.record(msg.event_id, now)
+        return _Admitted(prof, prof.matcher, pe)
+
+    def _route(
+        self, msg: Publish, link: LinkInfo, adm: _Admitted, keys: set[Key], now: float
+    ) -> list[Action]:
+        """The actions for an admitted publication whose matching keys are ``keys``."""
+        out: list[Action] = []
+        src = link.link_id
+        delivered = 0
+        if keys:
+            by_link: dict[str, list[str]] = {}
+            for lk, sid in keys:
+                sids = by_link.get(lk)
+                if sids is None:
+                    by_link[lk] = [sid]
+                else:
+                    sids.append(sid)
+            links = self.links
+            echo = self.echo
+            client = LinkKind.CLIENT
+            for lk in sorted(by_link) if len(by_link) > 1 else by_link:
+                if links[lk].kind is client:
+                    if lk != src or echo:
+                        sids = by_link[lk]
+                        if len(sids) > 1:
+                            sids.sort()
+                        out.append(DeliverTo(lk, Deliver.trusted(msg, tuple(sids))))
+                        delivered += 1
+                elif lk != src:
+                    out.append(Forward(lk, msg))
+        parent = self.parent
+        if parent is not None and parent != src:
+            out.append(Forward(parent, msg))
+        counters = self.counters
+        counters["delivered"] += delivered
+        prof = adm.prof
+        if not prof.rewrites:
+            counters["sent"] += len(out)
+            return out
+        return self._outgoing(out, now, prof.scheme)
+
+    def _route_run(
+        self,
+        run: list[tuple[Publish, _Admitted | None, list[Action]]],
+        link: LinkInfo,
+        now: float,
+        out: list[Action],
+    ) -> None:
+        """Match a run of consecutive publications (together, per matcher) and append their
+        actions (or their drops) to ``out`` in arrival order."""
+        groups: dict[int, tuple[Matcher, list[int]]] = {}
+        for i, (_, adm, _) in enumerate(run):
+            if adm is not None:
+                groups.setdefault(id(adm.matcher), (adm.matcher, []))[1].append(i)
+        found: dict[int, set[Key]] = {}
+        for matcher, idx in groups.values():
+            pes = [run[i][1].pe for i in idx]  # type: ignore[union-attr]
+            batch = getattr(matcher, "match_batch", None)
+            if batch is not None and len(idx) >= BATCH_MATCH_MIN:
+                results = batch(pes)
+            else:
+                results = [matcher.match(pe) for pe in pes]
+            found.update(zip(idx, results, strict=True))
+        for i, (msg, adm, dropped) in enumerate(run):
+            out += dropped if adm is None else self._route(msg, link, adm, found[i], now)
