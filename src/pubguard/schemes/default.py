@@ -53,8 +53,9 @@ import msgpack
 
 from pubguard.crypto import H, VerifyKey
 from pubguard.crypto.x509 import Certificate, RevocationList
-from pubguard.errors import DropReason, InvalidToken, ValidationError
-from pubguard.schemes.base import CheckContext, LinkKind, Matcher
+from pubguard.errors import DropReason, ValidationError
+from pubguard.schemes.base import CheckContext, LinkKind
+from pubguard.schemes.guard_check import checked
 from pubguard.schemes.guards import (
     DEFAULT_BAN,
     DEFAULT_MAX_DELAY,
@@ -71,11 +72,9 @@ from pubguard.schemes.guards import (
 from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH
 from pubguard.schemes.psguard import ProtectedRecord
 from pubguard.schemes.psguard_net import (
-    TokenEvent,
     TokenFilter,
-    TokenMatcher,
+    TokenRouting,
     parse_filter,
-    parse_routing,
     record_from_wire,
 )
 from pubguard.store import Database
@@ -105,9 +104,6 @@ WITHDRAW_TAG: Final = b"pubguard/default/withdraw/v1\x00"
 FILTER_TAG: Final = b"pubguard/default/filter/v1\x00"
 MAX_PERMIT_BYTES: Final = 1024
 SERIAL_BYTES: Final = 20
-_STRIKING: Final = frozenset(
-    {DropReason.FORGED, DropReason.UNAUTHORISED, DropReason.MALFORMED, DropReason.REVOKED}
-)
 
 
 # -- permits ----------------------------------------------------------------------------------
@@ -250,7 +246,7 @@ class _PerBroker:
         self.strikes = strikes
 
 
-class DefaultBroker:
+class DefaultBroker(TokenRouting):
     """Broker face of the default profile (see the module docstring).
 
     ``authority_key``: the authority's public key. ``max_delay``: the timestamp window in
@@ -261,7 +257,6 @@ class DefaultBroker:
     containment as in :class:`~pubguard.schemes.eventguard.EventGuardBroker`."""
 
     profile = DEFAULT
-    rewrites_outgoing = False
 
     def __init__(
         self,
@@ -312,26 +307,7 @@ class DefaultBroker:
         crl.check(self.ca_cert, now)
         self._revoked_serials = crl.serials
 
-    # -- decoding, matching, covering ---------------------------------------------------------
-    def decode_filter(self, wire: Mapping[str, Any]) -> TokenFilter:
-        return parse_filter(wire)
-
-    def decode_event(self, routing: Mapping[str, Any]) -> TokenEvent:
-        return parse_routing(routing)
-
-    def covers(self, f1: TokenFilter, f2: TokenFilter) -> bool:
-        return bool(f2.scopes) and f1.canonical == f2.canonical
-
-    def broker_match(self, pf: TokenFilter, pe: TokenEvent) -> bool:
-        from pubguard.schemes.psguard import broker_match
-
-        return broker_match(pf.as_rows(), pe.as_record())
-
-    def new_matcher(self) -> Matcher:
-        return TokenMatcher()
-
-    def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
-        return message
+    # decoding, matching, covering: TokenRouting (as the psguard profile)
 
     # -- the guards ---------------------------------------------------------------------------
     def _per(self, ctx: CheckContext) -> _PerBroker:
@@ -342,18 +318,8 @@ class DefaultBroker:
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         st = self._per(ctx)
-        src = ctx.link.link_id
-        if st.strikes.banned(src, ctx.now):
-            return DropReason.FLOOD
-        try:
-            reason = self._check(message, ctx, st)
-        except InvalidToken:
-            reason = DropReason.FORGED
-        except (ValidationError, TypeError, ValueError, KeyError):
-            reason = DropReason.MALFORMED
-        if reason in _STRIKING and (self.ban_brokers or ctx.link.kind is LinkKind.CLIENT):
-            st.strikes.strike(src, ctx.now)
-        return reason
+        return checked(st.strikes, ctx, lambda: self._check(message, ctx, st),
+                       strike_brokers=self.ban_brokers)  # fmt: skip
 
     def _check(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:
         match m.op:

@@ -53,7 +53,8 @@ from pubguard.keys.ms import (
     UnsubscriptionPermit,
     decode_permit,
 )
-from pubguard.schemes.base import CheckContext, LinkKind, Matcher
+from pubguard.schemes.base import CheckContext, Matcher
+from pubguard.schemes.guard_check import checked
 from pubguard.schemes.guards import (
     DEFAULT_BAN,
     DEFAULT_MAX_DELAY,
@@ -87,9 +88,6 @@ MAX_TOPICS: Final = 64  # topics one publication may carry
 TOKEN_BYTES: Final = 32
 ROOT_TAG: Final = b"pubguard/eventguard/root/v1\x00"
 LEAF_TAG: Final = b"pubguard/eventguard/leaf/v1\x00"
-_STRIKING: Final = frozenset(
-    {DropReason.FORGED, DropReason.UNAUTHORISED, DropReason.MALFORMED, DropReason.REVOKED}
-)
 
 
 def leaf_digest(
@@ -291,18 +289,8 @@ class EventGuardBroker:
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         st = self._per(ctx)
-        src = ctx.link.link_id
-        if st.strikes.banned(src, ctx.now):
-            return DropReason.FLOOD
-        try:
-            reason = self._check(message, ctx, st)
-        except InvalidToken:
-            reason = DropReason.FORGED
-        except (ValidationError, TypeError, ValueError, KeyError):
-            reason = DropReason.MALFORMED
-        if reason in _STRIKING and (self.ban_brokers or ctx.link.kind is LinkKind.CLIENT):
-            st.strikes.strike(src, ctx.now)
-        return reason
+        return checked(st.strikes, ctx, lambda: self._check(message, ctx, st),
+                       strike_brokers=self.ban_brokers)  # fmt: skip
 
     def _check(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:
         match m.op:

@@ -51,6 +51,7 @@ from pubguard.crypto.x509 import Certificate, RevocationList, Role, verify_chain
 from pubguard.errors import DropError, DropReason, InvalidToken, RevokedError, ValidationError
 from pubguard.keys.kmc_messages import Rights, SecurityToken
 from pubguard.schemes.base import CheckContext, LinkKind, Matcher
+from pubguard.schemes.guard_check import checked
 from pubguard.schemes.guards import (
     DEFAULT_BAN,
     DEFAULT_MAX_DELAY,
@@ -268,22 +269,16 @@ class NaradaBroker:
         strikes = self._strikes.get(ctx.broker_id)
         if strikes is None:
             strikes = self._strikes[ctx.broker_id] = StrikeCounter(*self._strike_args)
-        src = ctx.link.link_id
-        if strikes.banned(src, now):
-            return DropReason.FLOOD
+        return checked(strikes, ctx, lambda: self._check_raising(message, ctx), striking=_STRIKING)
+
+    def _check_raising(self, m: Any, ctx: CheckContext) -> DropReason | None:
+        """:meth:`_check` with the profile's own raised verdicts mapped to reasons."""
         try:
-            reason = self._check(message, ctx)
+            return self._check(m, ctx)
         except DropError as exc:
-            reason = exc.reason
+            return exc.reason
         except RevokedError:
-            reason = DropReason.REVOKED
-        except InvalidToken:
-            reason = DropReason.FORGED
-        except (ValidationError, TypeError, ValueError, KeyError):
-            reason = DropReason.MALFORMED
-        if reason in _STRIKING:
-            strikes.strike(src, now)
-        return reason
+            return DropReason.REVOKED
 
     def _check(self, m: Any, ctx: CheckContext) -> DropReason | None:
         if m.op in ("unsubscribe", "unadvertise"):

@@ -88,6 +88,7 @@ __all__ = [
     "TokenEvent",
     "TokenFilter",
     "TokenMatcher",
+    "TokenRouting",
     "filter_to_wire",
     "parse_filter",
     "parse_routing",
@@ -355,26 +356,11 @@ def _discard(d: dict[Any, set[Any]], k: Any, v: Any) -> None:
 # -- broker face ----------------------------------------------------------------------------------
 
 
-class PSGuardBroker:
-    """Broker face of the psguard profile. ``publishers``: name -> Ed25519 key of every
-    publisher whose records are routed; ``max_delay_ms``: the timestamp window."""
+class TokenRouting:
+    """The routing half of a broker scheme whose filters and events are PSGuard tokens (the
+    psguard and default profiles): decoding, covering, matching, outgoing unchanged."""
 
-    profile = PSGUARD
     rewrites_outgoing = False
-
-    def __init__(
-        self,
-        publishers: Mapping[str, VerifyKey] = (),  # type: ignore[assignment]
-        *,
-        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
-    ) -> None:
-        if max_delay_ms <= 0:
-            raise ValidationError("max_delay_ms must be positive")
-        self.publishers: dict[str, VerifyKey] = dict(publishers)
-        self.max_delay_ms = max_delay_ms
-
-    def add_publisher(self, name: str, key: VerifyKey) -> None:
-        self.publishers[name] = key
 
     def decode_filter(self, wire: Mapping[str, Any]) -> TokenFilter:
         return parse_filter(wire)
@@ -393,6 +379,27 @@ class PSGuardBroker:
 
     def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
         return message
+
+
+class PSGuardBroker(TokenRouting):
+    """Broker face of the psguard profile. ``publishers``: name -> Ed25519 key of every
+    publisher whose records are routed; ``max_delay_ms``: the timestamp window."""
+
+    profile = PSGUARD
+
+    def __init__(
+        self,
+        publishers: Mapping[str, VerifyKey] = (),  # type: ignore[assignment]
+        *,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+    ) -> None:
+        if max_delay_ms <= 0:
+            raise ValidationError("max_delay_ms must be positive")
+        self.publishers: dict[str, VerifyKey] = dict(publishers)
+        self.max_delay_ms = max_delay_ms
+
+    def add_publisher(self, name: str, key: VerifyKey) -> None:
+        self.publishers[name] = key
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         if message.op != "publish":
