@@ -71,7 +71,7 @@ from pubguard.schemes.guards import (
 )
 from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH
 from pubguard.schemes.psguard import ProtectedRecord
-from pubguard.schemes.psguard_net import (
+from pubguard.schemes.psguard_wire import (
     TokenFilter,
     TokenRouting,
     parse_filter,

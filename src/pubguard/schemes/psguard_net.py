@@ -7,31 +7,9 @@ Theory of operation
 record signature check, counting match); this module only maps them onto the broker's wire and
 hooks, so the Spark pipeline and the broker network run the same cryptography.
 
-Wire forms (psguard.txt §4.1; a broker sees tokens and ciphertext only)::
-
-    subscribe  filter {g: [[[T ...] group ...] scope ...]}      16-byte tokens, no plaintext
-    publish    routing {m: "r" | "d", n: r, t: tok64(F_T(r)) ... packed as int64}
-               body    E_K(e)(payload)
-               meta    {p: publisher, ts: ms, e: epoch, h: sealed hint, s: sealed secrets,
-                        sig: Ed25519 over the record}
-    advertise  filter {g: []}                                   (PSGuard has no advertisements)
-
-A filter is a disjunction over *scopes* (one per candidate topic / type) of a conjunction of
-*groups* (one per constrained attribute), each a set of tokens: a minimal NAKT cover for a
-numeric range, one node for a category or string chain, ``T(w)`` for the topic. An event's
-tokens meet each group in at most one token, so "every group met" is the counting match.
-
-Matching (:class:`TokenMatcher`, the scheme's index): deterministic tags are looked up in a
-posting list. Randomized tags ``<r, F_T(r)>`` can only be tested by evaluating ``F_T(r)`` for
-subscription tokens ``T``; the matcher does this in two stages: first the *anchor* group of
-every clause (its smallest group: the topic token ``T(w)`` when there is one), then only the
-remaining groups of clauses whose anchor met. :meth:`TokenMatcher.match_batch` evaluates one
-token over every nonce of a micro-batch in a single AES call
-(:func:`~pubguard.schemes.tokens.match_randomized`, the AES-PRF hint of issue 5), which makes
-randomized tokens nearly free per event when a driver hands the matcher batches.
-
-Covering is sound and deliberately narrow: tokens are opaque, so a filter covers another only
-when their token sets are identical (two subscriptions to the same authorised range).
+Wire forms, the token index (:class:`TokenMatcher`) and the routing hooks shared with the default
+profile (:class:`TokenRouting`) live in :mod:`pubguard.schemes.psguard_wire`; they are
+re-exported here.
 
 Broker check: publications must carry a valid signature of a known publisher and a timestamp
 within ``max_delay`` (:func:`~pubguard.schemes.psguard.check_record`): FORGED, then STALE.
@@ -47,17 +25,15 @@ is not renewed, so its holder cannot read the new epoch's events.
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from random import Random
 from typing import Any, Final, cast
 
-from pubguard.crypto import H, SigningKey, VerifyKey, prf_aes_blocks
+from pubguard.crypto import H, SigningKey, VerifyKey
 from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
-from pubguard.schemes.base import CheckContext, Matcher, ProtectedEvent, ProtectedFilter
+from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import (
     DEFAULT_MAX_DELAY_MS,
@@ -69,13 +45,22 @@ from pubguard.schemes.psguard import (
     ProtectedRecord,
     Publisher,
     Schema,
-    broker_match,
     check_record,
-    decode_secrets,
-    encode_secrets,
     verify_record,
 )
-from pubguard.schemes.tokens import NONCE_BYTES, TOKEN_BYTES, match_randomized, tok64
+from pubguard.schemes.psguard_wire import (
+    MAX_EVENT_TAGS,
+    MAX_FILTER_TOKENS,
+    TokenEvent,
+    TokenFilter,
+    TokenMatcher,
+    TokenRouting,
+    filter_to_wire,
+    parse_filter,
+    parse_routing,
+    record_from_wire,
+    record_to_wire,
+)
 
 __all__ = [
     "DEFAULT_EPOCH_LENGTH",
@@ -98,287 +83,9 @@ __all__ = [
 
 PSGUARD: Final = PROFILE
 DEFAULT_EPOCH_LENGTH: Final = 30 * 86400.0  # psguard.txt §3.2 rekeying epochs (as eventguard §4.8)
-MAX_FILTER_TOKENS: Final = 4096  # tokens one subscription may carry (bounded broker memory)
-MAX_SCOPES: Final = 256
-MAX_EVENT_TAGS: Final = 4096  # tags one publication may carry
-_MODE_WIRE: Final = {"randomized": "r", "deterministic": "d"}
-_MODE_NAME: Final = {v: k for k, v in _MODE_WIRE.items()}
-_RECORD_META: Final = frozenset({"p", "ts", "e", "h", "s", "sig"})
-
-
-# -- wire forms -------------------------------------------------------------------------------
-
-
-def _bytes(v: Any, what: str) -> bytes:
-    if not isinstance(v, bytes | bytearray):
-        raise ValidationError(f"psguard {what} must be bytes")
-    return bytes(v)
-
-
-def _int(v: Any, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
-        raise ValidationError(f"psguard {what} must be a 64-bit integer")
-    return v
-
-
-def pack_tags(tags: Sequence[int]) -> bytes:
-    return struct.pack(f">{len(tags)}q", *tags)
-
-
-def record_to_wire(rec: ProtectedRecord) -> ProtectedEvent:
-    """A :class:`ProtectedRecord` as a publication: tokens in ``routing``, the sealed payload in
-    ``body``, everything else the signature covers in ``meta``."""
-    routing = {"m": _MODE_WIRE[rec.mode], "n": rec.nonce, "t": pack_tags(rec.tokens)}
-    meta = {"p": rec.publisher, "ts": rec.ts, "e": rec.epoch, "h": rec.hint,
-            "s": encode_secrets(rec.secrets), "sig": rec.sig}  # fmt: skip
-    return ProtectedEvent(rec.event_id, routing, rec.payload, meta)
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    """A publication's routing part as a broker decodes it."""
-
-    mode: str
-    nonce: bytes
-    tags: tuple[int, ...]
-    tagset: frozenset[int]
-
-    def as_record(self) -> ProtectedRecord:
-        """Routing fields only (for :func:`~pubguard.schemes.psguard.broker_match`)."""
-        return ProtectedRecord("", "", 0, 0, self.mode, self.nonce, self.tags, b"", (), b"")
-
-
-def parse_routing(routing: Mapping[str, Any]) -> TokenEvent:
-    if not isinstance(routing, Mapping) or set(routing) != {"m", "n", "t"}:
-        raise ValidationError("psguard routing is exactly {m, n, t}")
-    mode = _MODE_NAME.get(routing["m"]) if isinstance(routing["m"], str) else None
-    if mode is None:
-        raise ValidationError("psguard routing mode must be 'r' or 'd'")
-    nonce = _bytes(routing["n"], "nonce")
-    if len(nonce) != (NONCE_BYTES if mode == "randomized" else 0):
-        raise ValidationError("psguard nonce has the wrong length for its mode")
-    raw = _bytes(routing["t"], "tags")
-    if len(raw) % 8 or len(raw) // 8 > MAX_EVENT_TAGS:
-        raise ValidationError("psguard tags must be whole int64 values, at most 4096")
-    tags = struct.unpack(f">{len(raw) // 8}q", raw)
-    return TokenEvent(mode, nonce, tags, frozenset(tags))
-
-
-def record_from_wire(
-    event_id: str, routing: Mapping[str, Any], body: bytes, meta: Mapping[str, Any]
-) -> ProtectedRecord:
-    """The signed record back from a publication (strict: ValidationError on any deviation)."""
-    te = parse_routing(routing)
-    if not isinstance(meta, Mapping) or not _RECORD_META <= set(meta):
-        raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
-    pub = meta["p"]
-    if not isinstance(pub, str) or not pub:
-        raise ValidationError("psguard publisher must be a non-empty string")
-    epoch = _int(meta["e"], "epoch")
-    if epoch < 0:
-        raise ValidationError("psguard epoch must be >= 0")
-    return ProtectedRecord(
-        event_id, pub, _int(meta["ts"], "timestamp"), epoch, te.mode, te.nonce, te.tags,
-        _bytes(meta["h"], "hint"), decode_secrets(_bytes(meta["s"], "secrets")),
-        _bytes(body, "body"), _bytes(meta["sig"], "signature"),
-    )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class TokenFilter:
-    """A subscription as a broker holds it: per scope, a conjunction of token groups."""
-
-    scopes: tuple[tuple[frozenset[bytes], ...], ...]
-
-    @property
-    def canonical(self) -> frozenset[frozenset[frozenset[bytes]]]:
-        return frozenset(frozenset(s) for s in self.scopes)
-
-    def as_rows(self) -> ProtectedFilterRows:
-        return ProtectedFilterRows(
-            "", tuple(tuple(tuple(sorted(g)) for g in s) for s in self.scopes)
-        )
-
-
-def filter_to_wire(rows: ProtectedFilterRows) -> dict[str, Any]:
-    return {"g": [[list(g) for g in scope] for scope in rows.groups]}
-
-
-def parse_filter(wire: Mapping[str, Any]) -> TokenFilter:
-    if not isinstance(wire, Mapping) or set(wire) != {"g"}:
-        raise ValidationError("psguard filter is exactly {g}")
-    scopes = wire["g"]
-    if not isinstance(scopes, list | tuple) or len(scopes) > MAX_SCOPES:
-        raise ValidationError("psguard filter scopes must be a list")
-    out: list[tuple[frozenset[bytes], ...]] = []
-    n = 0
-    for s in scopes:
-        if not isinstance(s, list | tuple) or not s:
-            raise ValidationError("a psguard scope is a non-empty list of token groups")
-        groups = []
-        for g in s:
-            if not isinstance(g, list | tuple) or not g:
-                raise ValidationError("a psguard token group is a non-empty list of tokens")
-            toks = frozenset(_bytes(t, "token") for t in g)
-            if any(len(t) != TOKEN_BYTES for t in toks):
-                raise ValidationError(f"psguard tokens are {TOKEN_BYTES} bytes")
-            n += len(toks)
-            groups.append(toks)
-        out.append(tuple(groups))
-    if n > MAX_FILTER_TOKENS:
-        raise ValidationError(f"psguard filter carries more than {MAX_FILTER_TOKENS} tokens")
-    return TokenFilter(tuple(out))
-
-
-# -- the token index ----------------------------------------------------------------------------
-
-Clause = tuple[Hashable, int]  # (subscription key, scope index)
-
-
-class TokenMatcher:
-    """Filter index over :class:`TokenFilter` (see the module docstring for the two stages)."""
-
-    __slots__ = ("_anchor", "_by64", "_clauses", "_filters", "_post", "evaluations")
-
-    def __init__(self) -> None:
-        self._filters: dict[Hashable, TokenFilter] = {}
-        self._clauses: dict[Clause, tuple[int, tuple[frozenset[bytes], ...]]] = {}
-        self._anchor: dict[bytes, set[Clause]] = {}  # anchor token -> clauses
-        self._post: dict[bytes, dict[Clause, set[int]]] = {}  # token -> clause -> groups
-        self._by64: dict[int, set[bytes]] = {}
-        self.evaluations = 0  # F_T(r) evaluations (AES calls in single-event matching)
-
-    def __len__(self) -> int:
-        return len(self._filters)
-
-    def add(self, key: Hashable, pf: TokenFilter) -> None:
-        self.remove(key)
-        self._filters[key] = pf
-        for i, groups in enumerate(pf.scopes):
-            c = (key, i)
-            a = min(range(len(groups)), key=lambda j: len(groups[j]))
-            self._clauses[c] = (a, groups)
-            for t in groups[a]:
-                self._anchor.setdefault(t, set()).add(c)
-            for gi, g in enumerate(groups):
-                for t in g:
-                    self._post.setdefault(t, {}).setdefault(c, set()).add(gi)
-                    self._by64.setdefault(tok64(t), set()).add(t)
-
-    def remove(self, key: Hashable) -> None:
-        pf = self._filters.pop(key, None)
-        if pf is None:
-            return
-        for i, groups in enumerate(pf.scopes):
-            c = (key, i)
-            a, _ = self._clauses.pop(c)
-            for t in groups[a]:
-                _discard(self._anchor, t, c)
-            for g in groups:
-                for t in g:
-                    post = self._post.get(t)
-                    if post is not None:
-                        post.pop(c, None)
-                        if not post:
-                            del self._post[t]
-                            _discard(self._by64, tok64(t), t)
-
-    def match(self, pe: TokenEvent) -> set[Hashable]:
-        if pe.mode == "deterministic":
-            return self._match_det(pe)
-        cache: dict[bytes, bool] = {}
-        nonce, tags = pe.nonce, pe.tagset
-
-        def met(t: bytes) -> bool:
-            hit = cache.get(t)
-            if hit is None:
-                self.evaluations += 1
-                hit = cache[t] = tok64(prf_aes_blocks(t, nonce)) in tags
-            return hit
-
-        out: set[Hashable] = set()
-        for t, clauses in self._anchor.items():
-            if met(t):
-                for c in clauses:
-                    a, groups = self._clauses[c]
-                    if all(any(met(x) for x in g) for j, g in enumerate(groups) if j != a):
-                        out.add(c[0])
-        return out
-
-    def _match_det(self, pe: TokenEvent) -> set[Hashable]:
-        met: dict[Clause, set[int]] = {}
-        for tag in pe.tagset:
-            for t in self._by64.get(tag, ()):
-                for c, gis in self._post[t].items():
-                    met.setdefault(c, set()).update(gis)
-        return {c[0] for c, gis in met.items() if len(gis) == len(self._clauses[c][1])}
-
-    def match_batch(self, pes: Sequence[TokenEvent]) -> list[set[Hashable]]:
-        """``[match(pe) for pe in pes]``, evaluating each subscription token over every nonce
-        of the batch's randomized events in one AES call per token (two stages)."""
-        out: list[set[Hashable]] = [set() for _ in pes]
-        rnd = [i for i, pe in enumerate(pes) if pe.mode == "randomized"]
-        for i, pe in enumerate(pes):
-            if pe.mode == "deterministic":
-                out[i] = self._match_det(pe)
-        if not rnd or not self._anchor:
-            return out
-        nonces = b"".join(pes[i].nonce for i in rnd)
-        tags = [pes[i].tags for i in rnd]
-        anchors = list(self._anchor)
-        self.evaluations += len(anchors)
-        cand: list[set[Clause]] = [set() for _ in rnd]
-        for e, t in match_randomized(nonces, tags, anchors):
-            cand[e] |= self._anchor[anchors[t]]
-        rest = sorted({x for cs in cand for c in cs for j, g in enumerate(self._clauses[c][1])
-                       if j != self._clauses[c][0] for x in g})  # fmt: skip
-        self.evaluations += len(rest)
-        met: list[set[bytes]] = [set() for _ in rnd]
-        for e, t in match_randomized(nonces, tags, rest) if rest else ():
-            met[e].add(rest[t])
-        for e, cs in enumerate(cand):
-            m = met[e]
-            for c in cs:
-                a, groups = self._clauses[c]
-                if all(not m.isdisjoint(g) for j, g in enumerate(groups) if j != a):
-                    out[rnd[e]].add(c[0])
-        return out
-
-
-def _discard(d: dict[Any, set[Any]], k: Any, v: Any) -> None:
-    s = d.get(k)
-    if s is not None:
-        s.discard(v)
-        if not s:
-            del d[k]
 
 
 # -- broker face ----------------------------------------------------------------------------------
-
-
-class TokenRouting:
-    """The routing half of a broker scheme whose filters and events are PSGuard tokens (the
-    psguard and default profiles): decoding, covering, matching, outgoing unchanged."""
-
-    rewrites_outgoing = False
-
-    def decode_filter(self, wire: Mapping[str, Any]) -> TokenFilter:
-        return parse_filter(wire)
-
-    def decode_event(self, routing: Mapping[str, Any]) -> TokenEvent:
-        return parse_routing(routing)
-
-    def covers(self, f1: TokenFilter, f2: TokenFilter) -> bool:
-        return bool(f2.scopes) and f1.canonical == f2.canonical
-
-    def broker_match(self, pf: TokenFilter, pe: TokenEvent) -> bool:
-        return broker_match(pf.as_rows(), pe.as_record())
-
-    def new_matcher(self) -> Matcher:
-        return TokenMatcher()
-
-    def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
-        return message
 
 
 class PSGuardBroker(TokenRouting):
