@@ -20,6 +20,7 @@ __all__ = ["cli", "main"]
 
 COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.match_cmds",  # match, bench match
+    "pubguard.cli.broker_bench_cmds",
     "pubguard.cli.workload_cmds",  # workload generate
     "pubguard.cli.keys_cmds",  # keys ..., bench keys
     "pubguard.cli.experiment_cmds",  # experiments ..., bench kmc-oft
