@@ -22,6 +22,9 @@ client link over ``max_queue`` is a slow consumer: a non-durable one is disconne
 one loses the excess deliveries (``overload`` drops, counted).
 
 A malformed frame closes only its link, with the reason logged; the broker keeps serving.
+
+Batch processing and back-pressure live in :mod:`pubguard.net.batching`, the parent dialler
+and heartbeats in :mod:`pubguard.net.parent_link` (mixins of :class:`BrokerServer`).
 """
 
 from __future__ import annotations
@@ -36,18 +39,16 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-import msgpack
-
-from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
 from pubguard.broker.core import Broker
-from pubguard.broker.messages import Ack, Deliver, Publish
-from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
+from pubguard.errors import ConfigError, FrameError, PubguardError, TransportError
 from pubguard.net import protocol
+from pubguard.net.batching import BatchProcessing
 from pubguard.net.config import BrokerConfig
 from pubguard.net.framing import FrameDecoder, encode_frame
 from pubguard.net.links import BROKER_WINDOW, Link
+from pubguard.net.parent_link import HANDSHAKE_TIMEOUT, READ_CHUNK, ParentLink
 from pubguard.schemes.base import LinkKind, SchemeRegistry
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
@@ -56,12 +57,6 @@ from pubguard.store.broker_state import BrokerStore, LinkRow
 __all__ = ["HANDSHAKE_TIMEOUT", "BrokerServer", "run_broker", "schemes_for"]
 
 log = logging.getLogger(__name__)
-
-HANDSHAKE_TIMEOUT: Final = 10.0
-READ_CHUNK: Final = 1 << 16
-BATCH: Final = 512  # reliable messages processed per link per batch
-BACKOFF_MIN: Final = 0.05
-BACKOFF_MAX: Final = 2.0
 
 
 class _PeerClosed(Exception):
@@ -110,7 +105,7 @@ def _peer_identity(writer: asyncio.StreamWriter) -> tuple[str | None, str | None
     return cn, role
 
 
-class BrokerServer:
+class BrokerServer(BatchProcessing, ParentLink):
     """One broker process (or an in-process broker for demos and tests)."""
 
     def __init__(self, config: BrokerConfig, *, ssl_server: _ssl.SSLContext | None = None,
@@ -404,202 +399,45 @@ class BrokerServer:
             self._congested.discard(link.link_id)
             self._schedule()
 
-    # -- processing ------------------------------------------------------------------------
+    # -- the parent link (dialled and redialled by ParentLink) -------------------------------
 
-    def _schedule(self) -> None:
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._run_scheduled)
-
-    def _run_scheduled(self) -> None:
-        self._scheduled = False
-        if not self._closing:
-            self._process()
-
-    def _allowed(self, link: Link) -> bool:
-        c = self._congested
-        return not c or (len(c) == 1 and link.link_id in c)
-
-    def _process(self) -> None:
-        """Process the inboxes that back-pressure allows, in one transaction."""
-        ready = [lk for lk in self.links.values() if lk.inbox and lk.writer and self._allowed(lk)]
-        if not ready:
-            return
-        now = time.time()
-        acks: list[Link] = []
-        ctx = self.store.batch() if self.store is not None else contextlib.nullcontext()
-        with ctx:
-            for link in ready:
-                n = 0
-                while link.inbox and n < BATCH and self._allowed(link):
-                    env = link.inbox.popleft()
-                    n += 1
-                    seq = env["s"]
-                    try:
-                        fresh = link.accept(seq)
-                    except FrameError as exc:
-                        self._close_link(link, exc)
-                        break
-                    if not fresh:
-                        self.stats["duplicate_frames"] += 1
-                        continue
-                    link.rx_seq = seq
-                    if self._record is not None:
-                        self._record_message(link.link_id, env["m"])
-                    self._apply(self.core.handle(env["m"], link.link_id, now))
-                if n:
-                    acks.append(link)
-                    if self.store is not None and link.durable:
-                        self.store.set_rx(link.link_id, link.rx_seq)
-            self._persist_new()
-        self._pump_all()
-        for link in acks:
-            link.send_control(protocol.ack(link.rx_seq))
-        if any(lk.inbox and lk.writer and self._allowed(lk) for lk in self.links.values()):
-            self._schedule()
-
-    def _record_message(self, link_id: str, m: Any) -> None:
-        """A curious broker's log: every message exactly as it arrived (``record = ...``)."""
-        assert self._record is not None
-        with contextlib.suppress(TypeError, ValueError, OSError):
-            self._record.write(msgpack.packb([link_id, m], use_bin_type=True))
-            self._record.flush()
-
-    def _apply(self, actions: list[Any]) -> None:
-        """Queue the core's send actions on their links; log drops."""
-        events: dict[int, dict[str, Any]] = {}  # one wire form per publication in this batch
-        for a in actions:
-            if isinstance(a, Drop):
-                log.debug("broker %s: drop %s from %s: %s", self.name, a.reason, a.link, a.detail)
-                continue
-            if isinstance(a, Reply) and isinstance(a.message, Ack):
-                continue  # the link-level cumulative ack already confirms acceptance
-            link = self.links.get(a.link)
-            if link is None:
-                continue
-            if isinstance(a, DeliverTo | Reply) and link.depth >= self.config.max_queue:
-                self.core.drops[DropReason.OVERLOAD] += 1
-                if not link.durable and link.writer is not None and not link.slow:
-                    link.slow = True
-                    log.warning("broker %s: %s is a slow consumer", self.name, a.link)
-                    self._spawn(self._kick(link))
-                continue
-            link.enqueue(_wire(a.message, events))
-            if isinstance(a, Forward) and link.depth > self.config.max_queue:
-                self._congested.add(link.link_id)
-
-    def _close_link(self, link: Link, exc: PubguardError) -> None:
-        """Close one link's connection (it reconnects and resends from our ``rx_seq``)."""
-        log.warning("broker %s: closing link %s: %s", self.name, link.link_id, exc)
-        self.stats["closed." + type(exc).__name__] += 1
-        link.inbox.clear()
-        link.send_control(protocol.bye(str(exc)))
-        if link.writer is not None:
-            link.writer.close()
-
-    async def _kick(self, link: Link) -> None:
-        w = link.writer
-        if w is not None:
-            link.send_control(protocol.bye("slow consumer"))
-            w.close()
-
-    def _persist_new(self) -> None:
-        for link in self.links.values():
-            if link.new_frames:
-                new = link.take_new()
-                if self.store is not None and link.durable:
-                    self.store.outbox_add((link.link_id, s, f) for s, f in new)
-                    self.store.set_tx(link.link_id, link.tx_next)
-
-    def _flush_batch(self) -> None:
-        """Persist and send what state changes outside ``_process`` queued."""
-        if self.store is not None:
-            with self.store.batch():
-                self._persist_new()
-        else:
-            self._persist_new()
-        self._pump_all()
-
-    def _pump_all(self) -> None:
-        for link in self.links.values():
-            if link.writer is not None and link.outq:
-                link.pump()
-
-    # -- parent link and heartbeats --------------------------------------------------------
-
-    def _parent_port(self) -> int:
+    async def _parent_session(
+        self, link: Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """``hello`` both ways on a fresh connection to the parent, then its read loop until the
+        connection ends; True if the exchange succeeded (the dialler resets its back-off)."""
         p = self.config.parent
         assert p is not None
-        if p.port is not None:
-            return p.port
-        assert p.port_file is not None
+        lid = link.link_id
+        greeted = False
         try:
-            return int(p.port_file.read_text().strip())
-        except (OSError, ValueError) as exc:
-            raise TransportError(f"parent port file {p.port_file}: {exc}") from None
-
-    async def _dial_parent(self) -> None:
-        p = self.config.parent
-        assert p is not None
-        lid = f"b:{p.name}"
-        backoff = BACKOFF_MIN
-        while not self._closing:
-            link = self.links[lid]
-            try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(p.host, self._parent_port(), ssl=self.ssl_client,
-                                            limit=READ_CHUNK * 4),
-                    HANDSHAKE_TIMEOUT,
-                )  # fmt: skip
-            except (TimeoutError, OSError, _ssl.SSLError, TransportError) as exc:
-                log.info("broker %s: cannot reach parent %s: %s", self.name, p.name, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX)
-                continue
-            try:
-                writer.write(encode_frame(protocol.hello(
-                    self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq)))  # fmt: skip
-                dec = FrameDecoder()
-                hello, rest = await self._read_hello(reader, dec)
-                cn, _ = _peer_identity(writer)
-                if hello["name"] != p.name or (self.ssl_client is not None and cn != p.name):
-                    raise TransportError(f"expected parent {p.name!r}, got {hello['name']!r}")
-                if hello["session"] != link.session:
-                    link.rx_seq = 0  # the parent's sequence numbers restarted
-                    link.session = hello["session"]
-                    if self.store is not None:
-                        self.store.put_link(
-                            LinkRow(lid, link.kind, link.session, True, 0, link.tx_next)
-                        )
-                link.attach(writer, hello["rx"])
-                if not hello.get("resumed", False):
-                    self._apply(self.core.link_up(lid))
-                    self._flush_batch()
-                backoff = BACKOFF_MIN
-                await self._read_loop(link, reader, dec, rest)
-            except (_PeerClosed, TimeoutError, FrameError, TransportError, OSError, _ssl.SSLError, asyncio.IncompleteReadError) as exc:  # fmt: skip
-                log.info("broker %s: parent link lost: %s", self.name, exc)
-            finally:
-                if link.writer is writer:
-                    self._link_down(link)
-                writer.close()
-            await asyncio.sleep(backoff)
-
-    async def _heartbeats(self) -> None:
-        cfg = self.config
-        while True:
-            await asyncio.sleep(cfg.heartbeat_interval / 2)
-            now = time.monotonic()
-            for link in list(self.links.values()):
-                w = link.writer
-                if w is None:
-                    continue
-                if now - link.last_rx > cfg.heartbeat_timeout:
-                    log.warning("broker %s: %s silent for %.1fs, closing", self.name,
-                                link.link_id, now - link.last_rx)  # fmt: skip
-                    w.close()
-                elif now - link.last_tx > cfg.heartbeat_interval:
-                    link.send_control(protocol.heartbeat())
+            writer.write(encode_frame(protocol.hello(
+                self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq)))  # fmt: skip
+            dec = FrameDecoder()
+            hello, rest = await self._read_hello(reader, dec)
+            cn, _ = _peer_identity(writer)
+            if hello["name"] != p.name or (self.ssl_client is not None and cn != p.name):
+                raise TransportError(f"expected parent {p.name!r}, got {hello['name']!r}")
+            if hello["session"] != link.session:
+                link.rx_seq = 0  # the parent's sequence numbers restarted
+                link.session = hello["session"]
+                if self.store is not None:
+                    self.store.put_link(
+                        LinkRow(lid, link.kind, link.session, True, 0, link.tx_next)
+                    )
+            link.attach(writer, hello["rx"])
+            if not hello.get("resumed", False):
+                self._apply(self.core.link_up(lid))
+                self._flush_batch()
+            greeted = True
+            await self._read_loop(link, reader, dec, rest)
+        except (_PeerClosed, TimeoutError, FrameError, TransportError, OSError, _ssl.SSLError, asyncio.IncompleteReadError) as exc:  # fmt: skip
+            log.info("broker %s: parent link lost: %s", self.name, exc)
+        finally:
+            if link.writer is writer:
+                self._link_down(link)
+            writer.close()
+        return greeted
 
     # -- status ----------------------------------------------------------------------------
 
@@ -617,20 +455,6 @@ class BrokerServer:
         st["profiles"] = list(self.config.served)
         st["domain"] = self.config.domain
         return st
-
-
-def _wire(m: Any, events: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """``m.to_wire()``, sharing the thawed publication among the actions of one batch."""
-    if isinstance(m, Deliver | Publish):
-        ev = m.event if isinstance(m, Deliver) else m
-        w = events.get(id(ev))
-        if w is None:
-            w = events[id(ev)] = ev.to_wire()
-        if isinstance(m, Publish):
-            return w
-        fields = {k: v for k, v in w.items() if k != "op"}
-        return {"op": "deliver", "sub_ids": list(m.sub_ids), "event": fields}
-    return m.to_wire()  # type: ignore[no-any-return]
 
 
 async def run_broker(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:

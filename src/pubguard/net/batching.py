@@ -1,0 +1,193 @@
+"""The broker server's batch processing: reliable messages from the links' inboxes through the
+sans-IO core, in one SQLite transaction per batch (a mixin of
+:class:`~pubguard.net.server.BrokerServer`).
+
+Theory of operation
+-------------------
+A batch runs in one transaction: the core writes its routing tables through, new outgoing
+frames of durable links go to their outboxes and each source link's ``rx_seq`` is recorded;
+only after the commit are frames written and the batch acknowledged
+(``store/broker_state.py``). Hence ``kill -9`` loses no acknowledged message.
+
+Back-pressure: while a broker link's queue exceeds ``max_queue`` it is *congested* and only
+its own inbox is processed (in a tree its messages never produce output towards it); a client
+link over ``max_queue`` is a slow consumer (a non-durable one is disconnected, a durable one
+loses the excess deliveries as ``overload`` drops). See :mod:`pubguard.net.server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import IO, Any, Final
+
+import msgpack
+
+from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
+from pubguard.broker.core import Broker
+from pubguard.broker.messages import Ack, Deliver, Publish
+from pubguard.errors import DropReason, FrameError, PubguardError
+from pubguard.net import protocol
+from pubguard.net.config import BrokerConfig
+from pubguard.net.links import Link
+from pubguard.store.broker_state import BrokerStore
+
+__all__ = ["BATCH", "BatchProcessing"]
+
+log = logging.getLogger("pubguard.net.server")
+
+BATCH: Final = 512  # reliable messages processed per link per batch
+
+
+class BatchProcessing:
+    """Inbox processing, action application and flushing for a broker server."""
+
+    # provided by BrokerServer
+    name: str
+    config: BrokerConfig
+    core: Broker
+    store: BrokerStore | None
+    links: dict[str, Link]
+    stats: Counter[str]
+    _congested: set[str]
+    _scheduled: bool
+    _closing: bool
+    _record: IO[bytes] | None
+    _spawn: Callable[[Any], None]
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._run_scheduled)
+
+    def _run_scheduled(self) -> None:
+        self._scheduled = False
+        if not self._closing:
+            self._process()
+
+    def _allowed(self, link: Link) -> bool:
+        c = self._congested
+        return not c or (len(c) == 1 and link.link_id in c)
+
+    def _process(self) -> None:
+        """Process the inboxes that back-pressure allows, in one transaction."""
+        ready = [lk for lk in self.links.values() if lk.inbox and lk.writer and self._allowed(lk)]
+        if not ready:
+            return
+        now = time.time()
+        acks: list[Link] = []
+        ctx = self.store.batch() if self.store is not None else contextlib.nullcontext()
+        with ctx:
+            for link in ready:
+                n = 0
+                while link.inbox and n < BATCH and self._allowed(link):
+                    env = link.inbox.popleft()
+                    n += 1
+                    seq = env["s"]
+                    try:
+                        fresh = link.accept(seq)
+                    except FrameError as exc:
+                        self._close_link(link, exc)
+                        break
+                    if not fresh:
+                        self.stats["duplicate_frames"] += 1
+                        continue
+                    link.rx_seq = seq
+                    if self._record is not None:
+                        self._record_message(link.link_id, env["m"])
+                    self._apply(self.core.handle(env["m"], link.link_id, now))
+                if n:
+                    acks.append(link)
+                    if self.store is not None and link.durable:
+                        self.store.set_rx(link.link_id, link.rx_seq)
+            self._persist_new()
+        self._pump_all()
+        for link in acks:
+            link.send_control(protocol.ack(link.rx_seq))
+        if any(lk.inbox and lk.writer and self._allowed(lk) for lk in self.links.values()):
+            self._schedule()
+
+    def _record_message(self, link_id: str, m: Any) -> None:
+        """A curious broker's log: every message exactly as it arrived (``record = ...``)."""
+        assert self._record is not None
+        with contextlib.suppress(TypeError, ValueError, OSError):
+            self._record.write(msgpack.packb([link_id, m], use_bin_type=True))
+            self._record.flush()
+
+    def _apply(self, actions: list[Any]) -> None:
+        """Queue the core's send actions on their links; log drops."""
+        events: dict[int, dict[str, Any]] = {}  # one wire form per publication in this batch
+        for a in actions:
+            if isinstance(a, Drop):
+                log.debug("broker %s: drop %s from %s: %s", self.name, a.reason, a.link, a.detail)
+                continue
+            if isinstance(a, Reply) and isinstance(a.message, Ack):
+                continue  # the link-level cumulative ack already confirms acceptance
+            link = self.links.get(a.link)
+            if link is None:
+                continue
+            if isinstance(a, DeliverTo | Reply) and link.depth >= self.config.max_queue:
+                self.core.drops[DropReason.OVERLOAD] += 1
+                if not link.durable and link.writer is not None and not link.slow:
+                    link.slow = True
+                    log.warning("broker %s: %s is a slow consumer", self.name, a.link)
+                    self._spawn(self._kick(link))
+                continue
+            link.enqueue(_wire(a.message, events))
+            if isinstance(a, Forward) and link.depth > self.config.max_queue:
+                self._congested.add(link.link_id)
+
+    def _close_link(self, link: Link, exc: PubguardError) -> None:
+        """Close one link's connection (it reconnects and resends from our ``rx_seq``)."""
+        log.warning("broker %s: closing link %s: %s", self.name, link.link_id, exc)
+        self.stats["closed." + type(exc).__name__] += 1
+        link.inbox.clear()
+        link.send_control(protocol.bye(str(exc)))
+        if link.writer is not None:
+            link.writer.close()
+
+    async def _kick(self, link: Link) -> None:
+        w = link.writer
+        if w is not None:
+            link.send_control(protocol.bye("slow consumer"))
+            w.close()
+
+    def _persist_new(self) -> None:
+        for link in self.links.values():
+            if link.new_frames:
+                new = link.take_new()
+                if self.store is not None and link.durable:
+                    self.store.outbox_add((link.link_id, s, f) for s, f in new)
+                    self.store.set_tx(link.link_id, link.tx_next)
+
+    def _flush_batch(self) -> None:
+        """Persist and send what state changes outside ``_process`` queued."""
+        if self.store is not None:
+            with self.store.batch():
+                self._persist_new()
+        else:
+            self._persist_new()
+        self._pump_all()
+
+    def _pump_all(self) -> None:
+        for link in self.links.values():
+            if link.writer is not None and link.outq:
+                link.pump()
+
+
+def _wire(m: Any, events: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``m.to_wire()``, sharing the thawed publication among the actions of one batch."""
+    if isinstance(m, Deliver | Publish):
+        ev = m.event if isinstance(m, Deliver) else m
+        w = events.get(id(ev))
+        if w is None:
+            w = events[id(ev)] = ev.to_wire()
+        if isinstance(m, Publish):
+            return w
+        fields = {k: v for k, v in w.items() if k != "op"}
+        return {"op": "deliver", "sub_ids": list(m.sub_ids), "event": fields}
+    return m.to_wire()  # type: ignore[no-any-return]
