@@ -24,7 +24,8 @@ When the link fails (EOF, TLS error, no frame for ``heartbeat_timeout``) the cli
 with exponential back-off. If the broker *resumed* the session (a durable client, or a broker
 that persisted this link) the client resends what the broker had not processed; otherwise it
 re-subscribes every live subscription and resends unacknowledged publications (the broker's
-de-dup window drops any that had in fact been processed).
+de-dup window drops any that had in fact been processed). The connection half (handshake,
+resumption, reconnection, read loop, heartbeats) lives in :mod:`pubguard.net.client_link`.
 """
 
 from __future__ import annotations
@@ -43,17 +44,13 @@ from urllib.parse import urlsplit
 
 from pubguard.broker.messages import (
     Advertise,
-    Deliver,
     Error,
     Publish,
     Subscribe,
     Unadvertise,
     Unsubscribe,
-    decode_message,
 )
 from pubguard.errors import (
-    FrameError,
-    PubguardError,
     StateError,
     TransportError,
     ValidationError,
@@ -61,7 +58,8 @@ from pubguard.errors import (
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.net import protocol
-from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.net.client_link import ClientLink
+from pubguard.net.framing import encode_frame
 from pubguard.net.subscription import Delivery, Handler, Subscription
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
 from pubguard.schemes.plain import PlainScheme
@@ -81,10 +79,6 @@ log = logging.getLogger(__name__)
 DEFAULT_WINDOW: Final = 2048  # unacknowledged messages a client may have in flight
 DEFAULT_MAX_PENDING: Final = 65_536  # deliveries buffered per subscription
 HIGH_WATER: Final = 1 << 20  # bytes in the socket buffer before publish awaits drain
-CONNECT_TIMEOUT: Final = 10.0
-BACKOFF_MIN: Final = 0.05
-BACKOFF_MAX: Final = 2.0
-READ_CHUNK: Final = 1 << 16
 
 
 def parse_url(url: str) -> tuple[bool, str, int]:
@@ -95,7 +89,7 @@ def parse_url(url: str) -> tuple[bool, str, int]:
     return u.scheme == "tls", u.hostname, u.port
 
 
-class Client:
+class Client(ClientLink):
     """One client link to one broker. Create with :func:`connect`."""
 
     def __init__(
@@ -351,193 +345,6 @@ class Client:
             raise TransportError("not connected")
         self._flush_out()  # keep order with queued reliable frames
         w.write(encode_frame(env))
-
-    # -- connection ------------------------------------------------------------------------
-
-    async def _handshake(self) -> None:
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=READ_CHUNK * 4),
-                CONNECT_TIMEOUT,
-            )
-        except (TimeoutError, OSError, _ssl.SSLError) as exc:
-            raise TransportError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        try:
-            writer.write(
-                encode_frame(
-                    protocol.hello(
-                        self.identity, "client", self.session, durable=self.durable, rx=self._rx_seq
-                    )
-                )
-            )
-            dec = FrameDecoder()
-            frames: list[dict[str, Any]] = []
-            while not frames:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), CONNECT_TIMEOUT)
-                if not data:
-                    raise TransportError("broker closed the connection during the handshake")
-                frames = dec.feed(data)
-            first = frames[0]
-            if protocol.check_envelope(first) == "bye":
-                raise TransportError(f"broker refused the link: {first['reason']}")
-            if first["t"] != "hello":
-                raise FrameError("expected hello from the broker")
-        except (TimeoutError, OSError, _ssl.SSLError, FrameError) as exc:
-            writer.close()
-            raise TransportError(f"handshake with {self.host}:{self.port} failed: {exc}") from exc
-        except BaseException:
-            writer.close()
-            raise
-        self.broker_name = first["name"]
-        self._reader, self._writer = reader, writer
-        self._last_rx = time.monotonic()
-        self._resume(bool(first.get("resumed", False)), first["rx"])
-        self._connected.set()
-        rest = frames[1:]
-        if rest or dec.buffered:
-            self._pending_frames, self._decoder = rest, dec
-        else:
-            self._pending_frames, self._decoder = [], dec
-
-    def _resume(self, resumed: bool, peer_rx: int) -> None:
-        w = self._writer
-        assert w is not None
-        if resumed:
-            for s in [s for s in self._unacked if s <= peer_rx]:
-                del self._unacked[s]
-        else:
-            # a fresh session on the broker: re-subscribe, re-advertise, resend publications
-            self._rx_seq = 0
-            old = [m for m in self._unacked.values() if m.get("op") == "publish"]
-            self._unacked.clear()
-            self._tx_next = 1
-            msgs = [self._subscribe_msg(s) for s in self._subs.values()]
-            msgs += [self._advertise_msg(a, f) for a, f in self._adverts.items()]
-            for m in msgs + old:
-                self._unacked[self._tx_next] = m
-                self._tx_next += 1
-        for seq, m in self._unacked.items():
-            w.write(encode_frame(protocol.message(seq, m)))
-        self._credit.set()
-
-    def _drop_connection(self) -> None:
-        self._out.clear()  # unacknowledged messages are resent from _unacked on reconnection
-        w = self._writer
-        self._writer = self._reader = None
-        self._connected.clear()
-        if w is not None:
-            w.close()
-
-    async def _supervise(self) -> None:
-        backoff = BACKOFF_MIN
-        while not self._closing:
-            try:
-                await self._read_loop()
-            except (OSError, _ssl.SSLError, PubguardError) as exc:
-                log.info("client %s: link lost: %s", self.identity, exc)
-            self._drop_connection()
-            if self._closing or not self.reconnect:
-                self._credit.set()
-                for s in self._subs.values():
-                    s._close()
-                return
-            while not self._closing:
-                await asyncio.sleep(backoff)
-                try:
-                    await self._handshake()
-                    self.reconnects += 1
-                    backoff = BACKOFF_MIN
-                    break
-                except TransportError as exc:
-                    log.info("client %s: reconnect failed: %s", self.identity, exc)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
-
-    async def _read_loop(self) -> None:
-        reader = self._reader
-        assert reader is not None
-        self._handle(self._pending_frames)
-        while True:
-            data = await reader.read(READ_CHUNK)
-            if not data:
-                raise TransportError("broker closed the link")
-            self._last_rx = time.monotonic()
-            frames = self._decoder.feed(data)
-            self._handle(frames)
-            if self._decoder.error is not None:
-                raise self._decoder.error
-
-    def _handle(self, frames: list[dict[str, Any]]) -> None:
-        got = False
-        for env in frames:
-            t = protocol.check_envelope(env)
-            if t == "m":
-                seq = env["s"]
-                if seq <= self._rx_seq:
-                    continue  # a resent duplicate: already handed to the application
-                if self._rx_seq and seq != self._rx_seq + 1:
-                    raise FrameError(f"sequence gap: {seq} after {self._rx_seq}")
-                self._rx_seq = seq
-                got = True
-                self._on_message(env["m"])
-            elif t == "a":
-                upto = env["u"]
-                un = self._unacked
-                while un and next(iter(un)) <= upto:
-                    un.popitem(last=False)
-                self._credit.set()
-            elif t == "st":
-                fut = self._status.get(env["q"])
-                if fut is not None and not fut.done():
-                    fut.set_result(env["data"])
-            elif t == "bye":
-                raise TransportError(f"broker closed the link: {env['reason']}")
-            elif t == "hello":
-                raise FrameError("unexpected second hello")
-        if got and self._writer is not None:
-            self._write(protocol.ack(self._rx_seq))
-
-    def _on_message(self, wire: dict[str, Any]) -> None:
-        msg = decode_message(wire)
-        if isinstance(msg, Deliver):
-            self.delivers += 1
-            ev = msg.event
-            try:
-                event = self.scheme.open_event(
-                    ev.event_id, ev.routing, ev.body, ev.meta, now=time.time()
-                )
-            except PubguardError as exc:
-                log.warning("client %s: cannot open event %s: %s", self.identity, ev.event_id, exc)
-                return
-            for sid in msg.sub_ids:
-                sub = self._subs.get(sid)
-                if sub is not None:
-                    sub._push(Delivery(event, sid))
-        elif isinstance(msg, Error):
-            self.errors.append(msg)
-            log.warning(
-                "client %s: broker dropped %s: %s %s",
-                self.identity,
-                msg.ref,
-                msg.reason,
-                msg.detail,
-            )
-
-    async def _heartbeats(self) -> None:
-        while not self._closing:
-            await asyncio.sleep(self.heartbeat_interval)
-            w = self._writer
-            if w is None:
-                continue
-            if time.monotonic() - self._last_rx > self.heartbeat_timeout:
-                log.info(
-                    "client %s: no frame for %.1fs, reconnecting",
-                    self.identity,
-                    self.heartbeat_timeout,
-                )
-                w.close()
-                continue
-            with contextlib.suppress(Exception):
-                w.write(encode_frame(protocol.heartbeat()))
 
 
 async def connect(
