@@ -150,3 +150,14 @@ def test_randomized_tags_unlinkable_across_events() -> None:
     a = randomize([t], b"\x00" * 16)
     b = randomize([t], b"\x01" * 16)
     assert a != b
+
+
+def test_not_equal_inside_a_bucket_grants_that_bucket_once() -> None:
+    # regression: `age != 1` is [0,0] + [2,R-1]; both snap onto bucket [0,3], which must be
+    # granted once, so an event with age 0 meets exactly one token of the group
+    cs = [Constraint("age", Op.NE, 1)]
+    toks, _, exact = constraint_nodes(NUM_LC, cs)
+    assert not exact
+    assert len(toks) == len(set(toks))
+    for v in (0, 2, 3, 17, R - 1):
+        assert meets(event_attr_tokens(TK, NUM_LC, v), constraint_tokens(TK, toks)) == 1

@@ -246,10 +246,20 @@ def constraint_nodes(
         r, lc = spec.range_size or 0, spec.least_count or 1
         nodes: list[NodeGrant] = []
         exact = True
+        # Snap every interval to whole least-count buckets first, then merge the ones that now
+        # touch: covering them separately would grant one bucket twice (``age != 1`` gives
+        # [0,0] and [2,R-1], both snapping onto bucket [0,lc-1]) or nested nodes, and an
+        # event must meet exactly one token of the group.
+        merged: list[tuple[int, int]] = []
         for lo, hi in numeric_intervals(cs, r):
-            snapped = lo % lc != 0 or (hi + 1) % lc != 0
-            exact = exact and not snapped
-            nodes += [NodeGrant("numeric", a, n) for n in nakt_cover(lo, hi, r, lc, snap=snapped)]
+            s_lo, s_hi = lo - lo % lc, hi - hi % lc + lc - 1
+            exact = exact and (s_lo, s_hi) == (lo, hi)
+            if merged and s_lo <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], s_hi))
+            else:
+                merged.append((s_lo, s_hi))
+        for lo, hi in merged:
+            nodes += [NodeGrant("numeric", a, n) for n in nakt_cover(lo, hi, r, lc)]
         return nodes, nodes, exact
     allowed = {
         "category": {Op.PREFIX, Op.EXISTS, Op.EQ},
