@@ -37,13 +37,16 @@ A scheme has two faces:
   authorisation, replay, revocation). ``ctx`` is a :class:`CheckContext` with the current time,
   the link the message came on and, for an unsubscribe / unadvertise, the stored message it
   cancels (EventGuard's UST / UAT permits, eventguard.txt §4.5-4.6, are checked against it).
-  Returning a reason drops the message; the core never raises on a check.
+  Returning a reason drops the message; the core never raises on a check. A scheme with no
+  guards (plain) may set ``checks_messages = False`` so the core skips the call.
 - ``covers(f1, f2) -> bool`` on decoded filters: must be *sound* (True only if every event
   matching f2 matches f1). A scheme that cannot tell (tokens) answers False, or True only for
   equal tokens; a missed covering costs forwarding, a wrong one loses events.
 - ``new_matcher() -> Matcher``: an index over decoded filters (``add``, ``remove``, ``match``).
   PSGuard matches tokens, not plaintext, so the scheme owns the index. :class:`LinearMatcher`
-  builds one from a pairwise ``broker_match(pf, pe)``.
+  builds one from a pairwise ``broker_match(pf, pe)``. A matcher may also offer
+  ``match_batch(pes) -> list[set]`` (one AES call per token over a batch's nonces for
+  PSGuard); ``Broker.handle_batch`` uses it for runs of publications.
 - ``outgoing(message, ctx) -> message | None``: a last per-hop transform before a message
   leaves on a link (per-hop signatures, re-encryption, suppression); ``ctx.link`` is the link
   it leaves on. A scheme whose ``outgoing`` is the identity may set the class attribute
