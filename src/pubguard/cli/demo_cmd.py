@@ -40,6 +40,12 @@ SAMPLE_ROWS = 8  # events shown side by side
 SPARK_SAMPLES = 3  # opened deliveries shown beside their ciphertext
 
 
+def _sig_header(profile: str) -> str:
+    if profile == "default":  # one signature per batch of 8 publications, each with its path
+        return "Ed25519 signature (Merkle root of 8)"
+    return "Ed25519 signature"
+
+
 def hexcut(b: Any, n: int = 12) -> str:
     """``b`` as truncated hex (``a1b2c3…(34 B)``)."""
     if not isinstance(b, bytes | bytearray):
@@ -86,14 +92,12 @@ def _print_network(r: Any) -> None:
         units.add_row(unit, f"{broker} ({r.domains[broker]})", "\n".join(filters),
                       f"{got} {mark}", str(exp))  # fmt: skip
     console.print(units)
-    for line in r.refused:
-        console.print(f"[yellow]key service[/yellow]: {line}")
 
     held = {m["event_id"]: m for _, m in r.curious.messages if m.get("op") == "publish"}
     who = {str(e.id): u for u, evs in r.received.items() for e in evs}
     side = Table(title=f"the same events: what a subscriber reads | what '{CURIOUS}' holds")
     for col in ("event", "subscriber (plaintext)", "topic, age, patientRecord",
-                f"{CURIOUS}: routing tokens", "ciphertext (body, secrets)", "signature"):  # fmt: skip
+                f"{CURIOUS}: routing tokens", "ciphertext (body, secrets)", _sig_header(r.profile)):  # fmt: skip
         side.add_column(col, overflow="fold")
     shown = [e for e in r.events if str(e.id) in who][:SAMPLE_ROWS]
     for e in shown:
