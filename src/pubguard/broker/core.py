@@ -42,7 +42,8 @@ except duplicates, which are silent. Brokers get no error replies.
 
 ``handle_batch(messages, from_link, now)`` is ``handle`` for a batch from one link (what a
 transport reads at once): the same actions and state as one call per message, with runs of
-plain publications matched together (``pubguard.broker.publishing``).
+publications (plain, or of a profile whose matcher has ``match_batch``) admitted one by one and
+matched together (``pubguard.broker.publishing``).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class _Profile:
     whether the scheme's ``broker_check`` / ``outgoing`` hooks do anything (optional scheme
     flags ``checks_messages`` / ``rewrites_outgoing``; absent means they do)."""
 
-    __slots__ = ("checks", "fwd", "matcher", "rewrites", "scheme")
+    __slots__ = ("batches", "checks", "fwd", "matcher", "rewrites", "scheme")
 
     def __init__(self, scheme: BrokerScheme) -> None:
         self.scheme = scheme
@@ -122,6 +123,12 @@ class _Profile:
         self.fwd = ForwardSet(scheme.covers)
         self.checks = bool(getattr(scheme, "checks_messages", True))
         self.rewrites = bool(getattr(scheme, "rewrites_outgoing", True))
+        # handle_batch admits a run's publications (guards included) before routing any of
+        # them: that is handle's outcome unless a later guard could see what an earlier
+        # outgoing did, so a profile with both hooks is never batched
+        plain = not self.checks and not self.rewrites
+        batch = getattr(self.matcher, "match_batch", None) is not None
+        self.batches = plain or (batch and not (self.checks and self.rewrites))
 
 
 class Broker(PublicationRouting, AdvertisementRouting):
@@ -224,9 +231,14 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self, messages: Iterable[Message | Mapping[str, Any]], from_link: str, now: float
     ) -> list[Action]:
         """``handle`` each message in order and concatenate the actions: the same actions
-        and the same state as one call per message. Runs of publications of a profile with
-        neither guards nor outgoing rewrites (plain) are matched together, with the
-        matcher's ``match_batch`` when the run has at least ``BATCH_MATCH_MIN`` of them."""
+        and the same state as one call per message. Runs of publications are admitted one by
+        one (decoding, duplicate window, the guards: a refused one is dropped as ``handle``
+        drops it and is not matched), then matched together, per matcher, with its
+        ``match_batch`` when it has one and the run has at least ``BATCH_MATCH_MIN`` of them,
+        and routed in arrival order. Publications of plain profiles and of profiles whose
+        matcher has ``match_batch`` (the token profiles: psguard.txt §3.1, one AES call per
+        token over the batch's nonces) join runs, unless the profile has both guards and
+        outgoing rewrites (see ``_Profile``)."""
         link = self._link(from_link)
         out: list[Action] = []
         run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
@@ -234,8 +246,8 @@ class Broker(PublicationRouting, AdvertisementRouting):
             decoded = self._decode(message, link)
             if type(decoded) is Publish:
                 prof = self._profiles.get(decoded.profile)
-                if prof is not None and not prof.checks and not prof.rewrites:
-                    # nothing in admitting it can change how earlier ones match or leave
+                if prof is not None and prof.batches:
+                    # admitting it cannot change how earlier ones match or leave
                     adm = self._admit(decoded, link, now)
                     if isinstance(adm, list):
                         run.append((decoded, None, adm))
