@@ -9,6 +9,11 @@ frames of durable links go to their outboxes and each source link's ``rx_seq`` i
 only after the commit are frames written and the batch acknowledged
 (``store/broker_state.py``). Hence ``kill -9`` loses no acknowledged message.
 
+A link's new messages go to the core in chunks of at most ``CHUNK`` (``Broker.handle_batch``:
+the actions of one ``handle`` per message, with runs of publications matched together, e.g.
+one AES call per PSGuard token over a chunk's nonces, psguard.txt §3.1); the actions are
+applied in order and congestion is checked between chunks.
+
 Back-pressure: while a broker link's queue exceeds ``max_queue`` it is *congested* and only
 its own inbox is processed (in a tree its messages never produce output towards it); a client
 link over ``max_queue`` is a slow consumer (a non-durable one is disconnected, a durable one
@@ -36,11 +41,12 @@ from pubguard.net.config import BrokerConfig
 from pubguard.net.links import Link
 from pubguard.store.broker_state import BrokerStore
 
-__all__ = ["BATCH", "BatchProcessing"]
+__all__ = ["BATCH", "CHUNK", "BatchProcessing"]
 
 log = logging.getLogger("pubguard.net.server")
 
 BATCH: Final = 512  # reliable messages processed per link per batch
+CHUNK: Final = 64  # messages of one link handed to the core's handle_batch at once
 
 
 class BatchProcessing:
@@ -84,22 +90,29 @@ class BatchProcessing:
         with ctx:
             for link in ready:
                 n = 0
-                while link.inbox and n < BATCH and self._allowed(link):
-                    env = link.inbox.popleft()
-                    n += 1
-                    seq = env["s"]
-                    try:
-                        fresh = link.accept(seq)
-                    except FrameError as exc:
-                        self._close_link(link, exc)
-                        break
-                    if not fresh:
-                        self.stats["duplicate_frames"] += 1
-                        continue
-                    link.rx_seq = seq
-                    if self._record is not None:
-                        self._record_message(link.link_id, env["m"])
-                    self._apply(self.core.handle(env["m"], link.link_id, now))
+                bad: FrameError | None = None
+                while bad is None and link.inbox and n < BATCH and self._allowed(link):
+                    msgs: list[Any] = []
+                    while link.inbox and n < BATCH and len(msgs) < CHUNK:
+                        env = link.inbox.popleft()
+                        n += 1
+                        seq = env["s"]
+                        try:
+                            fresh = link.accept(seq)
+                        except FrameError as exc:
+                            bad = exc
+                            break
+                        if not fresh:
+                            self.stats["duplicate_frames"] += 1
+                            continue
+                        link.rx_seq = seq
+                        if self._record is not None:
+                            self._record_message(link.link_id, env["m"])
+                        msgs.append(env["m"])
+                    if msgs:
+                        self._apply(self.core.handle_batch(msgs, link.link_id, now))
+                if bad is not None:
+                    self._close_link(link, bad)
                 if n:
                     acks.append(link)
                     if self.store is not None and link.durable:
