@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.pipeline_cmds",  # pipeline ..., spark-cluster, bench pipeline
     "pubguard.cli.demo_cmd",  # demo
     "pubguard.cli.security_cmds",  # experiments flood
+    "pubguard.cli.keyservice_cmds",  # keyservice serve
 )
 
 

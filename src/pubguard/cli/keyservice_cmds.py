@@ -1,0 +1,108 @@
+"""``pubguard keyservice serve``: the EventGuard meta-service behind mutual TLS (issue 5).
+
+Example::
+
+    PUBGUARD_CA_PASSPHRASE=... pubguard keyservice serve --state ./net --port 7443
+
+The TLS identity ``keyservice`` (role ``ms``) is issued by the cluster CA in ``<state>/pki`` on
+first use. The MS primary key ``rk`` (eventguard.txt §3.2) comes from ``PUBGUARD_MS_MASTER``
+(base64, at least 16 bytes) so replicas can share it; without it a random one lives only in
+this process. It is never written to disk; only the MS public key goes to
+``<state>/ms-key.json`` for brokers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Final
+
+import click
+
+from pubguard.cli.common import err_console, get_group
+
+__all__ = ["MASTER_ENV", "register"]
+
+MASTER_ENV: Final = "PUBGUARD_MS_MASTER"
+
+
+def _master() -> bytes | None:
+    from pubguard.errors import ConfigError
+
+    raw = os.environ.get(MASTER_ENV)
+    if raw is None:
+        return None
+    try:
+        m = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{MASTER_ENV} is not base64", key=MASTER_ENV) from None
+    if len(m) < 16:
+        raise ConfigError(f"{MASTER_ENV} must decode to at least 16 bytes", key=MASTER_ENV)
+    return m
+
+
+async def _serve(state: Path, host: str, port: int, epoch_length: float) -> None:
+    from pubguard.crypto import SecretBytes, random_bytes
+    from pubguard.crypto.x509 import Role, server_ssl_context
+    from pubguard.keys.ms import MetaService
+    from pubguard.net.keyservice import KeyServiceCore, KeyServiceServer
+    from pubguard.net.pki import ClusterPki
+
+    master = _master()
+    if master is None:
+        err_console.print(f"[yellow]no {MASTER_ENV}: a random MS key lives in this process[/]")
+    ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length)
+    ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
+    ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path)
+    server = KeyServiceServer(KeyServiceCore(ms), ctx, host=host, port=port)
+    bound = await server.start()
+    key_b64 = base64.b64encode(ms.public_key.to_bytes()).decode()
+    (state / "ms-key.json").write_text(json.dumps({"ms_key": key_b64, "host": host,
+                                                   "port": bound}))  # fmt: skip
+    click.echo(f"keyservice listening on {host}:{bound} (MS public key {key_b64})", nl=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def register(cli: click.Group) -> None:
+    group = get_group(cli, "keyservice", "Key services (EventGuard MS) over mutual TLS.")
+
+    @group.command("serve")
+    @click.option(
+        "--state",
+        type=click.Path(path_type=Path),
+        default=Path("pubguard-cluster"),
+        show_default=True,
+        help="State folder (the CA and identities in <state>/pki).",
+    )
+    @click.option("--host", default="127.0.0.1", show_default=True)
+    @click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=0,
+        show_default=True,
+        help="TCP port (0: any free port, printed).",
+    )
+    @click.option(
+        "--epoch-length",
+        type=click.FloatRange(min=1.0, min_open=False),
+        default=30 * 86400.0,
+        show_default=True,
+        help="MS epoch length in seconds.",
+    )
+    def serve(state: Path, host: str, port: int, epoch_length: float) -> None:  # fmt: skip
+        """Serve the meta-service: permits, tokens and epoch keys for authenticated clients."""
+        _master()  # a bad master is a one-line error before anything is created
+        state.mkdir(parents=True, exist_ok=True)
+        asyncio.run(_serve(state, host, port, epoch_length))
