@@ -136,6 +136,10 @@ class TopicAdvertisement:
             raise InvalidToken()
         cert.verify_key.verify(self.signature, self.signed_bytes())
 
+    def names(self, kmc: str) -> bool:
+        """Whether ``kmc`` (empty: any) is this KMC's distinguished name or common name."""
+        return not kmc or kmc == self.kmc or kmc == Certificate.from_der(self.kmc_cert).name
+
     def admits(self, cert: Certificate) -> bool:
         """Secure discovery (§II-A): may the holder of ``cert`` learn this topic?"""
         if self.roles and cert.role.value not in self.roles:
@@ -216,9 +220,7 @@ class TopicDiscoveryNode:
         cert.verify_key.verify(req.signature, req.signed_bytes())
         if abs(req.timestamp_ms / 1000.0 - now) > DISCOVERY_SKEW:
             raise InvalidToken()
-        ads = [
-            a for a in self._ads.values() if (not req.kmc or a.kmc == req.kmc) and a.admits(cert)
-        ]
+        ads = [a for a in self._ads.values() if a.names(req.kmc) and a.admits(cert)]
         if not ads:
             raise DropError(DropReason.UNAUTHORISED, "no advertisement for these credentials")
         payload = msgpack.packb([a.to_bytes() for a in ads], use_bin_type=True)
@@ -274,7 +276,7 @@ class KmcEndpoint:
     def __init__(
         self,
         kmc: KMC,
-        signing_key: SigningKey,
+        signing_key: SigningKey | None = None,
         *,
         now: float,
         rng: _random.Random | None = None,
@@ -285,6 +287,8 @@ class KmcEndpoint:
         source_threshold: int = 5,
         ban: float = 300.0,
     ) -> None:
+        if signing_key is None:
+            signing_key = kmc._sk  # the KMC's own key (same package)
         if signing_key.public != kmc.cert.verify_key:
             raise ValidationError("the signing key is not the KMC's")
         self.kmc = kmc
@@ -303,6 +307,10 @@ class KmcEndpoint:
     @property
     def topic(self) -> str:
         return self.advertisement.topic
+
+    def sign(self, data: bytes) -> bytes:
+        """The KMC's signature (its replies on the pub/sub network are signed, §IV-B)."""
+        return self._sk.sign(data)
 
     def _new_topic(self, now: float) -> TopicAdvertisement:
         self.version += 1

@@ -272,7 +272,7 @@ class KeyServiceCore:
         if role != "kmc":  # only a KMC (certificate role) may place its advertisement
             raise _Refused("unauthorised", "only a KMC may advertise its topic")
         adv = TopicAdvertisement.from_bytes(_field(req, "adv", bytes))
-        if adv.kmc != peer:
+        if Certificate.from_der(adv.kmc_cert).name != peer:
             raise _Refused("unauthorised", "a KMC advertises only its own topic")
         self.tdn.advertise(adv, now=now)
         return {"version": adv.version}
@@ -287,7 +287,7 @@ class KeyServiceCore:
         except (TypeError, ValueError):
             raise _Refused("malformed", "bad discovery request") from None
         # the requester's credentials must be its own TLS identity (no relaying of others')
-        if Certificate.from_der(r.cert).subject != peer:
+        if Certificate.from_der(r.cert).name != peer:
             raise _Refused("unauthorised", "credentials of another identity")
         return {"reply": self.tdn.discover(r, now=now, rng=rng)}
 

@@ -34,6 +34,24 @@ checked on every message (integer comparisons and set lookups), so the cache nev
 message whose token ran out or whose signer was revoked. Subscriptions stop matching once
 their token expires (§IV-H4): the filter carries ``until`` and the matcher skips expired ones.
 
+KMC service topics (§IV-B footnote 1, §V-A). An entity reaches a KMC only by publishing on the
+random 128-bit topic the KMC listens on (``kmc/<32 hex>``) and hears back on a random reply
+topic of its own (``reply/<32 hex>``). Its key request comes *before* it holds a token, so the
+token rule cannot apply there; instead (:meth:`NaradaBroker._check_service`):
+
+- a publication on ``kmc/...`` needs no token: the KMC authenticates the (signed) request
+  itself. It must carry ``meta {src}``, the sender's identity, which the first broker checks
+  against the authenticated client link (so the KMC can refuse repeat offenders, §V-A), and a
+  body of at most :data:`MAX_SERVICE_BODY` bytes;
+- only a KMC the broker honours (``kmc_certs``) may subscribe to ``kmc/...`` or publish on
+  ``reply/...``: ``meta {kmc, ts, seq, sig}`` signed with the KMC's key, replay-checked;
+- anyone with a CA-issued, unrevoked certificate may subscribe to a ``reply/...`` topic
+  (``meta {cert, ts, seq, sig}``); the delivery is wrapped to the requester's KEM key anyway.
+
+A flood on a ``kmc/...`` topic is the KMC's to handle: it moves to a fresh topic and
+unsubscribes the old one, after which no broker forwards the old topic's traffic past the
+first broker (nothing subscribes to it any more).
+
 Replay state (:class:`~pubguard.schemes.guards.ReplayState`) is scoped per broker id and may
 live in SQLite, so a restarted broker keeps refusing replays. Subscriptions and withdrawals are
 replay-checked only where they enter the network (a client link): brokers legitimately re-send
@@ -69,17 +87,25 @@ from pubguard.schemes.guards import (
 from pubguard.store import Database
 
 __all__ = [
+    "KMC_TOPIC_PREFIX",
+    "MAX_SERVICE_BODY",
     "NARADA",
+    "REPLY_TOPIC_PREFIX",
     "NaradaBroker",
     "NaradaFilter",
     "make_scheme",
     "payload_aad",
+    "service_kind",
     "signed_digest",
 ]
 
 NARADA: Final = "narada"
 MAX_TOPIC_LEN: Final = 1024
 SIG_TAG: Final = b"pubguard/narada/msg/v1\x00"
+KMC_TOPIC_PREFIX: Final = "kmc/"  # §IV-B: the topic a KMC listens on (random 128 bits, §V-A)
+REPLY_TOPIC_PREFIX: Final = "reply/"  # where a requester hears back (random 128 bits)
+MAX_SERVICE_BODY: Final = 16 * 1024
+_HEX: Final = frozenset("0123456789abcdef")
 _STRIKING: Final = frozenset({DropReason.FORGED, DropReason.UNAUTHORISED, DropReason.MALFORMED})
 _RIGHT_FOR: Final = {
     "publish": Rights.PUBLISH,
@@ -134,6 +160,16 @@ class _Verified:
 class _Kmc:
     key: VerifyKey
     serial: int
+
+
+def service_kind(topic: str) -> str | None:
+    """``"kmc"`` for a KMC service topic, ``"reply"`` for a reply topic, else None."""
+    for kind, prefix in (("kmc", KMC_TOPIC_PREFIX), ("reply", REPLY_TOPIC_PREFIX)):
+        if topic.startswith(prefix):
+            rest = topic[len(prefix) :]
+            if len(rest) == 32 and set(rest) <= _HEX:
+                return kind
+    return None
 
 
 def _topic(v: Any) -> str:
@@ -287,14 +323,19 @@ class NaradaBroker:
         if right is None:
             return DropReason.UNKNOWN_TYPE
         meta = m.meta
+        if m.op == "publish":
+            topic, until = self.decode_event(m.routing)[0], 0
+        else:
+            pf = self.decode_filter(m.filter)
+            topic, until = pf.topic, pf.until
+        if topic[0] in "kr" and (kind := service_kind(topic)) is not None:
+            return self._check_service(m, ctx, kind, topic, until)
         if meta.get("tok") is None:
             return DropReason.UNAUTHORISED  # §IV-H3: no token, no routing
         if m.op == "publish":
-            topic = self.decode_event(m.routing)[0]
-            until, kv, body, ref = 0, _int(meta.get("kv"), "key version"), m.body, m.event_id
+            kv, body, ref = _int(meta.get("kv"), "key version"), m.body, m.event_id
         else:
-            pf = self.decode_filter(m.filter)
-            topic, until, kv, body, ref = pf.topic, pf.until, 0, b"", ""
+            kv, body, ref = 0, b"", ""
         v = self.verified(meta.get("tok"), meta.get("cert"), ctx.now)
         tok = v.token
         if tok.topic != topic or not tok.rights.allows(right):
@@ -344,6 +385,55 @@ class NaradaBroker:
             raise InvalidToken()
         return _Verified(tok, VerifyKey.from_bytes(tok.entity_key), cert.serial, kmc.serial)
 
+    # -- KMC service topics (§IV-B, §V-A; see the module docstring) ------------------------------
+    def _service_signer(self, meta: Mapping[str, Any], kind: str, op: str,
+                        now: float) -> tuple[VerifyKey, bytes]:  # fmt: skip
+        """(verify key, replay identity) of who may send ``op`` on a ``kind`` service topic."""
+        if kind == "reply" and op == "subscribe":
+            cert = Certificate.from_der(meta.get("cert"))  # type: ignore[arg-type]
+            verify_chain(cert, self.ca_cert, self.crl, now=now)
+            return cert.verify_key, cert.fingerprint
+        name = meta.get("kmc")
+        kmc = self._kmcs.get(name) if isinstance(name, str) else None
+        if kmc is None:
+            raise DropError(DropReason.UNAUTHORISED, "not a KMC this broker honours")
+        if kmc.serial in self._revoked:
+            raise RevokedError("KMC revoked")
+        return kmc.key, b"kmc:" + str(meta["kmc"]).encode()
+
+    def _check_service(self, m: Any, ctx: CheckContext, kind: str, topic: str,
+                       until: int) -> DropReason | None:  # fmt: skip
+        meta = m.meta
+        edge = m.op == "publish" or ctx.link.kind is LinkKind.CLIENT
+        if kind == "kmc" and m.op == "publish":
+            # a key request: no token yet; the KMC verifies it. The source is the sender's
+            # authenticated identity, checked where it enters the network.
+            src = meta.get("src")
+            if set(meta) != {"src"} or not isinstance(src, str) or not src:
+                return DropReason.MALFORMED
+            if len(m.body) > MAX_SERVICE_BODY:
+                return DropReason.MALFORMED
+            if ctx.link.kind is LinkKind.CLIENT and src != (ctx.link.peer or ctx.link.link_id):
+                return DropReason.UNAUTHORISED
+            return None
+        if (kind, m.op) not in (("kmc", "subscribe"), ("reply", "subscribe"),
+                                ("reply", "publish")):  # fmt: skip
+            return DropReason.UNAUTHORISED
+        key, ident = self._service_signer(meta, kind, m.op, ctx.now)
+        ts, seq = _int(meta.get("ts"), "timestamp"), _int(meta.get("seq"), "sequence")
+        if edge:
+            stale = self.window.check(ts / 1000.0, ctx.now)
+            if stale is not None:
+                return stale
+        sig = meta.get("sig")
+        if not isinstance(sig, bytes):
+            raise ValidationError("narada signature must be bytes")
+        ref, body = (m.event_id, m.body) if m.op == "publish" else ("", b"")
+        key.verify(sig, signed_digest(m.op, ref, topic, ts, seq, until=until, body=body))
+        if edge:
+            return self.replay.check_and_accept(ctx.broker_id, ident, ts, seq)
+        return None
+
     def _check_withdrawal(self, m: Any, ctx: CheckContext) -> DropReason | None:
         prior = ctx.prior
         if prior is None:
@@ -351,6 +441,8 @@ class NaradaBroker:
         pf = self.decode_filter(prior.filter)
         if ctx.now > pf.until:
             return None  # the token ran out: nothing left to protect
+        if (kind := service_kind(pf.topic)) is not None:
+            return self._service_withdrawal(m, ctx, kind, pf, prior.meta)
         tok = SecurityToken.decode(prior.meta["tok"])  # verified when it was stored
         meta = m.meta
         if not isinstance(meta.get("sig"), bytes):
@@ -367,6 +459,24 @@ class NaradaBroker:
             return DropReason.UNAUTHORISED  # only the subscriber itself may withdraw
         if edge:
             return self.replay.check_and_accept(ctx.broker_id, tok.cert_fingerprint, ts, seq)
+        return None
+
+    def _service_withdrawal(self, m: Any, ctx: CheckContext, kind: str, pf: NaradaFilter,
+                            prior_meta: Mapping[str, Any]) -> DropReason | None:  # fmt: skip
+        """Only the service subscription's own signer may withdraw it."""
+        key, ident = self._service_signer(prior_meta, kind, "subscribe", ctx.now)
+        meta = m.meta
+        if not isinstance(meta.get("sig"), bytes):
+            return DropReason.UNAUTHORISED
+        ts, seq = _int(meta.get("ts"), "timestamp"), _int(meta.get("seq"), "sequence")
+        edge = ctx.link.kind is LinkKind.CLIENT
+        if edge and (stale := self.window.check(ts / 1000.0, ctx.now)) is not None:
+            return stale
+        if not key.is_valid(meta["sig"], signed_digest(m.op, "", pf.topic, ts, seq,
+                                                       until=pf.until)):  # fmt: skip
+            return DropReason.UNAUTHORISED
+        if edge:
+            return self.replay.check_and_accept(ctx.broker_id, ident, ts, seq)
         return None
 
 

@@ -14,6 +14,13 @@ attributes but ``topic``, the type and the payload) with the topic key under AEA
 topic, key version and event id (§IV-F). :meth:`open_event` checks the publisher's token (KMC
 signature, topic, publish right, duration) and signature before decrypting, so a subscriber
 never accepts a payload a broker could have forged or swapped.
+
+KMC service topics (§IV-B, §V-A; see :mod:`pubguard.schemes.narada`). For a ``kmc/...`` topic
+:meth:`NaradaClient.protect_event` sends the event's payload (an encoded key request) as is,
+with ``meta {src}``; for a ``reply/...`` topic :meth:`NaradaClient.protect_filter` signs the
+subscription with the entity's certificate and :meth:`NaradaClient.open_event` accepts only a
+delivery signed by a KMC in ``kmc_keys``. :class:`KmcScheme` is the KMC's own face: it
+subscribes to its listening topic and publishes signed replies.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pubguard.crypto import (
 )
 from pubguard.crypto.x509 import Certificate
 from pubguard.errors import InvalidToken, StateError, ValidationError
+from pubguard.keys.discovery import DiscoveryRequest
 from pubguard.keys.kmc_messages import (
     KeyDelivery,
     KeyRequest,
@@ -46,12 +54,32 @@ from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.schemes.base import ProtectedEvent, ProtectedFilter
 from pubguard.schemes.eventguard_client import topic_of
-from pubguard.schemes.narada import NARADA, payload_aad, signed_digest
+from pubguard.schemes.narada import NARADA, payload_aad, service_kind, signed_digest
 from pubguard.schemes.plain import new_event_id
 
-__all__ = ["NaradaClient"]
+__all__ = ["REPLY_LIFETIME", "KmcScheme", "NaradaClient"]
 
 TOPIC = "topic"
+REPLY_LIFETIME = 600  # seconds a reply-topic subscription stays valid
+
+
+class _Stamper:
+    """(ms timestamp, sequence) strictly increasing across one sender's messages (§V-B)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last = (-1, -1)
+
+    def __call__(self, now: float) -> tuple[int, int]:
+        ts = int(now * 1000)
+        last_ts, last_seq = self._last
+        self._last = (ts, 0) if ts > last_ts else (last_ts, last_seq + 1)
+        return self._last
+
+
+def _service_event(event_id: str, topic: str, body: bytes) -> Event:
+    return Event({TOPIC: topic}, id=event_id, payload=body)
 
 
 class NaradaClient:
@@ -76,7 +104,10 @@ class NaradaClient:
         self._tokens: dict[str, SecurityToken] = {}
         self._keys: dict[tuple[str, int], SecretBytes] = {}
         self._latest: dict[str, int] = {}
-        self._last = (-1, -1)
+        self._stamp = _Stamper()
+        self._until: dict[str, int] = {}  # reply topic -> its subscription's validity
+        #: the identity the first broker authenticates this entity as (its client link name)
+        self.source = cert.name
 
     def __repr__(self) -> str:
         return f"NaradaClient({self.cert.subject!r}, topics={sorted(self._tokens)})"
@@ -102,16 +133,21 @@ class NaradaClient:
             raise StateError(f"no security token for {topic!r}: request it from the KMC")
         return tok
 
-    def _stamp(self, now: float) -> tuple[int, int]:
-        """(ms timestamp, sequence) strictly increasing across this entity's messages (§V-B)."""
-        ts = int(now * 1000)
-        last_ts, last_seq = self._last
-        self._last = (ts, 0) if ts > last_ts else (last_ts, last_seq + 1)
-        return self._last
+    def discovery_request(
+        self, kem: KemPrivateKey, *, kmc: str, now: float, rng: _random.Random | None = None
+    ) -> DiscoveryRequest:
+        """A signed request to a topic discovery node for ``kmc``'s topic (§II-A)."""
+        return DiscoveryRequest.signed(self._sk, self.cert, kem, kmc=kmc, now=now, rng=rng)
 
     # -- subscriptions ----------------------------------------------------------------------------
     def _filter(self, f: Filter, op: str, now: float) -> ProtectedFilter:
         topic = topic_of(f)
+        if service_kind(topic) == "reply" and op == "subscribe":
+            until = self._until[topic] = int(now) + REPLY_LIFETIME
+            ts, seq = self._stamp(now)
+            digest = signed_digest(op, "", topic, ts, seq, until=until)
+            meta = {"cert": self._cert_der, "ts": ts, "seq": seq, "sig": self._sk.sign(digest)}
+            return ProtectedFilter({"topic": topic, "until": until}, meta)
         tok = self.token(topic)
         blob = tok.encode()
         ts, seq = self._stamp(now)
@@ -136,6 +172,10 @@ class NaradaClient:
         """The signed withdrawal of this entity's subscription to ``f`` (or ``op="unadvertise"``).
         Must be made with the same token the subscription carried."""
         topic = topic_of(f)
+        if topic in self._until:
+            ts, seq = self._stamp(now)
+            digest = signed_digest(op, "", topic, ts, seq, until=self._until.pop(topic))
+            return {"ts": ts, "seq": seq, "sig": self._sk.sign(digest)}
         tok = self.token(topic)
         ts, seq = self._stamp(now)
         digest = signed_digest(op, "", topic, ts, seq, until=tok.not_after, token=tok.encode())
@@ -153,6 +193,11 @@ class NaradaClient:
         topic = event.get(TOPIC)
         if not isinstance(topic, str) or not topic:
             raise ValidationError("a narada event needs a string 'topic' attribute")
+        if service_kind(topic) == "kmc":  # a key request: self-authenticating, no token yet
+            if not isinstance(event.payload, bytes) or not event.payload:
+                raise ValidationError("a KMC request travels as the event's payload")
+            eid = event.id if event.id is not None else new_event_id(rng)
+            return ProtectedEvent(eid, {"topic": topic}, event.payload, {"src": self.source})
         tok = self.token(topic)
         kv = self._latest[topic]
         eid = event.id if event.id is not None else new_event_id(rng)
@@ -178,6 +223,13 @@ class NaradaClient:
         """Verify the publisher (§III: "validate the signature") and decrypt."""
         try:
             topic = routing["topic"]
+            if service_kind(topic) == "reply":
+                ts, seq, sig = (meta[k] for k in ("ts", "seq", "sig"))
+                kmc = self.kmc_keys.get(meta["kmc"])
+                digest = signed_digest("publish", event_id, topic, ts, seq, body=body)
+                if kmc is None or not kmc.is_valid(sig, digest):
+                    raise InvalidToken()
+                return _service_event(event_id, topic, body)
             blob, kv, ts, seq, sig = (meta[k] for k in ("tok", "kv", "ts", "seq", "sig"))
             tok = SecurityToken.decode(blob)
             kmc = self.kmc_keys.get(tok.kmc)
@@ -196,3 +248,77 @@ class NaradaClient:
             return Event(attrs, id=event_id, type=mp["t"], payload=mp["p"])
         except (KeyError, TypeError, ValueError, ValidationError):
             raise InvalidToken() from None
+
+
+class KmcScheme:
+    """The KMC's face on the pub/sub network: it subscribes to its listening topic
+    (``kmc/...``) and publishes replies on requesters' ``reply/...`` topics, each signed with
+    the KMC's key (``sign``: the KMC's signing function, e.g. ``KmcEndpoint.sign``)."""
+
+    profile = NARADA
+
+    def __init__(self, name: str, sign: Any) -> None:
+        self.name = name
+        self._sign = sign
+        self._stamp = _Stamper()
+        self._until: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"KmcScheme({self.name!r})"
+
+    def _signed(self, op: str, ref: str, topic: str, now: float, *, until: int = 0,
+                body: bytes = b"") -> dict[str, Any]:  # fmt: skip
+        ts, seq = self._stamp(now)
+        sig = self._sign(signed_digest(op, ref, topic, ts, seq, until=until, body=body))
+        return {"kmc": self.name, "ts": ts, "seq": seq, "sig": sig}
+
+    def protect_filter(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> ProtectedFilter:
+        topic = topic_of(f)
+        if service_kind(topic) != "kmc":
+            raise ValidationError("a KMC subscribes only to its kmc/... service topic")
+        until = self._until[topic] = int(now) + 365 * 86400
+        return ProtectedFilter({"topic": topic, "until": until},
+                               self._signed("subscribe", "", topic, now, until=until))  # fmt: skip
+
+    def protect_advertisement(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> ProtectedFilter:
+        raise ValidationError("a KMC advertises through topic discovery nodes, not brokers")
+
+    def unsubscribe_meta(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None
+    ) -> dict[str, Any]:
+        topic = topic_of(f)
+        until = self._until.pop(topic, None)
+        if until is None:
+            raise StateError(f"not subscribed to {topic!r}")
+        return self._signed("unsubscribe", "", topic, now, until=until)
+
+    def protect_event(
+        self, event: Event, *, now: float, rng: _random.Random | None = None
+    ) -> ProtectedEvent:
+        topic = event.get(TOPIC)
+        if not isinstance(topic, str) or service_kind(topic) != "reply":
+            raise ValidationError("a KMC publishes only on reply/... topics")
+        if not isinstance(event.payload, bytes) or not event.payload:
+            raise ValidationError("a KMC reply travels as the event's payload")
+        eid = event.id if event.id is not None else new_event_id(rng)
+        meta = self._signed("publish", eid, topic, now, body=event.payload)
+        return ProtectedEvent(eid, {"topic": topic}, event.payload, meta)
+
+    def open_event(
+        self,
+        event_id: str,
+        routing: Mapping[str, Any],
+        body: bytes,
+        meta: Mapping[str, Any],
+        *,
+        now: float,
+    ) -> Event:
+        """A request on the KMC's topic: the payload and the sender the first broker checked."""
+        topic, src = routing.get("topic"), meta.get("src")
+        if not isinstance(topic, str) or service_kind(topic) != "kmc" or not isinstance(src, str):
+            raise InvalidToken()
+        return Event({TOPIC: topic, "src": src}, id=event_id, payload=body)
