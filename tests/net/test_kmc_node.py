@@ -17,21 +17,28 @@ from typing import Any
 
 import pytest
 
+from pubguard.crypto import KemPrivateKey, SigningKey
 from pubguard.crypto.x509 import Certificate, CertificateAuthority, Role, server_ssl_context
-from pubguard.errors import DropError, DropReason, InvalidToken, TransportError
-from pubguard.keys.discovery import KmcEndpoint, TopicAdvertisement, TopicDiscoveryNode
+from pubguard.errors import DropError, DropReason, InvalidToken, TransportError, ValidationError
+from pubguard.keys.discovery import (
+    KmcEndpoint,
+    TopicAdvertisement,
+    TopicDiscoveryNode,
+    decode_delivery,
+    encode_key_request,
+)
 from pubguard.keys.kmc import Authorize, RegisterTopic, Rights
 from pubguard.model import Event
 from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import parse_cluster_config
 from pubguard.net.keyservice import KeyServiceClient, KeyServiceCore, KeyServiceServer
-from pubguard.net.kmc_node import KmcNode, discover_kmc_topic, fetch_topic_key
-from pubguard.schemes.narada_client import NaradaClient
+from pubguard.net.kmc_node import KmcNode, discover_kmc_topic, fetch_topic_key, new_reply_topic
+from pubguard.schemes.narada_client import KmcScheme, NaradaClient
 from pubguard.schemes.registry import KeyBundle
 
+from ..schemes.test_narada import NOW, build_pki, client, make_sim
+from ..schemes.test_narada import TOPIC as SIM_TOPIC
 from .conftest import LoopThread
-
-pytestmark = pytest.mark.slow
 
 TOPIC = "trials/oncology"
 CLUSTER = """
@@ -137,6 +144,7 @@ def _fetch(w: World, client: Any, tls: str, **kw: Any) -> Any:
                            **kw)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_valid_entity_gets_its_key_through_the_network(world: World) -> None:
     w = world
     alice, bob = w.entity("alice"), w.entity("bob")
@@ -169,6 +177,7 @@ def test_a_valid_entity_gets_its_key_through_the_network(world: World) -> None:
     assert w.node.topic.startswith("kmc/") and len(w.node.topic) == 4 + 32
 
 
+@pytest.mark.slow
 def test_the_tdn_reveals_nothing_without_valid_credentials(world: World, tmp_path: Any) -> None:
     w = world
     secret = w.node.topic.removeprefix("kmc/")
@@ -198,6 +207,7 @@ def test_the_tdn_reveals_nothing_without_valid_credentials(world: World, tmp_pat
     assert adv.topic == w.node.topic
 
 
+@pytest.mark.slow
 def test_a_repeat_offender_is_refused(world: World) -> None:
     w = world
     mallory = w.entity("mallory", authorised=False)
@@ -217,6 +227,7 @@ def test_a_repeat_offender_is_refused(world: World) -> None:
     assert w.node.stats["refused:flood"] >= 1 and w.node.stats["rotations"] == 0
 
 
+@pytest.mark.slow
 def test_a_flood_moves_the_kmc_to_a_fresh_topic_and_the_old_one_goes_quiet(world: World) -> None:
     w = world
     old = w.node.topic
@@ -251,3 +262,59 @@ def test_a_flood_moves_the_kmc_to_a_fresh_topic_and_the_old_one_goes_quiet(world
     assert w.node.stats["rotations"] == 1 and w.node.topic != old
     assert before == after  # the old topic went quiet at the KMC
     assert d.topic == TOPIC and w.node.heard[w.node.topic] >= 1
+
+
+# -- the broker scheme's rules for KMC service topics, in the simulator (fast) -----------------
+
+
+def test_service_topics_admit_key_requests_and_only_kmc_signed_replies(tmp_path_factory):
+    pki = build_pki(tmp_path_factory)
+    sim, _, _ = make_sim(pki)
+    ep = KmcEndpoint(pki.kmc, now=NOW)
+    kmc = sim.add_client("kmc-1", "b1", KmcNode.scheme_for(ep))
+    alice = sim.add_client("alice", "a1", client(pki, "alice", topics=()))  # no token yet
+    sim.add_client("eve", "a1", client(pki, "mallory", topics=()))  # mallory's cert
+    sim.add_client("fake", "a", KmcScheme(pki.kmc_cert.subject, SigningKey.generate().sign))
+    reply = new_reply_topic()
+    sim.subscribe("kmc-1", f'topic = "{ep.topic}"', at=NOW)
+    sim.subscribe("alice", f'topic = "{reply}"', at=NOW)
+    sim.run()
+    assert not sim.drops
+    # a key request travels without a token; the KMC learns the source the edge checked
+    kem = KemPrivateKey.generate()
+    req = alice.scheme.key_request(SIM_TOPIC, kem, now=NOW + 1)
+    sim.publish("alice", Event({"topic": ep.topic}, payload=encode_key_request(req, reply)),
+                at=NOW + 1)  # fmt: skip
+    sim.run()
+    (d,) = kmc.deliveries
+    assert d.event["src"] == "alice"
+    res = ep.handle(d.event["topic"], d.event.payload, d.event["src"], now=NOW + 1)
+    assert res.reply is not None and res.reply[0] == reply
+    sim.publish("kmc-1", Event({"topic": reply}, payload=res.reply[1]), at=NOW + 2)
+    sim.run()
+    (r,) = alice.deliveries
+    alice.scheme.install(decode_delivery(r.event.payload), kem)
+    assert alice.scheme.token(SIM_TOPIC).topic == SIM_TOPIC and not sim.drops
+
+    def dropped(reason: DropReason, broker: str) -> None:
+        assert sim.drops[-1].drop.reason is reason and sim.drops[-1].broker == broker
+
+    # a request claiming another source is refused where it enters the network
+    sim.publish("eve", Event({"topic": ep.topic}, payload=b"x"), at=NOW + 3)
+    sim.run()
+    dropped(DropReason.UNAUTHORISED, "a1")
+    # a reply not signed by the KMC is forged; the requester receives nothing more
+    sim.publish("fake", Event({"topic": reply}, payload=b"fake key"), at=NOW + 4)
+    sim.run()
+    dropped(DropReason.FORGED, "a")
+    assert len(alice.deliveries) == 1
+    # nobody but the KMC listens on its topic
+    sim.subscribe("fake", f'topic = "{ep.topic}"', at=NOW + 5)
+    sim.run()
+    dropped(DropReason.FORGED, "a")
+    with pytest.raises(ValidationError):  # an entity cannot advertise or subscribe there either
+        alice.scheme.protect_event(Event({"topic": ep.topic}), now=NOW)
+    n = len(sim.drops)
+    sim.publish("alice", Event({"topic": ep.topic}, payload=b"after"), at=NOW + 6)
+    sim.run()
+    assert len(sim.drops) == n and len(kmc.deliveries) == 2  # still listening, still served
