@@ -26,7 +26,8 @@ from pubguard.errors import DropError, DropReason, InvalidToken, TransportError,
 from pubguard.keys.ms import MetaService, SubscriptionGrant, SubscriptionPermit
 from pubguard.model import Event
 from pubguard.net.framing import FrameDecoder, encode_frame
-from pubguard.net.keyservice import KeyServiceClient, KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice import KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice_client import KeyServiceClient
 from pubguard.net.pki import ClusterPki
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes.eventguard import EventGuardBroker

@@ -31,7 +31,8 @@ from pubguard.keys.kmc import Authorize, RegisterTopic, Rights
 from pubguard.model import Event
 from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import parse_cluster_config
-from pubguard.net.keyservice import KeyServiceClient, KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice import KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice_client import KeyServiceClient
 from pubguard.net.kmc_node import KmcNode, discover_kmc_topic, fetch_topic_key, new_reply_topic
 from pubguard.schemes.narada_client import KmcScheme, NaradaClient
 from pubguard.schemes.registry import KeyBundle

@@ -45,7 +45,7 @@ from pubguard.keys.discovery import (
 from pubguard.keys.kmc_messages import KeyDelivery
 from pubguard.model import Event
 from pubguard.net.client import Client, Delivery, Subscription
-from pubguard.net.keyservice import KeyServiceClient
+from pubguard.net.keyservice_client import KeyServiceClient
 from pubguard.schemes.narada import REPLY_TOPIC_PREFIX
 from pubguard.schemes.narada_client import KmcScheme, NaradaClient
 
