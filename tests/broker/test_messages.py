@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import msgpack
 import pytest
@@ -24,7 +25,7 @@ from pubguard.broker import (
     decode_message,
     freeze_wire,
 )
-from pubguard.broker.messages import MAX_WIRE_DEPTH
+from pubguard.broker.messages import MAX_WIRE_DEPTH, publish_wire
 from pubguard.errors import DropReason, FrameError, ValidationError
 
 FILTER = {"constraints": [["a", ">", 1], ["b", "=", "x"]]}
@@ -180,3 +181,29 @@ def test_publish_fast_decode_equals_the_constructor(
     assert type(got.routing) is type(want.routing)  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
         got.routing["new"] = 1  # type: ignore[attr-defined,index]
+
+
+@settings(max_examples=150)
+@given(
+    routing=odd_maps,
+    meta=st.one_of(st.none(), odd_maps),
+    body=st.sampled_from([b"", b"x", "x", bytearray(b"y")]),
+    event_id=st.sampled_from(["e", "", 5, "e" * (MAX_ID_LEN + 1)]),
+    frozen=st.booleans(),
+)
+def test_publish_wire_equals_the_constructor(
+    routing: dict, meta: dict | None, body: object, event_id: object, frozen: bool
+) -> None:
+    # a publisher builds the wire dict without the dataclass; same result, same refusals
+    if frozen:  # a scheme may hand over read-only maps
+        routing = MappingProxyType(routing)  # type: ignore[assignment]
+    try:
+        want = Publish(event_id, "p", routing, body, {} if meta is None else meta).to_wire()  # type: ignore[arg-type]
+    except ValidationError as exc:
+        with pytest.raises(ValidationError) as info:
+            publish_wire(event_id, "p", routing, body, meta)  # type: ignore[arg-type]
+        assert str(info.value) == str(exc)
+        return
+    got = publish_wire(event_id, "p", routing, body, meta)  # type: ignore[arg-type]
+    assert got == want
+    assert decode_message(msgpack.unpackb(msgpack.packb(got), raw=False)).to_wire() == want

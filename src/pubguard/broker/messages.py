@@ -59,6 +59,7 @@ __all__ = [
     "Unsubscribe",
     "decode_message",
     "freeze_wire",
+    "publish_wire",
     "thaw_wire",
 ]
 
@@ -119,6 +120,25 @@ def _freeze_flat(d: dict[Any, Any]) -> MappingProxyType[str, Any] | None:
         elif t is not float or v != v:  # NaN, containers and anything else
             return None
     return MappingProxyType(dict(d))
+
+
+def _flat_ok(d: dict[Any, Any]) -> bool:
+    """True when ``_freeze_flat(d)`` would succeed (the check without the copy)."""
+    if len(d) >= MAX_WIRE_ITEMS:
+        return False
+    flat = _FLAT
+    for k, v in d.items():
+        t = type(v)
+        if type(k) is not str:
+            return False
+        if t in flat:
+            continue
+        if t is int:
+            if not _INT_MIN <= v <= _INT_MAX:
+                return False
+        elif t is not float or v != v:
+            return False
+    return True
 
 
 def _freeze(v: Any, depth: int, budget: list[int], what: str) -> Any:
@@ -481,6 +501,39 @@ def _publish_from(d: Mapping[str, Any]) -> Publish:
         if fr is not None and fm is not None:
             return Publish._trusted(eid, profile, fr, body, fm)
     return Publish(eid, profile, routing, body, {} if meta is None else meta)
+
+
+def publish_wire(
+    event_id: str,
+    profile: str,
+    routing: Mapping[str, Any],
+    body: bytes = b"",
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``Publish(...).to_wire()`` with the same checks (ValidationError), without building the
+    frozen message and thawing it again: a publisher's hot path. Flat routing and meta maps
+    are checked in one pass each; anything else takes the full constructor."""
+    if (
+        type(event_id) is str
+        and 0 < len(event_id) <= MAX_ID_LEN
+        and type(profile) is str
+        and 0 < len(profile) <= MAX_ID_LEN
+        and type(body) is bytes
+        and len(body) <= MAX_BODY_BYTES
+        and type(routing) in (dict, MappingProxyType)
+        and (not meta or type(meta) in (dict, MappingProxyType))
+    ):
+        r = dict(routing)
+        m = dict(meta) if meta else None
+        if _flat_ok(r) and (m is None or _flat_ok(m)):
+            d: dict[str, Any] = {"op": MsgOp.PUBLISH.value, "event_id": event_id,
+                                 "profile": profile, "routing": r}  # fmt: skip
+            if body:
+                d["body"] = body
+            if m:
+                d["meta"] = m
+            return d
+    return Publish(event_id, profile, routing, body, {} if meta is None else meta).to_wire()
 
 
 def _deliver_from(d: Mapping[str, Any]) -> Deliver:

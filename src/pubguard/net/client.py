@@ -45,10 +45,10 @@ from urllib.parse import urlsplit
 from pubguard.broker.messages import (
     Advertise,
     Error,
-    Publish,
     Subscribe,
     Unadvertise,
     Unsubscribe,
+    publish_wire,
 )
 from pubguard.errors import (
     StateError,
@@ -125,6 +125,8 @@ class Client(ClientLink):
         self._unacked: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._tx_next = 1
         self._rx_seq = 0
+        self._acked_rx = 0  # the highest delivery sequence acknowledged to the broker
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._ids = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
         self._out: list[bytes] = []
@@ -171,6 +173,8 @@ class Client(ClientLink):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
         w = self._writer
+        with contextlib.suppress(Exception):
+            self._send_ack()  # what was handled is acknowledged before the bye
         self._drop_connection()
         if w is not None:
             with contextlib.suppress(Exception):
@@ -193,16 +197,7 @@ class Client(ClientLink):
         ev = event if isinstance(event, Event) else Event(event)
         pe = self.scheme.protect_event(ev, now=time.time())
         prof = profile or self.scheme.profile
-        if self.scheme.profile == "plain" and prof == "plain":
-            # Publish.to_wire() without the freeze/thaw round trip: the Event is validated
-            msg: dict[str, Any] = {"op": "publish", "event_id": pe.event_id, "profile": prof,
-                                   "routing": dict(pe.routing)}  # fmt: skip
-            if pe.body:
-                msg["body"] = pe.body
-            if pe.meta:
-                msg["meta"] = dict(pe.meta)
-        else:
-            msg = Publish(pe.event_id, prof, pe.routing, pe.body, pe.meta).to_wire()
+        msg = publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta)
         await self._send(msg)
         return pe.event_id
 
@@ -210,7 +205,7 @@ class Client(ClientLink):
         """Send an event protected earlier by this client's scheme (a publisher may protect
         ahead of time; the guards' timestamp window still applies)."""
         prof = profile or self.scheme.profile
-        await self._send(Publish(pe.event_id, prof, pe.routing, pe.body, pe.meta).to_wire())
+        await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
         return pe.event_id
 
     async def publish_batch(self, events: list[Event], *, profile: str | None = None) -> list[str]:
@@ -222,7 +217,7 @@ class Client(ClientLink):
         prof = profile or self.scheme.profile
         ids = []
         for pe in batch(events, now=time.time()):
-            await self._send(Publish(pe.event_id, prof, pe.routing, pe.body, pe.meta).to_wire())
+            await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
             ids.append(pe.event_id)
         return ids
 
