@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pubguard.broker.messages import decode_message
+from pubguard.broker.messages import Ack, Deliver, Publish, decode_message
 from pubguard.errors import FrameError
+from pubguard.net import protocol
+from pubguard.net.batching import pack_message
 from pubguard.net.framing import (
     MAX_FRAME_SIZE,
     WIRE_VERSION,
@@ -18,6 +20,8 @@ from pubguard.net.framing import (
     check_wire,
     decode_body,
     encode_frame,
+    encode_message_frame,
+    pack,
 )
 
 wire_leaf = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text() | st.binary()
@@ -124,3 +128,23 @@ def test_encoding_matches_packb_and_decoding_accepts_views() -> None:
     assert dec.feed(frame[:10]) == [] and dec.buffered == 10
     assert dec.feed(frame[10:] + frame[:3]) == [msg] and dec.buffered == 3
     assert dec.feed(frame[3:]) == [msg] and dec.buffered == 0
+
+
+@given(st.integers(1, 2**63 - 1), st.dictionaries(st.text(max_size=8), wire, max_size=6))
+def test_message_frame_from_packed_bytes_equals_encode_frame(seq: int, msg: dict) -> None:
+    # a broker packs a publication once and splices it into every link's frame
+    frame = encode_message_frame(seq, pack(msg))
+    assert frame == encode_frame(protocol.message(seq, msg))
+    assert FrameDecoder().feed(frame) == [protocol.message(seq, msg)]
+
+
+def test_packed_deliveries_equal_their_wire_form() -> None:
+    pub = Publish("e1", "plain", {"topic": "s1", "n": 3}, b"\0" * 16, {"type": "t"})
+    msgs = [Deliver.trusted(pub, ("a",)), pub, Deliver.trusted(pub, ("b", "c")), pub,
+            Ack("e1", "publish")]  # fmt: skip
+    cache: dict[int, list[object]] = {}
+    for m in msgs:
+        assert pack_message(m, cache) == pack(m.to_wire())
+    assert len(cache) == 1  # the publication was packed once for all of them
+    with pytest.raises(FrameError, match="cannot encode"):
+        pack({"x": {1, 2}})

@@ -39,6 +39,8 @@ __all__ = [
     "check_wire",
     "decode_body",
     "encode_frame",
+    "encode_message_frame",
+    "pack",
 ]
 
 WIRE_VERSION: Final = 1
@@ -74,6 +76,31 @@ def encode_frame(msg: dict[str, Any]) -> bytes:
     except (TypeError, ValueError, OverflowError) as exc:
         packer.reset()  # a failed pack may leave a partial buffer behind
         raise FrameError(f"cannot encode frame: {exc}") from None
+    n = len(body) + 1
+    if n > MAX_FRAME_SIZE:
+        raise FrameError(f"frame of {n} bytes exceeds MAX_FRAME_SIZE={MAX_FRAME_SIZE}")
+    return _HEAD.pack(n, WIRE_VERSION) + body
+
+
+def pack(obj: Any) -> bytes:
+    """msgpack bytes of one value (the body encoding of :func:`encode_frame`)."""
+    packer = _PACKERS.packer
+    try:
+        return packer.pack(obj)  # type: ignore[no-any-return]
+    except (TypeError, ValueError, OverflowError) as exc:
+        packer.reset()
+        raise FrameError(f"cannot encode frame: {exc}") from None
+
+
+_MSG_HEAD: Final = b"\x83" + pack("t") + pack("m") + pack("s")  # {"t": "m", "s": ..
+_MSG_KEY: Final = pack("m")
+
+
+def encode_message_frame(seq: int, packed_msg: bytes) -> bytes:
+    """``encode_frame({"t": "m", "s": seq, "m": msg})`` from ``packed_msg = pack(msg)``,
+    byte for byte, without packing ``msg`` again: a broker packs a publication once and
+    frames it for every link it goes to (a msgpack map is its entries concatenated)."""
+    body = b"".join((_MSG_HEAD, pack(seq), _MSG_KEY, packed_msg))
     n = len(body) + 1
     if n > MAX_FRAME_SIZE:
         raise FrameError(f"frame of {n} bytes exceeds MAX_FRAME_SIZE={MAX_FRAME_SIZE}")
