@@ -57,7 +57,7 @@ from typing import Any, Final
 from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
 from pubguard.broker.advertising import DECODE_ERRORS, AdvertisementRouting, Key, why
 from pubguard.broker.advertising import skey as _skey
-from pubguard.broker.covering import ForwardSet
+from pubguard.broker.covering import ForwardSet, filter_anchors
 from pubguard.broker.dedup import DEDUP_MAX_IDS, DEDUP_WINDOW_S, DedupWindow
 from pubguard.broker.messages import (
     KNOWN_OPS,
@@ -93,6 +93,7 @@ from pubguard.schemes.base import (
     Matcher,
     SchemeRegistry,
 )
+from pubguard.schemes.plain import PlainScheme
 
 __all__ = ["MAX_BROKER_ID_LEN", "Broker"]
 
@@ -120,7 +121,9 @@ class _Profile:
     def __init__(self, scheme: BrokerScheme) -> None:
         self.scheme = scheme
         self.matcher: Matcher = scheme.new_matcher()
-        self.fwd = ForwardSet(scheme.covers)
+        # plain covering is Filter.covers, for which equality anchors narrow the scans
+        plain_covers = getattr(type(scheme), "covers", None) is PlainScheme.covers
+        self.fwd = ForwardSet(scheme.covers, filter_anchors if plain_covers else None)
         self.checks = bool(getattr(scheme, "checks_messages", True))
         self.rewrites = bool(getattr(scheme, "rewrites_outgoing", True))
         # handle_batch admits a run's publications (guards included) before routing any of
