@@ -51,7 +51,8 @@ from pubguard.net.bench_costs import (
     validation_cost,
     validation_costs,
 )
-from pubguard.net.client import Client, Delivery
+from pubguard.net.bench_subs import RemoteSubscribers
+from pubguard.net.client import Client
 from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import PROFILES, ClusterConfig, tree_edges
 from pubguard.schemes.plain import PlainScheme
@@ -119,7 +120,8 @@ def _tree(brokers: int) -> list[tuple[str, str]]:
 
 
 class _Sink:
-    """Collects delivery latencies: send time by event id, arrival time at the subscriber."""
+    """Delivery latencies: send time by event id (publisher, this process), arrival time by
+    event id (the subscriber process, :mod:`~pubguard.net.bench_subs`), joined per step."""
 
     def __init__(self) -> None:
         self.lat: list[float] = []
@@ -127,11 +129,12 @@ class _Sink:
         self.count = 0
         self.recording = False
 
-    def __call__(self, d: Delivery) -> None:
-        self.count += 1
-        t0 = self.sent.pop(str(d.event.id), None)
-        if self.recording and t0 is not None:
-            self.lat.append(time.perf_counter() - t0)
+    def join(self, arrivals: list[tuple[str, float]]) -> None:
+        sent = self.sent
+        for eid, t in arrivals:
+            t0 = sent.get(eid)
+            if t0 is not None:
+                self.lat.append(t - t0)
 
 
 class _Unopened:
@@ -151,38 +154,40 @@ class _Unopened:
 
 
 class _Net:
-    def __init__(self, cluster: LocalCluster, pub: Client, subs: list[Client], sink: _Sink) -> None:
+    def __init__(self, cluster: LocalCluster, pub: Client, subs: RemoteSubscribers,
+                 sink: _Sink) -> None:  # fmt: skip
         self.cluster, self.pub, self.subs, self.sink = cluster, pub, subs, sink
 
 
 async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) -> _Net:
     leaves = [b for b in cluster.config.brokers if not cluster.config.children_of(b)]
     topics = tuple(f"s{j}" for j in range(n_subs))
-    subs = []
+    specs = []
     for j in range(n_subs):
         name = f"bench-sub{j}"
         inner = (PlainScheme() if profile == "plain"
                  else cluster.bundle.client(profile, name, topics=(topics[j],)))  # fmt: skip
-        c = await cluster.connect(leaves[j % len(leaves)], name, window=8192,
-                                  scheme=_Unopened(inner))  # fmt: skip
-        await c.subscribe(f'topic = "{topics[j]}"', handler=sink, max_pending=1 << 20)
-        subs.append(c)
-    for c in subs:
-        await c.flush()
-    pub = await cluster.connect(cluster.config.root, PUBLISHER, window=4096, profile=profile,
-                                topics=topics)  # fmt: skip
-    if profile == "eventguard":  # eventguard.txt §4.3: advertise before publishing
-        for t in topics:
-            await pub.advertise(f'topic = "{t}"')
-        await pub.flush()
-    await cluster.wait_quiescent()
+        specs.append((leaves[j % len(leaves)], name, topics[j], _Unopened(inner)))
+    subs = RemoteSubscribers(cluster, specs)
+    await subs.start()  # the subscribers run in a process of their own
+    try:
+        pub = await cluster.connect(cluster.config.root, PUBLISHER, window=4096, profile=profile,
+                                    topics=topics)  # fmt: skip
+        if profile == "eventguard":  # eventguard.txt §4.3: advertise before publishing
+            for t in topics:
+                await pub.advertise(f'topic = "{t}"')
+            await pub.flush()
+        await cluster.wait_quiescent()
+    except BaseException:
+        await subs.close()
+        raise
     return _Net(cluster, pub, subs, sink)
 
 
 async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: random.Random,
                   record: bool = False, batch: int = 1) -> bool:  # fmt: skip
     """Publish at ``rate`` for ``seconds``; True if some node saturated."""
-    syms = [f"s{j}" for j in range(len(net.subs))]
+    syms = [spec[2] for spec in net.subs.specs]
     # the publisher protects this step's events before the clock starts (publishers are
     # other machines in a deployment; client_costs() reports what protecting costs)
     todo = [Event({"topic": rng.choice(syms)}, type=BENCH_TYPE.name, payload=b"\0" * payload)
@@ -218,6 +223,7 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
                 ):
                     saturated = True
 
+    await net.subs.begin()
     t0 = time.perf_counter()
     sent = 0
     obs_task = asyncio.get_running_loop().create_task(observe())
@@ -245,6 +251,8 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
         with contextlib.suppress(TimeoutError):
             await net.pub.flush(timeout=30)
         await net.cluster.wait_quiescent(timeout=60)
+        net.sink.join(await net.subs.collect(sent, timeout=10))
+        net.sink.count += net.subs.count
         # a backlog that takes longer than five observation periods to drain was growing
         if time.perf_counter() - t_end > SATURATION_RUN * OBSERVE_S + 0.1:
             saturated = True
@@ -306,10 +314,11 @@ async def measure_network(
     rng = random.Random(seed)
     sink = _Sink()
     clients: list[Client] = []
+    net: _Net | None = None
     try:
         await cluster.start()
         net = await _setup(cluster, sink, subscribers, profile)
-        clients = [net.pub, *net.subs]
+        clients = [net.pub]
         say = on_step or (lambda s: None)
         good, bad, rate = 0.0, None, 1000.0
         while bad is None and rate <= max_rate:  # doubling phase
@@ -336,6 +345,8 @@ async def measure_network(
         for c in clients:
             with contextlib.suppress(Exception):
                 await c.close()
+        if net is not None:
+            await net.subs.close()
         await cluster.stop()
     return {
         "profile": profile,

@@ -22,8 +22,9 @@ from pubguard.errors import PubguardError
 from pubguard.net.config import BrokerConfig, load_broker_config
 from pubguard.net.server import run_broker
 
-__all__ = ["PARENT_POLL_S", "main", "serve"]
+__all__ = ["PARENT_POLL_S", "PROFILE_ENV", "main", "serve"]
 
+PROFILE_ENV = "PUBGUARD_BROKER_PROFILE"
 PARENT_POLL_S = 1.0  # how often a tied broker checks that its parent is still there
 
 
@@ -55,8 +56,22 @@ async def _serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
 
 
 def serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
-    """Run ``config``'s broker in this process until SIGTERM / SIGINT (or its parent exits)."""
-    asyncio.run(_serve(config, parent_pid))
+    """Run ``config``'s broker in this process until SIGTERM / SIGINT (or its parent exits).
+
+    With ``PUBGUARD_BROKER_PROFILE=DIR`` in the environment the broker runs under cProfile and
+    writes ``DIR/<name>.prof`` when it stops (for finding where a benchmark's time goes)."""
+    out = os.environ.get(PROFILE_ENV)
+    if not out:
+        asyncio.run(_serve(config, parent_pid))
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(asyncio.run, _serve(config, parent_pid))
+    finally:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(str(Path(out) / f"{config.name}.prof"))
 
 
 def main(argv: list[str] | None = None) -> int:
