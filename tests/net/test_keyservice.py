@@ -243,3 +243,54 @@ def test_cli_keyservice_bad_master_is_one_line_error(tmp_path):
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "PUBGUARD_MS_MASTER" in r.stderr
+
+
+CLUSTER_EG = """
+[topology]
+kind = "edges"
+edges = [["b0", "b1"]]
+[broker]
+profiles = ["plain", "eventguard"]
+"""
+
+
+@pytest.mark.slow
+def test_local_cluster_runs_the_key_service_as_its_own_process(aloop, tmp_path):
+    import tomllib
+
+    from pubguard.net.cluster import LocalCluster
+    from pubguard.net.config import parse_cluster_config
+    from pubguard.schemes.registry import KeyBundle
+
+    master = random.Random(11).randbytes(32)
+    cfg = parse_cluster_config(tomllib.loads(CLUSTER_EG), base=tmp_path / "c")
+    bundle = KeyBundle(tmp_path / "keys", now=time.time(), master=master)
+    cluster = LocalCluster(cfg, in_process=True, bundle=bundle, keyservice=True)
+
+    async def scenario() -> tuple[Event, object]:
+        await cluster.start()
+        try:
+            pub = await cluster.connect("b0", "pub", profile="eventguard")
+            sub = await cluster.connect("b1", "sub", profile="eventguard")
+            await pub.advertise(f'topic = "{TOPIC}"')
+            s = await sub.subscribe(f'topic = "{TOPIC}"')
+            await sub.flush()
+            await pub.flush()
+            await cluster.wait_quiescent()
+            await pub.publish(Event({"topic": TOPIC, "record": CANARY}))
+            got = (await s.next(timeout=20)).event
+            ms = sub.scheme.ms
+            for c in (pub, sub):
+                await c.close()
+            return got, ms
+        finally:
+            await cluster.stop()
+
+    got, ms = aloop.run(scenario(), timeout=120)
+    assert got["record"] == CANARY
+    assert isinstance(ms, KeyServiceClient) and ms.port == cluster.keyservice_port
+    assert "keyservice" not in cluster.procs  # stopped with the cluster
+    files = [p.read_bytes() for p in (tmp_path / "c").rglob("*") if p.is_file()]
+    ms_rk = bundle.ms.export_master().reveal()
+    assert files and not any(ms_rk in f or ms_rk.hex().encode() in f for f in files)
+    assert not any(base64.b64encode(ms_rk) in f for f in files)

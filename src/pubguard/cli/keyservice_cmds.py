@@ -46,7 +46,20 @@ def _master() -> bytes | None:
     return m
 
 
-async def _serve(state: Path, host: str, port: int, epoch_length: float) -> None:
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(0.5)
+    stop.set()
+
+
+async def _serve(
+    state: Path,
+    host: str,
+    port: int,
+    epoch_length: float,
+    origin: float = 0.0,
+    parent_pid: int | None = None,
+) -> None:
     from pubguard.crypto import SecretBytes, random_bytes
     from pubguard.crypto.x509 import Role, server_ssl_context
     from pubguard.keys.ms import MetaService
@@ -56,7 +69,8 @@ async def _serve(state: Path, host: str, port: int, epoch_length: float) -> None
     master = _master()
     if master is None:
         err_console.print(f"[yellow]no {MASTER_ENV}: a random MS key lives in this process[/]")
-    ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length)
+    ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length,
+                     origin=origin)  # fmt: skip
     ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
     ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path)
     server = KeyServiceServer(KeyServiceCore(ms), ctx, host=host, port=port)
@@ -69,9 +83,14 @@ async def _serve(state: Path, host: str, port: int, epoch_length: float) -> None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    watcher = None
+    if parent_pid is not None:  # stop with the program that started us (LocalCluster)
+        watcher = asyncio.create_task(_watch_parent(parent_pid, stop))
     try:
         await stop.wait()
     finally:
+        if watcher is not None:
+            watcher.cancel()
         await server.stop()
 
 
@@ -101,8 +120,22 @@ def register(cli: click.Group) -> None:
         show_default=True,
         help="MS epoch length in seconds.",
     )
-    def serve(state: Path, host: str, port: int, epoch_length: float) -> None:  # fmt: skip
+    @click.option(
+        "--origin",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Start of epoch 0 (seconds since the Unix epoch).",
+    )
+    @click.option(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="Stop when this process is gone (set by LocalCluster).",
+    )
+    def serve(state: Path, host: str, port: int, epoch_length: float, origin: float,
+              parent_pid: int | None) -> None:  # fmt: skip
         """Serve the meta-service: permits, tokens and epoch keys for authenticated clients."""
         _master()  # a bad master is a one-line error before anything is created
         state.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_serve(state, host, port, epoch_length))
+        asyncio.run(_serve(state, host, port, epoch_length, origin, parent_pid))

@@ -126,6 +126,11 @@ class MetaService:
         """The key brokers verify permits with (the same for every replica)."""
         return self._signer.public
 
+    def export_master(self) -> SecretBytes:
+        """``rk``, to start a replica elsewhere (eventguard.txt §3.2: replicas share the one
+        primary key). Hand it only to a trusted process, never to a log or a file in clear."""
+        return self._rk
+
     # -- derivations -------------------------------------------------------------------------
 
     def epoch_at(self, now: float) -> int:

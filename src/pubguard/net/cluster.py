@@ -27,6 +27,7 @@ services' network endpoints).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -56,6 +57,7 @@ __all__ = ["LocalCluster", "cluster_status", "run_local_cluster", "stop_cluster"
 START_TIMEOUT: Final = 30.0
 STOP_TIMEOUT: Final = 5.0
 CLUSTER_FILE: Final = "cluster.json"
+KEYSERVICE: Final = "keyservice"  # the key-service process and its TLS identity
 KEYS_FILE: Final = "broker-keys.json"  # in <state>/pki, beside the CA
 RECORD_FILE: Final = "seen.msgpack"  # a recording broker's log, in <state>/<name>
 
@@ -68,9 +70,11 @@ class LocalCluster:
     """Start, inspect, kill and restart the brokers of one :class:`ClusterConfig`."""
 
     def __init__(self, config: ClusterConfig, *, in_process: bool = False,
-                 bundle: KeyBundle | None = None, detached: bool = False) -> None:  # fmt: skip
+                 bundle: KeyBundle | None = None, detached: bool = False,
+                 keyservice: bool = False) -> None:  # fmt: skip
         """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
-        broker stops by itself when this process exits, even on SIGKILL."""
+        broker stops by itself when this process exits, even on SIGKILL. ``keyservice``: also
+        run the bundle's EventGuard MS as its own process (:meth:`start_keyservice`)."""
         self.config = config
         self.detached = detached
         self.state_dir = config.state_dir.resolve()
@@ -81,6 +85,8 @@ class LocalCluster:
         self.servers: dict[str, BrokerServer] = {}
         self.ports: dict[str, int] = {}
         self._admin: dict[str, Client] = {}
+        self._keyservice = keyservice
+        self.keyservice_port: int | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -166,6 +172,59 @@ class LocalCluster:
             self.ports[name] = await self._wait_port(name)
         self._write_cluster_file()
         await self.wait_connected()
+        if self._keyservice:
+            await self.start_keyservice()
+
+    async def start_keyservice(self) -> int:
+        """Run the bundle's EventGuard meta-service as its own process behind mutual TLS
+        (``pubguard keyservice serve``, issue 5) and make the bundle's eventguard clients get
+        their permits and keys from it, each over a connection authenticated as that client.
+        The MS primary key reaches the child through its environment only. Returns the port;
+        :meth:`stop` ends the process."""
+        from pubguard.net.keyservice_client import KeyServiceClient
+
+        if KEYSERVICE in self.procs and self.procs[KEYSERVICE].poll() is None:
+            raise StateError("the key service is already running")
+        self.pki.identity(KEYSERVICE, Role.MS)  # issued here: the child needs no CA passphrase
+        info = self.state_dir / "ms-key.json"
+        with contextlib.suppress(FileNotFoundError):
+            info.unlink()
+        ms = self.bundle.ms
+        env = dict(os.environ)
+        env["PUBGUARD_MS_MASTER"] = base64.b64encode(ms.export_master().reveal()).decode()
+        tie = [] if self.detached else ["--parent-pid", str(os.getpid())]
+        logf = self.state_dir / "keyservice.log"
+        with logf.open("ab") as log:
+            self.procs[KEYSERVICE] = proc = subprocess.Popen(
+                [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
+                 str(self.state_dir), "--host", self.config.host, "--port", "0",
+                 "--epoch-length", repr(ms.epoch_length), "--origin", repr(ms.origin), *tie],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                data = json.loads(info.read_text())
+                break
+            except (OSError, ValueError):
+                if proc.poll() is not None:
+                    raise StateError(f"key service exited with {proc.returncode}: "
+                                     f"{logf.read_text()[-600:]}") from None  # fmt: skip
+                if time.monotonic() > deadline:
+                    raise StateError("key service did not start") from None
+                await asyncio.sleep(0.02)
+        if base64.b64decode(data["ms_key"]) != ms.public_key.to_bytes():
+            raise StateError("the key service runs another MS key")
+        host, port = self.config.host, int(data["port"])
+        self.keyservice_port = port
+
+        def ms_for(identity: str) -> KeyServiceClient:
+            name = identity.split("/", 1)[0]
+            return KeyServiceClient(host, port, self.pki.client_context(name), ms_key=ms.public_key)
+
+        self.bundle.ms_for = ms_for
+        return port
 
     async def _launch(self, name: str) -> None:
         port_file = self.broker_dir(name) / "port"
@@ -325,14 +384,16 @@ async def run_local_cluster(
     *,
     in_process: bool = False,
     bundle: KeyBundle | None = None,
+    keyservice: bool = False,
 ) -> AsyncIterator[LocalCluster]:
     """Start a cluster (``topology``: config, TOML path, or None for the 7-broker default),
-    yield it, and tear every broker down on exit, whatever happens."""
+    yield it, and tear every broker down on exit, whatever happens. ``keyservice``: also run
+    the EventGuard MS as its own process (:meth:`LocalCluster.start_keyservice`)."""
     if isinstance(topology, ClusterConfig):
         cfg = dataclasses.replace(topology, state_dir=Path(state_dir))
     else:
         cfg = load_cluster_config(topology, state_dir=Path(state_dir))
-    cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle)
+    cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle, keyservice=keyservice)
     try:
         await cluster.start()
         yield cluster

@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import random as _random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -45,7 +45,7 @@ from pubguard.schemes.base import BrokerScheme, ClientScheme, SchemeRegistry
 from pubguard.schemes.default import DefaultBroker
 from pubguard.schemes.default_client import DefaultAuthority, DefaultClient
 from pubguard.schemes.eventguard import EventGuardBroker
-from pubguard.schemes.eventguard_client import EventGuardClient
+from pubguard.schemes.eventguard_client import EventGuardClient, MetaServiceLike
 from pubguard.schemes.guards import DEFAULT_MAX_DELAY, ReplayState
 from pubguard.schemes.narada import NaradaBroker
 from pubguard.schemes.narada_client import NaradaClient
@@ -265,6 +265,9 @@ class KeyBundle:
                               epoch_length=epoch_length, origin=origin)  # fmt: skip
         self._keys: dict[str, SigningKey] = {}
         self._narada: _NaradaPki | None = None
+        #: where an eventguard client gets its MS: ``ms_for(identity)`` (e.g. a key-service
+        #: proxy authenticated as that identity); None uses the in-process :attr:`ms`
+        self.ms_for: Callable[[str], MetaServiceLike] | None = None
         for n in identities:
             self.signing_key(n)
 
@@ -333,7 +336,8 @@ class KeyBundle:
                 return PSGuardClient(identity, self.psguard, signing_key=self.signing_key(identity),
                                      publisher_keys=self.broker_keys().publishers)  # fmt: skip
             case "eventguard":
-                return EventGuardClient(identity, self.ms, signing_key=self.signing_key(identity))
+                ms = self.ms_for(identity) if self.ms_for is not None else self.ms
+                return EventGuardClient(identity, ms, signing_key=self.signing_key(identity))
             case "narada":
                 return self._narada_entity(identity, topics, t)
             case _:
