@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pubguard.crypto import (
     KH,
+    AesPrf,
     H,
     KeyedHash,
     KH_verify,
@@ -87,3 +88,32 @@ def test_prf_blocks_are_independent() -> None:
 def test_prf_rejects_partial_blocks() -> None:
     with pytest.raises(ValidationError, match="16-byte blocks"):
         prf_aes_blocks(bytes(16), b"short")
+
+
+@pytest.mark.parametrize("v", KAT["aes_block"])
+def test_aes_prf_kat(v: dict[str, str]) -> None:
+    assert AesPrf(_x(v["key"]))(_x(v["pt"])).hex() == v["ct"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    key=st.binary(min_size=1, max_size=40),
+    calls=st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=8),
+    data=st.data(),
+)
+def test_aes_prf_reused_context_equals_fresh_calls(key: bytes, calls: list[int], data) -> None:
+    """A kept ECB context gives, call after call, exactly what a fresh context gives."""
+    prf = AesPrf(key)
+    for n in calls:
+        blocks = data.draw(st.binary(min_size=16 * n, max_size=16 * n))
+        assert prf(blocks) == prf_aes_blocks(key, blocks)
+
+
+def test_aes_prf_refuses_partial_blocks_and_keeps_working() -> None:
+    prf = AesPrf(bytes(16))
+    with pytest.raises(ValidationError, match="16-byte blocks"):
+        prf(b"x" * 17)
+    assert prf(bytes(16)) == prf_aes_blocks(bytes(16), bytes(16))  # nothing left buffered
+    assert bytes(16).hex() not in repr(prf)
+    with pytest.raises(TypeError):
+        __import__("pickle").dumps(prf)

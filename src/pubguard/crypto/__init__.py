@@ -4,6 +4,7 @@ from pubguard.crypto.aead import ALGORITHMS, DEFAULT_AEAD, aad_for, open_, seal
 from pubguard.crypto.primitives import (
     DIGEST_SIZE,
     KH,
+    AesPrf,
     H,
     KeyedHash,
     KH_verify,
@@ -16,6 +17,7 @@ from pubguard.crypto.signing import KemPrivateKey, KemPublicKey, SigningKey, Ver
 
 __all__ = [
     "ALGORITHMS",
+    "AesPrf",
     "DEFAULT_AEAD",
     "DIGEST_SIZE",
     "KH",

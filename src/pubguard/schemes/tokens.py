@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -311,7 +311,12 @@ def randomize(tokens: Sequence[bytes], nonce: bytes) -> list[bytes]:
 
 
 def match_randomized(
-    nonces: bytes, tags: Sequence[Sequence[int]], tokens: Sequence[bytes], *, chunk: int = 64
+    nonces: bytes,
+    tags: Sequence[Sequence[int]],
+    tokens: Sequence[bytes],
+    *,
+    chunk: int = 64,
+    prfs: Sequence[Callable[[bytes], bytes]] | None = None,
 ) -> list[tuple[int, int]]:
     """Broker side of randomized matching over one batch of events.
 
@@ -319,7 +324,9 @@ def match_randomized(
     ``tok64(F_T(r_i))`` values, ``tokens`` the distinct subscription tokens. For each token,
     one AES call evaluates ``F_tok`` over every nonce of the batch (psguard.txt §4.1; the AES
     PRF makes a token nearly free per event); a hit is an ``(event index, token index)`` pair
-    whose value is among that event's tags (first 64 bits compared, see the module notes)."""
+    whose value is among that event's tags (first 64 bits compared, see the module notes).
+    ``prfs[i]``, when given, is ``F_{tokens[i]}`` with its AES context kept
+    (:class:`~pubguard.crypto.AesPrf`): a broker's long-lived index passes them."""
     n = len(nonces) // NONCE_BYTES
     if n == 0 or not tokens:
         return []
@@ -337,7 +344,10 @@ def match_randomized(
     out: list[tuple[int, int]] = []
     for start in range(0, len(tokens), chunk):
         block = tokens[start : start + chunk]
-        outs = b"".join([prf_aes_blocks(t, nonces) for t in block])
+        if prfs is None:
+            outs = b"".join([prf_aes_blocks(t, nonces) for t in block])
+        else:
+            outs = b"".join([f(nonces) for f in prfs[start : start + chunk]])
         v = np.frombuffer(outs, dtype=">i8")[::2].astype(np.int64)  # first 64 bits per block
         pos = np.searchsorted(svals, v)
         pos[pos >= len(svals)] = 0
