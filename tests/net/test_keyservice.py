@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pubguard.crypto import SecretBytes
 from pubguard.crypto.x509 import Role, client_ssl_context, server_ssl_context
@@ -26,7 +28,7 @@ from pubguard.errors import DropError, DropReason, InvalidToken, TransportError,
 from pubguard.keys.ms import MetaService, SubscriptionGrant, SubscriptionPermit
 from pubguard.model import Event
 from pubguard.net.framing import FrameDecoder, encode_frame
-from pubguard.net.keyservice import KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice import ERROR_CODES, KeyServiceCore, KeyServiceServer
 from pubguard.net.keyservice_client import KeyServiceClient
 from pubguard.net.pki import ClusterPki
 from pubguard.overlay.tree import tree_from_edges
@@ -294,3 +296,30 @@ def test_local_cluster_runs_the_key_service_as_its_own_process(aloop, tmp_path):
     ms_rk = bundle.ms.export_master().reveal()
     assert files and not any(ms_rk in f or ms_rk.hex().encode() in f for f in files)
     assert not any(base64.b64encode(ms_rk) in f for f in files)
+
+
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(),
+                  st.text(max_size=20), st.binary(max_size=40))  # fmt: skip
+_ops = st.sampled_from(["info", "subscribe", "advertise", "unsubscribe", "unadvertise",
+                        "renew_subscription", "renew_advertisement", "discover",
+                        "tdn_advertise", "bogus"])  # fmt: skip
+
+
+@given(
+    op=st.one_of(_ops, _leaf),
+    rid=st.one_of(st.integers(0, 2**32), _leaf),
+    fields=st.dictionaries(st.sampled_from(["subject", "w", "pk", "permit", "ust", "uat", "adv",
+                                            "cert", "kem", "ts", "nonce", "sig", "kmc", "x"]),
+                           st.one_of(_leaf, st.lists(_leaf, max_size=3)), max_size=6),
+)  # fmt: skip
+@settings(max_examples=150, deadline=None)
+def test_the_core_answers_every_request_with_one_typed_response(op, rid, fields):
+    ms = MetaService(SecretBytes(bytes(32)), epoch_length=EPOCH)
+    core = KeyServiceCore(ms)
+    resp = core.handle({**fields, "op": op, "id": rid}, peer="p", now=1.0, rng=random.Random(0))
+    assert resp["id"] == (rid if type(rid) is int else None)
+    assert ("ok" in resp) != ("error" in resp)
+    if "error" in resp:
+        assert resp["error"] in ERROR_CODES and isinstance(resp["message"], str)
+    else:  # only well-formed requests in the peer's own name succeed
+        assert op in ("info", "subscribe", "advertise") and fields.get("subject", "p") == "p"

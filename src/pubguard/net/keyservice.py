@@ -52,6 +52,7 @@ from pubguard.errors import (
     DropReason,
     FrameError,
     InvalidToken,
+    PubguardError,
     RevokedError,
     StateError,
     ValidationError,
@@ -197,6 +198,11 @@ class KeyServiceCore:
             return self._refuse(rid, op, peer, code, exc.reason.value)
         except (ValidationError, StateError) as exc:
             return self._refuse(rid, op, peer, "invalid", str(exc))
+        except PubguardError as exc:
+            return self._refuse(rid, op, peer, "invalid", type(exc).__name__)
+        except Exception:  # a bug must cost one request, not the connection or the server
+            log.exception("keyservice: internal error on %s", op if isinstance(op, str) else "?")
+            return self._refuse(rid, op, peer, "unavailable", "internal error")
         self.stats[f"ok:{op}"] += 1
         return {"id": rid, "ok": out}
 
