@@ -349,3 +349,27 @@ def test_publish_message_passes_through_unchanged_in_plain() -> None:
     ev = pub("e", x=1)
     assert forwarded(b.handle(ev, "c1", 0.0)) == [ev]
     assert isinstance(forwarded(b.handle(pub("f", x=1), "c1", 0.0))[0], Publish)
+
+
+def test_a_replayed_wire_publication_is_dropped_before_decoding() -> None:
+    # flood containment (eventguard.txt §4.7): the duplicate check needs only the id, so a
+    # replayed copy is refused without decoding its routing fields (same drop, same counters)
+    b = Broker("b", [PlainScheme()], dedup_window=10.0)
+    b.add_link("c1", "client")
+    b.add_link("c2", "client")
+    b.handle(sub("s", "x > 0"), "c2", 0.0)
+    wire = pub("e", x=1).to_wire()
+    assert any(isinstance(a, DeliverTo) for a in b.handle(wire, "c1", 0.0))
+    want = [Drop(DropReason.DUPLICATE, "seen event id", "e", "c1", "publish")]
+    assert b.handle(dict(wire), "c1", 1.0) == want
+    # a copy whose routing would not even decode is refused by the id alone
+    bad = {**wire, "routing": {"x": {1, 2}}}
+    assert b.handle(bad, "c1", 2.0) == want
+    assert b.handle_batch([dict(wire), bad, pub("f", x=2).to_wire()], "c1", 3.0)[:2] == want * 2
+    assert b.drops[DropReason.DUPLICATE] == 4 and b.drops[DropReason.MALFORMED] == 0
+    assert b.counters["in.publish"] == 6
+    # a fresh id with that routing still takes the full path and is malformed
+    fresh = {**bad, "event_id": "g"}
+    assert [a.reason for a in b.handle(fresh, "c1", 4.0) if isinstance(a, Drop)] == [
+        DropReason.MALFORMED
+    ]

@@ -207,3 +207,24 @@ def test_publish_wire_equals_the_constructor(
     got = publish_wire(event_id, "p", routing, body, meta)  # type: ignore[arg-type]
     assert got == want
     assert decode_message(msgpack.unpackb(msgpack.packb(got), raw=False)).to_wire() == want
+
+
+@settings(max_examples=100)
+@given(
+    sub_ids=st.one_of(
+        st.lists(st.sampled_from(["s1", "", "s" * (MAX_ID_LEN + 1), 3, None]), max_size=4),
+        st.sampled_from([(), ("s1",), "s1", None]),
+    )
+)
+def test_deliver_fast_decode_equals_the_constructor(sub_ids: object) -> None:
+    wire = {"op": "deliver", "sub_ids": sub_ids, "event": PUB.to_wire()}
+    try:
+        want = Deliver(PUB, sub_ids)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        with pytest.raises(FrameError, match="bad deliver") as info:
+            decode_message(wire)
+        assert str(exc) in str(info.value)
+        return
+    got = decode_message(wire)
+    assert got == want and got.to_wire() == want.to_wire()
+    assert type(got.sub_ids) is tuple  # type: ignore[attr-defined]

@@ -223,6 +223,9 @@ class Broker(PublicationRouting, AdvertisementRouting):
     ) -> list[Action]:
         """Process one message from ``from_link`` at time ``now``; never raises on bad input."""
         link = self._link(from_link)
+        dup = self._seen_wire(message, link, now)  # a replayed copy: dropped undecoded
+        if dup is not None:
+            return dup
         decoded = self._decode(message, link)
         if isinstance(decoded, list):
             return decoded
@@ -246,7 +249,8 @@ class Broker(PublicationRouting, AdvertisementRouting):
         out: list[Action] = []
         run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
         for message in messages:
-            decoded = self._decode(message, link)
+            dup = self._seen_wire(message, link, now)
+            decoded = dup if dup is not None else self._decode(message, link)
             if type(decoded) is Publish:
                 prof = self._profiles.get(decoded.profile)
                 if prof is not None and prof.batches:

@@ -541,7 +541,15 @@ def _deliver_from(d: Mapping[str, Any]) -> Deliver:
     if not isinstance(ev, Mapping):
         raise ValidationError("deliver.event must be a mapping")
     _check_keys(ev, *_PUBLISH_KEYS, what="deliver.event")
-    return Deliver(_publish_from(ev), d["sub_ids"])
+    ids = d["sub_ids"]
+    # the hot path (every delivery at every subscriber): Deliver.__post_init__'s checks inline
+    if (
+        type(ids) is list
+        and 0 < len(ids) <= MAX_SUB_IDS
+        and all(type(s) is str and 0 < len(s) <= MAX_ID_LEN for s in ids)
+    ):
+        return Deliver.trusted(_publish_from(ev), tuple(ids))
+    return Deliver(_publish_from(ev), ids)
 
 
 _PUBLISH_KEYS = (frozenset({"event_id", "profile", "routing"}), frozenset({"body", "meta"}))

@@ -10,6 +10,14 @@ tree). The three steps are separate so that ``Broker.handle_batch`` can admit a 
 publications one by one, match them together (the index's ``match_batch``, vectorised across
 events) and route them in arrival order, with exactly the actions and state of one ``handle``
 per message.
+
+Cheap rejects first (the flood containment of eventguard.txt §4.7, Fig. 3): a publication
+still in wire form whose ``event_id`` is in the duplicate window, of a profile already in use,
+is dropped as ``duplicate`` *before* it is decoded (:meth:`PublicationRouting._seen_wire`):
+a replayed copy costs a dict lookup instead of decoding and freezing its routing fields. The
+drop, its reason, detail and counters are those of the full path; only a duplicate that is
+also malformed now counts as ``duplicate`` rather than ``malformed``. (A banned source is
+refused by the profile's guard, ``schemes/guard_check.py``, which needs the decoded message.)
 """
 
 from __future__ import annotations
@@ -71,6 +79,19 @@ class PublicationRouting:
         ) -> list[Action]: ...
 
     # -- publications -------------------------------------------------------------------------
+    def _seen_wire(self, message: Any, link: LinkInfo, now: float) -> list[Action] | None:
+        """The drop of a wire publication whose id is in the duplicate window, decided before
+        decoding it; None when the message needs the full path."""
+        if type(message) is not dict or message.get("op") != "publish":
+            return None
+        eid, prof = message.get("event_id"), message.get("profile")
+        if type(eid) is not str or type(prof) is not str or prof not in self._profiles:
+            return None
+        if not self._dedup.seen(eid, now):
+            return None
+        self.counters["in.publish"] += 1
+        return self._drop(DropReason.DUPLICATE, "seen event id", link, eid, "publish")
+
     def _on_publish(
         self, msg: Publish, link: LinkInfo, now: float, counted: bool = False
     ) -> list[Action]:

@@ -14,6 +14,10 @@ message dropped by a cheap lookup (duplicate id, banned source, stale, malformed
 ``verify_us`` whenever the routing guard verifies a signature. The first copy of an id at a
 broker is the legitimate one (on a tree it always arrives first); identifiers starting with
 ``FLOOD_PREFIX`` and later copies are flood messages.
+
+The cheap cost matches what the core does: a replayed publication (its id in the duplicate
+window) is dropped before it is decoded (``broker/publishing.py``, ``_seen_wire``), and a
+banned source is refused by the guard before any signature check (``schemes/guard_check.py``).
 """
 
 from __future__ import annotations
