@@ -207,13 +207,14 @@ def test_no_key_bytes_in_logs_or_reprs(pki, service, caplog):
         assert not re.search(re.escape(k.hex()[:16]), text)
 
 
-def test_cli_keyservice_serve(tmp_path, monkeypatch):
+def test_cli_keyservice_serve(tmp_path, monkeypatch, pki):
     state = tmp_path / "ks"
+    tdn_ca = pki.identity("keyservice", Role.MS).ca_path  # any CA certificate (PEM)
     env = dict(os.environ, PUBGUARD_CA_PASSPHRASE="test-pass-ks")
     env["PUBGUARD_MS_MASTER"] = base64.b64encode(random.Random(9).randbytes(32)).decode()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state", str(state),
-         "--port", "0"],
+         "--port", "0", "--tdn-ca", str(tdn_ca)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
     )  # fmt: skip
     try:
@@ -225,6 +226,7 @@ def test_cli_keyservice_serve(tmp_path, monkeypatch):
         ctx = ClusterPki(state / "pki").client_context("cli-sub")
         with KeyServiceClient("127.0.0.1", int(m.group(1)), ctx) as c:
             g = c.subscribe("cli-sub", TOPIC, now=time.time())
+            assert {"discover", "tdn_advertise", "subscribe"} <= set(c.call("info")["ops"])
         expect = MetaService(SecretBytes(random.Random(9).randbytes(32)))
         assert g.permit.token == expect.topic_token(TOPIC)
         assert (state / "ms-key.json").exists()
@@ -245,6 +247,13 @@ def test_cli_keyservice_bad_master_is_one_line_error(tmp_path):
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "PUBGUARD_MS_MASTER" in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
+         str(tmp_path / "ks2"), "--tdn-ca", str(tmp_path / "missing.pem")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "certificate" in r.stderr
+    assert not (tmp_path / "ks2").exists()  # nothing created
 
 
 CLUSTER_EG = """

@@ -3,6 +3,7 @@
 Example::
 
     PUBGUARD_CA_PASSPHRASE=... pubguard keyservice serve --state ./net --port 7443
+    pubguard keyservice serve --state ./net --tdn-ca ./narada-ca/ca.pem   # + a narada TDN
 
 The TLS identity ``keyservice`` (role ``ms``) is issued by the cluster CA in ``<state>/pki`` on
 first use. The MS primary key ``rk`` (eventguard.txt §3.2) comes from ``PUBGUARD_MS_MASTER``
@@ -59,6 +60,7 @@ async def _serve(
     epoch_length: float,
     origin: float = 0.0,
     parent_pid: int | None = None,
+    tdn_ca: Path | None = None,
 ) -> None:
     from pubguard.crypto import SecretBytes, random_bytes
     from pubguard.crypto.x509 import Role, server_ssl_context
@@ -73,7 +75,13 @@ async def _serve(
                      origin=origin)  # fmt: skip
     ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
     ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path)
-    server = KeyServiceServer(KeyServiceCore(ms), ctx, host=host, port=port)
+    tdn = None
+    if tdn_ca is not None:  # narada §II-A: a topic discovery node trusting that CA
+        from pubguard.crypto.x509 import load_certificate
+        from pubguard.keys.discovery import TopicDiscoveryNode
+
+        tdn = TopicDiscoveryNode(load_certificate(tdn_ca))
+    server = KeyServiceServer(KeyServiceCore(ms, tdn=tdn), ctx, host=host, port=port)
     bound = await server.start()
     key_b64 = base64.b64encode(ms.public_key.to_bytes()).decode()
     (state / "ms-key.json").write_text(json.dumps({"ms_key": key_b64, "host": host,
@@ -133,9 +141,19 @@ def register(cli: click.Group) -> None:
         default=None,
         help="Stop when this process is gone (set by LocalCluster).",
     )
+    @click.option(
+        "--tdn-ca",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Also serve a narada topic discovery node trusting this CA (PEM).",
+    )
     def serve(state: Path, host: str, port: int, epoch_length: float, origin: float,
-              parent_pid: int | None) -> None:  # fmt: skip
+              parent_pid: int | None, tdn_ca: Path | None) -> None:  # fmt: skip
         """Serve the meta-service: permits, tokens and epoch keys for authenticated clients."""
-        _master()  # a bad master is a one-line error before anything is created
+        _master()  # a bad master or CA is a one-line error before anything is created
+        if tdn_ca is not None:
+            from pubguard.crypto.x509 import load_certificate
+
+            load_certificate(tdn_ca)
         state.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_serve(state, host, port, epoch_length, origin, parent_pid))
+        asyncio.run(_serve(state, host, port, epoch_length, origin, parent_pid, tdn_ca))
