@@ -207,6 +207,7 @@ def test_no_key_bytes_in_logs_or_reprs(pki, service, caplog):
         assert not re.search(re.escape(k.hex()[:16]), text)
 
 
+@pytest.mark.slow
 def test_cli_keyservice_serve(tmp_path, monkeypatch, pki):
     state = tmp_path / "ks"
     tdn_ca = pki.identity("keyservice", Role.MS).ca_path  # any CA certificate (PEM)
@@ -239,6 +240,7 @@ def test_cli_keyservice_serve(tmp_path, monkeypatch, pki):
     assert proc.returncode in (0, -15)
 
 
+@pytest.mark.slow
 def test_cli_keyservice_bad_master_is_one_line_error(tmp_path):
     env = dict(os.environ, PUBGUARD_MS_MASTER="not-base64!")
     r = subprocess.run(
