@@ -72,6 +72,7 @@ from pubguard.schemes.guards import (
 from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH
 from pubguard.schemes.psguard import ProtectedRecord
 from pubguard.schemes.psguard_wire import (
+    TokenEvent,
     TokenFilter,
     TokenRouting,
     parse_filter,
@@ -221,21 +222,33 @@ def _int(v: Any, what: str) -> int:
 
 
 def parse_publication(
-    event_id: str, routing: Mapping[str, Any], body: bytes, meta: Mapping[str, Any]
+    event_id: str,
+    routing: Mapping[str, Any],
+    body: bytes,
+    meta: Mapping[str, Any],
+    *,
+    te: TokenEvent | None = None,
 ) -> _Publication:
-    """A publication's record and default-profile fields (ValidationError if malformed)."""
-    rec = record_from_wire(event_id, routing, body, meta)
+    """A publication's record and default-profile fields (ValidationError if malformed);
+    ``te``: the routing part already decoded."""
+    rec = record_from_wire(event_id, routing, body, meta, te=te)
     pm = meta.get("pm")
-    if pm is not None and not isinstance(pm, bytes):
+    if pm is not None and type(pm) is not bytes:
         raise ValidationError("default permit must be bytes")
-    path = meta.get("mp", [])
-    if not isinstance(path, list | tuple) or len(path) > MAX_PATH:
+    path = meta.get("mp", ())
+    if type(path) is not tuple and not isinstance(path, list | tuple) or len(path) > MAX_PATH:
         raise ValidationError("default Merkle path must be a short list")
-    size = _int(meta.get("mn", 1), "batch size")
+    size = meta.get("mn", 1)
+    if type(size) is not int:
+        size = _int(size, "batch size")
     if not 1 <= size <= MAX_BATCH:
         raise ValidationError("default batch size out of range")
-    return _Publication(rec, _int(meta.get("q"), "sequence"), pm or b"",
-                        _int(meta.get("mi", 0), "Merkle index"), size, tuple(path))  # fmt: skip
+    seq, index = meta.get("q"), meta.get("mi", 0)
+    if not (type(seq) is int and 0 <= seq < 2**63):
+        seq = _int(seq, "sequence")
+    if not (type(index) is int and index >= 0):
+        index = _int(index, "Merkle index")
+    return _Publication(rec, seq, pm or b"", index, size, tuple(path))
 
 
 class _PerBroker:
@@ -360,7 +373,8 @@ class DefaultBroker(TokenRouting):
 
     def _check_publish(self, m: Any, ctx: CheckContext) -> DropReason | None:
         now = ctx.now
-        pub = parse_publication(m.event_id, m.routing, m.body, m.meta)
+        pub = parse_publication(m.event_id, m.routing, m.body, m.meta,
+                                te=self.decoded(m.routing))  # fmt: skip
         rec = pub.rec
         if not pub.permit_blob:
             return DropReason.UNAUTHORISED

@@ -88,6 +88,7 @@ MAX_TOPICS: Final = 64  # topics one publication may carry
 TOKEN_BYTES: Final = 32
 ROOT_TAG: Final = b"pubguard/eventguard/root/v1\x00"
 LEAF_TAG: Final = b"pubguard/eventguard/leaf/v1\x00"
+_ROUTING_KEYS: Final = frozenset({"tokens"})
 
 
 def leaf_digest(
@@ -144,17 +145,22 @@ class PublicationFields:
 def _bytes_list(
     v: Any, what: str, n: int | None = None, size: int | None = None
 ) -> tuple[bytes, ...]:
-    if not isinstance(v, list | tuple) or not all(isinstance(x, bytes) for x in v):
+    if not isinstance(v, list | tuple):
         raise ValidationError(f"eventguard {what} must be a list of bytes")
+    for x in v:
+        if not isinstance(x, bytes):
+            raise ValidationError(f"eventguard {what} must be a list of bytes")
     if n is not None and len(v) != n:
         raise ValidationError(f"eventguard {what} must have {n} entries")
-    if size is not None and any(len(x) != size for x in v):
-        raise ValidationError(f"eventguard {what} entries must be {size} bytes")
-    return tuple(v)
+    if size is not None:
+        for x in v:
+            if len(x) != size:
+                raise ValidationError(f"eventguard {what} entries must be {size} bytes")
+    return v if type(v) is tuple else tuple(v)
 
 
 def parse_tokens(routing: Mapping[str, Any]) -> tuple[bytes, ...]:
-    if not isinstance(routing, Mapping) or set(routing) != {"tokens"}:
+    if not isinstance(routing, Mapping) or routing.keys() != _ROUTING_KEYS:
         raise ValidationError("eventguard routing is exactly {tokens: [T(w) ...]}")
     toks = _bytes_list(routing["tokens"], "tokens", size=TOKEN_BYTES)
     if not 1 <= len(toks) <= MAX_TOPICS:

@@ -78,22 +78,38 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
+_U32 = struct.Struct(">I").pack
+_I64 = struct.Struct(">q").pack
+_F64 = struct.Struct(">d").pack
+
+
 def pack_fields(tag: bytes, *fields: bytes | str | int | float | None) -> bytes:
     """``tag`` then each field as ``type byte || length || bytes``: unambiguous and canonical."""
-    out = bytearray(tag)
+    out = [tag]
+    add = out.extend
     for f in fields:
-        if f is None:
-            out += b"n"
+        t = type(f)  # exact types first (the hot path), subclasses below
+        if t is bytes:
+            add((b"b", _U32(len(f)), f))  # type: ignore[arg-type]
+        elif t is str:
+            b = f.encode()  # type: ignore[union-attr]
+            add((b"s", _U32(len(b)), b))
+        elif t is int:
+            add((b"i", _I64(f)))
+        elif f is None:
+            out.append(b"n")
+        elif t is float:
+            add((b"f", _F64(f)))
         elif isinstance(f, bool):
             raise ValidationError("bool is not a signed field type")
         elif isinstance(f, int):
-            out += b"i" + struct.pack(">q", f)
+            add((b"i", _I64(f)))
         elif isinstance(f, float):
-            out += b"f" + struct.pack(">d", f)
+            add((b"f", _F64(f)))
         else:
             b = f.encode() if isinstance(f, str) else bytes(f)
-            out += (b"s" if isinstance(f, str) else b"b") + struct.pack(">I", len(b)) + b
-    return bytes(out)
+            add((b"s" if isinstance(f, str) else b"b", _U32(len(b)), b))
+    return b"".join(out)
 
 
 class TTLCache(Generic[K, V]):

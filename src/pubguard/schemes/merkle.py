@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from pubguard.crypto import H
+from pubguard.crypto import DIGEST_SIZE, H, sha256_fast
 from pubguard.errors import InvalidToken, ValidationError
 
 __all__ = ["MAX_BATCH", "MAX_PATH", "merkle_batch", "merkle_root", "root_from_path"]
@@ -80,20 +80,20 @@ def root_from_path(leaf: bytes, index: int, path: Sequence[bytes], size: int) ->
         or len(path) > MAX_PATH
     ):
         raise InvalidToken()
-    h = _leaf(bytes(leaf))
-    p, width, k = index, size, 0
+    sha = sha256_fast
+    h = sha(_LEAF + leaf).digest()
+    p, width, k, n = index, size, 0, len(path)
     while width > 1:
-        sib = p ^ 1
-        if sib < width:
-            if k >= len(path):
+        if p ^ 1 < width:
+            if k >= n:
                 raise InvalidToken()
             s = path[k]
-            if not isinstance(s, bytes) or len(s) != len(h):
+            if type(s) is not bytes or len(s) != DIGEST_SIZE:
                 raise InvalidToken()
-            h = _node(h, s) if p % 2 == 0 else _node(s, h)
+            h = sha(_NODE + h + s if p & 1 == 0 else _NODE + s + h).digest()
             k += 1
-        p //= 2
-        width = (width + 1) // 2
+        p >>= 1
+        width = (width + 1) >> 1
     if k != len(path):
         raise InvalidToken()
     return h

@@ -196,8 +196,12 @@ class ProtectedRecord:
         )
 
 
+_U32 = struct.Struct(">I").pack
+_TS_EPOCH = struct.Struct(">qq").pack
+
+
 def _lp(b: bytes) -> bytes:
-    return struct.pack(">I", len(b)) + b
+    return _U32(len(b)) + b
 
 
 def signed_message(
@@ -214,21 +218,23 @@ def signed_message(
 ) -> bytes:
     """Canonical bytes the publisher signs (length-prefixed fields, tokens as int64)."""
     toks = struct.pack(f">{len(tokens)}q", *tokens)
-    sec = encode_secrets(secrets)
+    sec = encode_secrets(secrets) if secrets else b""
+    e, p, m = event_id.encode(), publisher.encode(), mode.encode()
+    u32 = _U32
     return b"".join(
         (
             b"psguard-record-v1",
-            _lp(event_id.encode()),
-            _lp(publisher.encode()),
-            struct.pack(">qq", ts, epoch),
-            _lp(mode.encode()),
-            _lp(nonce),
-            _lp(toks),
-            _lp(hint),
-            _lp(sec),
-            _lp(payload),
+            u32(len(e)), e,
+            u32(len(p)), p,
+            _TS_EPOCH(ts, epoch),
+            u32(len(m)), m,
+            u32(len(nonce)), nonce,
+            u32(len(toks)), toks,
+            u32(len(hint)), hint,
+            u32(len(sec)), sec,
+            u32(len(payload)), payload,
         )
-    )
+    )  # fmt: skip
 
 
 def encode_secrets(secrets: Iterable[tuple[str, bytes]]) -> bytes:

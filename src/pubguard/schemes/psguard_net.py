@@ -111,7 +111,8 @@ class PSGuardBroker(TokenRouting):
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         if message.op != "publish":
             return None  # psguard.txt: keys, not brokers, enforce who may subscribe
-        rec = record_from_wire(message.event_id, message.routing, message.body, message.meta)
+        rec = record_from_wire(message.event_id, message.routing, message.body, message.meta,
+                               te=self.decoded(message.routing))  # fmt: skip
         return check_record(rec, self.publishers, now_ms=int(ctx.now * 1000),
                             max_delay_ms=self.max_delay_ms)  # fmt: skip
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from pubguard.crypto import AesPrf
@@ -75,12 +76,16 @@ _RECORD_META: Final = frozenset({"p", "ts", "e", "h", "s", "sig"})
 
 
 def _bytes(v: Any, what: str) -> bytes:
+    if type(v) is bytes:  # the common case (msgpack bin): no copy
+        return v
     if not isinstance(v, bytes | bytearray):
         raise ValidationError(f"psguard {what} must be bytes")
     return bytes(v)
 
 
 def _int(v: Any, what: str) -> int:
+    if type(v) is int and -(2**63) <= v < 2**63:  # the common case; bool is not int here
+        return v
     if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
         raise ValidationError(f"psguard {what} must be a 64-bit integer")
     return v
@@ -113,28 +118,41 @@ class TokenEvent:
         return ProtectedRecord("", "", 0, 0, self.mode, self.nonce, self.tags, b"", (), b"")
 
 
+_ROUTING_KEYS: Final = frozenset({"m", "n", "t"})
+
+
 def parse_routing(routing: Mapping[str, Any]) -> TokenEvent:
-    if not isinstance(routing, Mapping) or set(routing) != {"m", "n", "t"}:
+    if not isinstance(routing, Mapping) or routing.keys() != _ROUTING_KEYS:
         raise ValidationError("psguard routing is exactly {m, n, t}")
-    mode = _MODE_NAME.get(routing["m"]) if isinstance(routing["m"], str) else None
+    m = routing["m"]
+    mode = _MODE_NAME.get(m) if isinstance(m, str) else None
     if mode is None:
         raise ValidationError("psguard routing mode must be 'r' or 'd'")
     nonce = _bytes(routing["n"], "nonce")
     if len(nonce) != (NONCE_BYTES if mode == "randomized" else 0):
         raise ValidationError("psguard nonce has the wrong length for its mode")
     raw = _bytes(routing["t"], "tags")
-    if len(raw) % 8 or len(raw) // 8 > MAX_EVENT_TAGS:
+    n, odd = divmod(len(raw), 8)
+    if odd or n > MAX_EVENT_TAGS:
         raise ValidationError("psguard tags must be whole int64 values, at most 4096")
-    tags = struct.unpack(f">{len(raw) // 8}q", raw)
+    tags = struct.unpack(f">{n}q", raw)
     return TokenEvent(mode, nonce, tags, frozenset(tags))
 
 
 def record_from_wire(
-    event_id: str, routing: Mapping[str, Any], body: bytes, meta: Mapping[str, Any]
+    event_id: str,
+    routing: Mapping[str, Any],
+    body: bytes,
+    meta: Mapping[str, Any],
+    *,
+    te: TokenEvent | None = None,
 ) -> ProtectedRecord:
-    """The signed record back from a publication (strict: ValidationError on any deviation)."""
-    te = parse_routing(routing)
-    if not isinstance(meta, Mapping) or not _RECORD_META <= set(meta):
+    """The signed record back from a publication (strict: ValidationError on any deviation).
+    ``te``: ``parse_routing(routing)`` when the caller already has it (a broker decoded the
+    routing part just before its guards run)."""
+    if te is None:
+        te = parse_routing(routing)
+    if not isinstance(meta, Mapping) or not meta.keys() >= _RECORD_META:
         raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
     pub = meta["p"]
     if not isinstance(pub, str) or not pub:
@@ -142,9 +160,10 @@ def record_from_wire(
     epoch = _int(meta["e"], "epoch")
     if epoch < 0:
         raise ValidationError("psguard epoch must be >= 0")
+    sec = _bytes(meta["s"], "secrets")
     return ProtectedRecord(
         event_id, pub, _int(meta["ts"], "timestamp"), epoch, te.mode, te.nonce, te.tags,
-        _bytes(meta["h"], "hint"), decode_secrets(_bytes(meta["s"], "secrets")),
+        _bytes(meta["h"], "hint"), decode_secrets(sec) if sec else (),
         _bytes(body, "body"), _bytes(meta["sig"], "signature"),
     )  # fmt: skip
 
@@ -351,12 +370,24 @@ class TokenRouting:
     psguard and default profiles): decoding, covering, matching, outgoing unchanged."""
 
     rewrites_outgoing = False
+    #: the last frozen routing part decoded and its TokenEvent: the core decodes a
+    #: publication's routing just before its guards run, which then need it again
+    _last_decoded: tuple[Any, TokenEvent | None] = (None, None)
 
     def decode_filter(self, wire: Mapping[str, Any]) -> TokenFilter:
         return parse_filter(wire)
 
     def decode_event(self, routing: Mapping[str, Any]) -> TokenEvent:
-        return parse_routing(routing)
+        te = parse_routing(routing)
+        if type(routing) is MappingProxyType:  # immutable (the core's frozen wire form)
+            self._last_decoded = (routing, te)
+        return te
+
+    def decoded(self, routing: Mapping[str, Any]) -> TokenEvent | None:
+        """``decode_event(routing)``'s result if this very (immutable) routing part was the
+        last one decoded, else None."""
+        last, te = self._last_decoded
+        return te if last is routing else None
 
     def covers(self, f1: TokenFilter, f2: TokenFilter) -> bool:
         return bool(f2.scopes) and f1.canonical == f2.canonical
