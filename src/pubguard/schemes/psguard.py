@@ -74,6 +74,7 @@ __all__ = [
     "encode_secrets",
     "signed_message",
     "verify_record",
+    "with_sig",
 ]
 
 PROFILE = "psguard"
@@ -377,8 +378,10 @@ class Publisher:
         return w, toks
 
     def protect(
-        self, event: Event, *, now_ms: int, rng: random.Random | None = None
+        self, event: Event, *, now_ms: int, rng: random.Random | None = None, sign: bool = True
     ) -> ProtectedRecord:
+        """The protected record of ``event``; ``sign=False`` leaves ``sig`` empty (the caller
+        signs a Merkle root over a batch of records instead)."""
         if not event.id:
             raise ValidationError("psguard: events need an id (dedup and AAD bind to it)")
         et = self.schema.type_of(event)
@@ -438,13 +441,18 @@ class Publisher:
             secrets,
             payload,
         )
-        return _with_sig(rec, self._sk.sign(rec.message()))
+        return _with_sig(rec, self._sk.sign(rec.message())) if sign else rec
 
 
 def _urandom(n: int) -> bytes:
     from pubguard.crypto import random_bytes
 
     return random_bytes(n)
+
+
+def with_sig(rec: ProtectedRecord, sig: bytes) -> ProtectedRecord:
+    """``rec`` carrying ``sig``."""
+    return _with_sig(rec, sig)
 
 
 def _with_sig(rec: ProtectedRecord, sig: bytes) -> ProtectedRecord:

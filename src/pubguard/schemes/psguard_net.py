@@ -13,6 +13,14 @@ re-exported here.
 
 Broker check: publications must carry a valid signature of a known publisher and a timestamp
 within ``max_delay`` (:func:`~pubguard.schemes.psguard.check_record`): FORGED, then STALE.
+PSGuard itself does not sign (psguard.txt §4 trusts brokers to route, not to authenticate);
+this profile adds the publisher's Ed25519 signature so a broker can drop forgeries. Two forms:
+one signature per record (over ``record.message()``), or amortised over a batch
+(:meth:`PSGuardClient.protect_events`): the publisher signs ``ROOT_TAG || root`` of a Merkle
+tree whose leaves are ``H(record.message())`` (:mod:`pubguard.schemes.merkle`) and each
+publication carries its index, the batch size and its path in ``meta`` (``mi``, ``mn``,
+``mp``), so a broker verifies one signature per batch and caches the verified root. The two
+signed strings start with different tags, so neither signature passes for the other form.
 PSGuard has no subscription guard: a subscription is only tokens, and a subscriber without the
 KDC's keys can neither compute them nor open what they would match.
 
@@ -34,6 +42,8 @@ from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, Vali
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
+from pubguard.schemes.guards import SignedRootVerifier
+from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH, merkle_batch
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import (
     DEFAULT_MAX_DELAY_MS,
@@ -47,6 +57,7 @@ from pubguard.schemes.psguard import (
     Schema,
     check_record,
     verify_record,
+    with_sig,
 )
 from pubguard.schemes.psguard_wire import (
     MAX_EVENT_TAGS,
@@ -67,6 +78,7 @@ __all__ = [
     "MAX_EVENT_TAGS",
     "MAX_FILTER_TOKENS",
     "PSGUARD",
+    "ROOT_TAG",
     "PSGuardBroker",
     "PSGuardClient",
     "PSGuardKeyService",
@@ -75,6 +87,7 @@ __all__ = [
     "TokenMatcher",
     "TokenRouting",
     "filter_to_wire",
+    "batch_fields",
     "parse_filter",
     "parse_routing",
     "record_from_wire",
@@ -82,6 +95,7 @@ __all__ = [
 ]
 
 PSGUARD: Final = PROFILE
+ROOT_TAG: Final = b"pubguard/psguard/root/v1\x00"  # what a batch's signature covers, then root
 DEFAULT_EPOCH_LENGTH: Final = 30 * 86400.0  # psguard.txt §3.2 rekeying epochs (as eventguard §4.8)
 
 
@@ -104,6 +118,7 @@ class PSGuardBroker(TokenRouting):
             raise ValidationError("max_delay_ms must be positive")
         self.publishers: dict[str, VerifyKey] = dict(publishers)
         self.max_delay_ms = max_delay_ms
+        self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)
 
     def add_publisher(self, name: str, key: VerifyKey) -> None:
         self.publishers[name] = key
@@ -111,10 +126,36 @@ class PSGuardBroker(TokenRouting):
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         if message.op != "publish":
             return None  # psguard.txt: keys, not brokers, enforce who may subscribe
-        rec = record_from_wire(message.event_id, message.routing, message.body, message.meta,
+        meta = message.meta
+        rec = record_from_wire(message.event_id, message.routing, message.body, meta,
                                te=self.decoded(message.routing))  # fmt: skip
-        return check_record(rec, self.publishers, now_ms=int(ctx.now * 1000),
-                            max_delay_ms=self.max_delay_ms)  # fmt: skip
+        now_ms = int(ctx.now * 1000)
+        if "mn" not in meta:  # one signature per record
+            return check_record(rec, self.publishers, now_ms=now_ms,
+                                max_delay_ms=self.max_delay_ms)  # fmt: skip
+        index, size, path = batch_fields(meta)
+        key = self.publishers.get(rec.publisher)
+        if key is None:
+            return DropReason.FORGED
+        try:
+            self.roots.verify(key, H(rec.message()), rec.sig, now=ctx.now, index=index,
+                              size=size, path=path)  # fmt: skip
+        except InvalidToken:
+            return DropReason.FORGED
+        return DropReason.STALE if abs(now_ms - rec.ts) > self.max_delay_ms else None
+
+
+def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:
+    """``(index, size, path)`` of a batch-signed publication (ValidationError if malformed)."""
+    index, size, path = meta.get("mi"), meta.get("mn"), meta.get("mp")
+    for v in (index, size):
+        if type(v) is not int:
+            raise ValidationError("psguard Merkle index and size must be integers")
+    if not 0 <= index < size <= MAX_BATCH:  # type: ignore[operator]
+        raise ValidationError("psguard Merkle index/size out of range")
+    if not isinstance(path, list | tuple) or len(path) > MAX_PATH:
+        raise ValidationError("psguard Merkle path must be a short list")
+    return index, size, tuple(path)  # type: ignore[return-value]
 
 
 # -- key service and client face ----------------------------------------------------------------
@@ -265,6 +306,8 @@ class PSGuardClient:
         self.publisher_keys = dict(publisher_keys or {})
         self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
         self._pub: tuple[int, Publisher] | None = None
+        self._sign_records = sign_records
+        self._roots = SignedRootVerifier(ROOT_TAG, ttl=2 * DEFAULT_MAX_DELAY_MS / 1000)
 
     def __repr__(self) -> str:
         return f"PSGuardClient({self.name!r}, filters={len(self._held)})"
@@ -328,12 +371,21 @@ class PSGuardClient:
                     lost.append(h.filter)
         return lost
 
-    def open_record(self, rec: ProtectedRecord, *, now: float) -> Event:
+    def open_record(
+        self, rec: ProtectedRecord, *, now: float, batch: tuple[int, int, Any] | None = None
+    ) -> Event:
         """Verify (when the publisher is known) and decrypt; InvalidToken if no held filter's
-        keys open it or the subscriber's own filter rejects it."""
+        keys open it or the subscriber's own filter rejects it. ``batch``: the record's
+        ``(index, size, path)`` when it was signed as part of a Merkle batch."""
         vk = self.publisher_keys.get(rec.publisher)
-        if vk is not None and not verify_record(rec, {rec.publisher: vk}):
-            raise InvalidToken()
+        if vk is not None:
+            if batch is None:
+                if not verify_record(rec, {rec.publisher: vk}):
+                    raise InvalidToken()
+            else:
+                i, n, path = batch
+                self._roots.verify(vk, H(rec.message()), rec.sig, now=now, index=i, size=n,
+                                   path=path)  # fmt: skip
         newest = max((k[1] for k in self._held), default=rec.epoch)
         if newest < rec.epoch <= self.service.epoch_at(now):
             self.renew(now=now)  # a new epoch began: fetch its keys (refused if withdrawn)
@@ -359,9 +411,10 @@ class PSGuardClient:
     ) -> Event:
         try:
             rec = record_from_wire(event_id, routing, body, meta)
+            batch = batch_fields(meta) if "mn" in meta else None
         except ValidationError:
             raise InvalidToken() from None
-        return self.open_record(rec, now=now)
+        return self.open_record(rec, now=now, batch=batch)
 
     # -- publisher ------------------------------------------------------------------------------
     def publisher(self, *, now: float) -> Publisher:
@@ -384,6 +437,31 @@ class PSGuardClient:
         self, event: Event, *, now: float, rng: Random | None = None
     ) -> ProtectedEvent:
         return record_to_wire(self.record(event, now=now, rng=rng))
+
+    def protect_events(
+        self, events: list[Event], *, now: float, rng: Random | None = None
+    ) -> list[ProtectedEvent]:
+        """Protect a batch under one signature over the Merkle root of its records (amortised
+        signing; a batch of one is an ordinary single-signed record)."""
+        if len(events) <= 1 or not self._sign_records:
+            return [self.protect_event(e, now=now, rng=rng) for e in events]
+        if self._sk is None:
+            raise KeyError_("this client has no signing key: it cannot publish")
+        pub = self.publisher(now=now)
+        now_ms = int(now * 1000)
+        recs = []
+        for e in events:
+            if e.id is None:
+                e = Event(e.attrs, id=new_event_id(rng), type=e.type, payload=e.payload)
+            recs.append(pub.protect(e, now_ms=now_ms, rng=rng, sign=False))
+        root, paths = merkle_batch([H(r.message()) for r in recs])
+        sig = self._sk.sign(ROOT_TAG + root)
+        out = []
+        for i, r in enumerate(recs):
+            pe = record_to_wire(with_sig(r, sig))
+            meta = {**pe.meta, "mi": i, "mn": len(recs), "mp": list(paths[i])}
+            out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
+        return out
 
 
 class _NullSigner:
