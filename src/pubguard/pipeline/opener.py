@@ -3,23 +3,27 @@
 Each delivery names the filter whose authorisation keys open it (psguard.txt §3.1 ``K(f)``);
 the subscriber's client (:class:`~pubguard.schemes.psguard.FilterKeys`) derives ``K(e)`` from
 them, opens the sealed secret attributes and payload, and re-checks its own plaintext filter
-(post-filter, exactness under least-count snapping). Runs on the driver over Arrow record
-batches, so memory stays bounded by the batch size, and writes ``OUT/opened`` atomically.
+(post-filter, exactness under least-count snapping). With a local (trusted) Spark session it
+runs in parallel on the session's cores; otherwise on the driver over Arrow record batches, so
+memory stays bounded by the batch size. ``OUT/opened`` is written atomically either way.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pubguard.errors import InvalidToken
 from pubguard.model import Filter
 from pubguard.pipeline.stages import TrustedContext
 from pubguard.pipeline.tables import atomic_replace
 from pubguard.schemes.psguard import FilterKeys
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
 
 __all__ = ["OpenStats", "open_outbox", "read_opened"]
 
@@ -48,22 +52,108 @@ def _opened_schema() -> Any:
     )
 
 
+class _Opener:
+    """One subscriber-side opener: filter keys on demand, and a memo of results.
+
+    Subscribers holding the same filter derive the same ``K(e)`` from the same delivery, so
+    the (deterministic) result of :meth:`FilterKeys.open_matching` is memoised by the filter
+    and the delivery's full content (identifier, epoch and every ciphertext byte): a copy that
+    differs in any byte is opened on its own. The memo is what the subscribers sharing a
+    filter would each compute; it is bounded (cleared past :data:`MEMO_ROWS`)."""
+
+    def __init__(self, ctx: TrustedContext, filters: Mapping[str, Filter]) -> None:
+        self.auth = ctx.authority()
+        self.filters = filters
+        self.keys: dict[str, FilterKeys] = {}
+        self.memo: dict[tuple[Any, ...], Any] = {}
+
+    def open(self, fid: str, rec: dict[str, Any]) -> Any:
+        """The opened Event, None (post-filtered) or :data:`REFUSED`."""
+        key = (fid, rec["event_id"], rec["epoch"], rec["hint"], rec["secrets"], rec["payload"])
+        got = self.memo.get(key, _MISS)
+        if got is not _MISS:
+            return got
+        fk = self.keys.get(fid)
+        if fk is None:
+            f = self.filters.get(fid)
+            if f is None:
+                return REFUSED
+            fk = self.keys[fid] = self.auth.authorise(f)
+        try:
+            got = fk.open_matching(rec)
+        except InvalidToken:
+            got = REFUSED
+        if len(self.memo) >= MEMO_ROWS:
+            self.memo.clear()
+        self.memo[key] = got
+        return got
+
+    def open_columns(
+        self, cols: Mapping[str, list[Any]], n: int
+    ) -> tuple[dict[str, list[Any]], list[str]]:
+        """Open ``n`` delivery rows given as columns: the opened rows and each row's status
+        (``opened``, ``refused``, ``post_filtered``)."""
+        out: dict[str, list[Any]] = {k: [] for k in OPENED_COLUMNS}
+        status: list[str] = []
+        for i in range(n):
+            rec = {k: cols[k][i] for k in ("event_id", "epoch", "hint", "secrets", "payload")}
+            ev = self.open(cols["filter_id"][i], rec)
+            if ev is REFUSED:
+                status.append("refused")
+                continue
+            if ev is None:
+                status.append("post_filtered")
+                continue
+            status.append("opened")
+            out["subscriber"].append(str(cols["subscriber"][i]))
+            out["event_id"].append(ev.id)
+            out["type"].append(ev.type)
+            out["attrs"].append(json.dumps(dict(ev.attrs), sort_keys=True))
+            out["payload"].append(ev.payload)
+        return out, status
+
+
+_MISS = object()
+REFUSED = object()
+MEMO_ROWS = 200_000
+OPENED_COLUMNS = ("subscriber", "event_id", "type", "attrs", "payload")
+
+
 def open_outbox(
     outbox: Path | str,
     opened: Path | str,
     ctx: TrustedContext,
     filters: Mapping[str, Filter],
     *,
+    spark: SparkSession | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> OpenStats:
-    """Decrypt every delivery of ``outbox`` with its subscriber's keys into ``opened``."""
+    """Decrypt every delivery of ``outbox`` with its subscriber's keys into ``opened``.
+
+    With a *local* ``spark`` session (the machine is trusted, as for protect) the deliveries
+    are opened in parallel on its cores, grouped by filter so the memo of :class:`_Opener`
+    hits; otherwise on the driver over Arrow batches (memory bounded by the batch size). Keys
+    never go to a remote executor."""
+    if spark is not None and (spark.sparkContext.master or "").startswith("local"):
+        src = Path(outbox)
+        if src.exists() and any(p.suffix == ".parquet" for p in src.rglob("*.parquet")):
+            return _open_on_spark(spark, src, Path(opened), ctx, filters)
+    return _open_on_driver(outbox, opened, ctx, filters, progress)
+
+
+def _open_on_driver(
+    outbox: Path | str,
+    opened: Path | str,
+    ctx: TrustedContext,
+    filters: Mapping[str, Filter],
+    progress: Callable[[int], None] | None,
+) -> OpenStats:
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
     stats = OpenStats()
-    keys: dict[str, FilterKeys] = {}
-    auth = ctx.authority()
+    opener = _Opener(ctx, filters)
     schema = _opened_schema()
 
     def write(staging: Path) -> None:
@@ -76,36 +166,8 @@ def open_outbox(
         writer = pq.ParquetWriter(staging / "part-00000.parquet", schema)
         try:
             for batch in dataset.to_batches(batch_size=BATCH_ROWS):
-                cols = batch.to_pydict()
-                out: dict[str, list[Any]] = {n: [] for n in schema.names}
-                for i in range(batch.num_rows):
-                    fid = cols["filter_id"][i]
-                    fk = keys.get(fid)
-                    if fk is None:
-                        f = filters.get(fid)
-                        if f is None:
-                            stats.refused += 1
-                            continue
-                        fk = keys[fid] = auth.authorise(f)
-                    rec = {
-                        k: cols[k][i] for k in ("event_id", "epoch", "hint", "secrets", "payload")
-                    }
-                    try:
-                        ev = fk.open_matching(rec)
-                    except InvalidToken:
-                        stats.refused += 1
-                        continue
-                    if ev is None:
-                        stats.post_filtered += 1
-                        continue
-                    sub = str(cols["subscriber"][i])
-                    out["subscriber"].append(sub)
-                    out["event_id"].append(ev.id)
-                    out["type"].append(ev.type)
-                    out["attrs"].append(json.dumps(dict(ev.attrs), sort_keys=True))
-                    out["payload"].append(ev.payload)
-                    stats.opened += 1
-                    stats.by_subscriber[sub] = stats.by_subscriber.get(sub, 0) + 1
+                out, status = opener.open_columns(batch.to_pydict(), batch.num_rows)
+                _count(stats, out["subscriber"], status)
                 writer.write_table(pa.table(out, schema=schema))
                 if progress is not None:
                     progress(batch.num_rows)
@@ -113,6 +175,92 @@ def open_outbox(
             writer.close()
 
     atomic_replace(Path(opened), write)
+    return stats
+
+
+def _count(stats: OpenStats, subscribers: list[str], status: list[str]) -> None:
+    stats.opened += status.count("opened")
+    stats.refused += status.count("refused")
+    stats.post_filtered += status.count("post_filtered")
+    for sub in subscribers:
+        stats.by_subscriber[sub] = stats.by_subscriber.get(sub, 0) + 1
+
+
+def _open_on_spark(
+    spark: SparkSession,
+    outbox: Path,
+    opened: Path,
+    ctx: TrustedContext,
+    filters: Mapping[str, Filter],
+) -> OpenStats:
+    """The local-session path of :func:`open_outbox`: ``mapInPandas`` over the outbox
+    repartitioned by filter; one :class:`_Opener` (keys, memo) per partition; the opened rows
+    written by Spark to a staging directory swapped into place."""
+    from pyspark.sql import functions as F
+
+    texts = {fid: json.dumps(f.to_json()) for fid, f in filters.items()}
+    bc = spark.sparkContext.broadcast(texts)
+    schema = (
+        "subscriber string, event_id string, type string, attrs string, payload binary, "
+        "status string"
+    )
+
+    def fn(batches: Iterable[Any]) -> Iterable[Any]:
+        import pandas as pd
+
+        from pubguard.model import filter_from_json
+
+        fs = {fid: filter_from_json(json.loads(t)) for fid, t in bc.value.items()}
+        opener = _Opener(ctx, fs)
+        for pdf in batches:
+            cols = {c: pdf[c].tolist() for c in pdf.columns}
+            for k in ("hint", "secrets", "payload"):
+                cols[k] = [bytes(x) for x in cols[k]]
+            out, status = opener.open_columns(cols, len(pdf))
+            rows = pd.DataFrame(out, columns=list(OPENED_COLUMNS))
+            rows["status"] = "opened"
+            bad = [s for s in status if s != "opened"]
+            if bad:
+                extra = pd.DataFrame({"status": bad})
+                for c in OPENED_COLUMNS:
+                    extra[c] = None
+                rows = pd.concat([rows, extra[rows.columns]], ignore_index=True)
+            yield rows
+
+    deliveries = spark.read.parquet(str(outbox)).withColumn(
+        "subscriber", F.col("subscriber").cast("string")
+    )
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    result = (
+        deliveries.repartition(parts, "filter_id")
+        .select("subscriber", "event_id", "filter_id", "epoch", "hint", "secrets", "payload")
+        .mapInPandas(fn, schema)
+        .cache()
+    )
+    stats = OpenStats()
+    try:
+        for r in result.groupBy("status", "subscriber").count().collect():
+            n = int(r["count"])
+            if r["status"] == "opened":
+                stats.opened += n
+                stats.by_subscriber[r["subscriber"]] = n
+            elif r["status"] == "refused":
+                stats.refused += n
+            else:
+                stats.post_filtered += n
+
+        def write(staging: Path) -> None:
+            (
+                result.where(F.col("status") == "opened")
+                .drop("status")
+                .write.mode("overwrite")
+                .parquet(str(staging))
+            )
+
+        atomic_replace(opened, write)
+    finally:
+        result.unpersist()
+        bc.unpersist()
     return stats
 
 

@@ -198,8 +198,9 @@ def match_protected(
         _check_malformed(events, mode, tables["events"])
         checked = S.validate(events, verify_keys=keys, now_ms=now, max_delay_ms=max_delay_ms)
         checked = checked.cache()
-        drops = S.drop_counts(checked)
-        n_events = checked.count()
+        by_reason = S.reason_counts(checked)  # one job: every drop reason and the accepted
+        n_events = sum(by_reason.values())
+        drops = {r: n for r, n in by_reason.items() if r is not None}
         secs["validate"] = time.perf_counter() - t
         progress("validate", f"{n_events} events, drops {drops or 'none'}")
         t = time.perf_counter()
@@ -238,7 +239,7 @@ def run_pipeline(
 ) -> dict[str, Any]:
     """protect -> validate -> match -> deliver -> open on a workload folder; the summary."""
     from pubguard.crypto import random_bytes
-    from pubguard.sim.workloads import load_workload
+    from pubguard.pipeline.workload import load_workload
 
     _check_mode(profile, mode)
     outp = Path(out)
@@ -280,7 +281,7 @@ def run_pipeline(
     )
     secs.update(res["seconds"])
     t = time.perf_counter()
-    stats = open_outbox(outp / "outbox", outp / "opened", ctx, filters)
+    stats = open_outbox(outp / "outbox", outp / "opened", ctx, filters, spark=spark)
     secs["open"] = time.perf_counter() - t
     progress("open", f"{stats.opened} deliveries opened into {outp / 'opened'}")
     summary = {
