@@ -6,18 +6,18 @@ import struct
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pubguard.broker.messages import Ack, Deliver, Publish, decode_message
+from pubguard.broker.messages import decode_message
 from pubguard.errors import FrameError
 from pubguard.net import protocol
-from pubguard.net.batching import pack_message
 from pubguard.net.framing import (
     MAX_FRAME_SIZE,
     WIRE_VERSION,
     FrameDecoder,
     check_wire,
+    coalesce_frames,
     decode_body,
     encode_frame,
     encode_message_frame,
@@ -138,13 +138,62 @@ def test_message_frame_from_packed_bytes_equals_encode_frame(seq: int, msg: dict
     assert FrameDecoder().feed(frame) == [protocol.message(seq, msg)]
 
 
-def test_packed_deliveries_equal_their_wire_form() -> None:
-    pub = Publish("e1", "plain", {"topic": "s1", "n": 3}, b"\0" * 16, {"type": "t"})
-    msgs = [Deliver.trusted(pub, ("a",)), pub, Deliver.trusted(pub, ("b", "c")), pub,
-            Ack("e1", "publish")]  # fmt: skip
-    cache: dict[int, list[object]] = {}
-    for m in msgs:
-        assert pack_message(m, cache) == pack(m.to_wire())
-    assert len(cache) == 1  # the publication was packed once for all of them
+def test_pack_refuses_what_msgpack_cannot_carry() -> None:
     with pytest.raises(FrameError, match="cannot encode"):
         pack({"x": {1, 2}})
+
+
+@settings(max_examples=40)
+@given(
+    st.integers(1, 2**40),
+    st.lists(st.dictionaries(st.text(max_size=4), wire, max_size=3), min_size=1, max_size=40),
+    st.lists(st.integers(0, 39), max_size=3),
+    st.integers(1, 8),
+)
+def test_coalesced_frames_carry_exactly_the_same_messages(
+    first: int, msgs: list[dict], holes: list[int], max_count: int
+) -> None:
+    # runs of consecutive messages become batch frames; a receiver gets the same (seq, msg)
+    # pairs in the same order, whatever the gaps and the batch limit
+    items = [(first + i, encode_message_frame(first + i, pack(m)))
+             for i, m in enumerate(msgs) if i not in holes]  # fmt: skip
+    frames = coalesce_frames(items, max_count)
+    assert len(frames) <= len(items)
+    for f in frames:  # each frame is one message or a batch within the limit
+        (n,) = struct.unpack(">I", f[:4])
+        env = msgpack.unpackb(f[5:], raw=False)
+        assert len(f) == n + 4 and protocol.check_envelope(env) in ("m", "mb")
+        assert env["t"] == "m" or 2 <= len(env["m"]) <= max_count
+    got = []
+    for env in FrameDecoder().feed(b"".join(frames)):  # the decoder unbatches
+        assert protocol.check_envelope(env) == "m"
+        got += protocol.reliable(env)
+    assert got == [(first + i, m) for i, m in enumerate(msgs) if i not in holes]
+    # a frame of another layout passes through untouched, between runs
+    odd = encode_frame(protocol.ack(3))
+    assert coalesce_frames([*items[:1], (0, odd)])[-1] == odd
+
+
+def test_batch_frames_are_checked_strictly() -> None:
+    ok = protocol.batch(5, [{"op": "heartbeat", "seq": 1}] * 2)
+    assert protocol.check_envelope(ok) == "mb"
+    assert protocol.reliable(ok) == [(5, ok["m"][0]), (6, ok["m"][1])]
+    bad = [
+        {**ok, "m": []},
+        {**ok, "m": {"op": "x"}},
+        {**ok, "m": [{"op": "x"}, 3]},
+        {**ok, "s": 0},
+        {**ok, "s": 2**63 - 1},  # runs past the largest sequence number
+        {**ok, "m": [{}] * (protocol.MAX_BATCH + 1)},
+        {**ok, "x": 1},
+    ]
+    for env in bad:
+        with pytest.raises(FrameError):
+            protocol.check_envelope(env)
+        dec = FrameDecoder()  # a bad batch poisons the decoder like any bad frame
+        assert dec.feed(encode_frame(ok) + encode_frame(env)) == [
+            protocol.message(5, ok["m"][0]),
+            protocol.message(6, ok["m"][1]),
+        ]
+        with pytest.raises(FrameError):
+            dec.feed(b"")

@@ -51,6 +51,7 @@ def _seeds() -> list[dict[str, Any]]:
         {"op": "heartbeat", "seq": 3},
     ]
     envs = [protocol.message(i + 1, m) for i, m in enumerate(msgs)]
+    envs += [protocol.batch(1, msgs[:3]), protocol.batch(40, [msgs[5], msgs[0], msgs[5]])]
     envs += [
         protocol.hello("b1", "broker", "s", durable=True, rx=0, resumed=False),
         protocol.ack(3),
@@ -95,7 +96,7 @@ def _frame(rng: random.Random, seeds: list[dict[str, Any]]) -> bytes:
         return rng.randbytes(rng.randrange(0, 64))
     seed = rng.choice(seeds)
     if r < 0.7:  # structured mutation, valid msgpack; mostly inside the carried message
-        if seed["t"] == "m" and rng.random() < 0.8:
+        if seed["t"] in ("m", "mb") and rng.random() < 0.8:
             obj = {**seed, "m": _mutate_value(rng, seed["m"])}
         else:
             obj = _mutate_value(rng, seed)
@@ -124,7 +125,8 @@ def test_fuzz_frames_never_crash_and_never_change_routing_state() -> None:
     seeds = _seeds()
     broker = _broker()
     accepted: list[tuple[dict[str, Any], str, float]] = []
-    outcome = {"frame_error": 0, "incomplete": 0, "envelope_only": 0, "dropped": 0, "accepted": 0}
+    outcome = {"frame_error": 0, "incomplete": 0, "envelope_only": 0, "dropped": 0, "accepted": 0,
+               "batch": 0}  # fmt: skip
     links = list(LINKS)
     for i in range(N_FRAMES):
         frame = _frame(rng, seeds)
@@ -133,18 +135,21 @@ def test_fuzz_frames_never_crash_and_never_change_routing_state() -> None:
             envs = dec.feed(frame)
             if not envs:
                 outcome["incomplete"] += 1  # a truncated frame waits for more bytes
+            if len(envs) > 1:
+                outcome["batch"] += 1  # a batch frame, handed out as its messages' envelopes
             for env in envs:
                 t = protocol.check_envelope(env)
                 if t != "m":
                     outcome["envelope_only"] += 1
                     continue
                 link, now = rng.choice(links), float(i)
-                actions = broker.handle(env["m"], link, now)
-                if any(isinstance(a, Drop) for a in actions):
-                    outcome["dropped"] += 1
-                else:
-                    outcome["accepted"] += 1
-                    accepted.append((env["m"], link, now))
+                for _, msg in protocol.reliable(env):
+                    actions = broker.handle(msg, link, now)
+                    if any(isinstance(a, Drop) for a in actions):
+                        outcome["dropped"] += 1
+                    else:
+                        outcome["accepted"] += 1
+                        accepted.append((msg, link, now))
         except FrameError:
             outcome["frame_error"] += 1
     assert sum(outcome.values()) >= N_FRAMES

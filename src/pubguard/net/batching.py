@@ -38,11 +38,10 @@ from pubguard.broker.messages import Ack, Deliver, Publish
 from pubguard.errors import DropReason, FrameError, PubguardError
 from pubguard.net import protocol
 from pubguard.net.config import BrokerConfig
-from pubguard.net.framing import pack
 from pubguard.net.links import Link
 from pubguard.store.broker_state import BrokerStore
 
-__all__ = ["BATCH", "CHUNK", "BatchProcessing", "pack_message"]
+__all__ = ["BATCH", "CHUNK", "BatchProcessing"]
 
 log = logging.getLogger("pubguard.net.server")
 
@@ -134,7 +133,7 @@ class BatchProcessing:
 
     def _apply(self, actions: list[Any]) -> None:
         """Queue the core's send actions on their links; log drops."""
-        events: dict[int, list[Any]] = {}  # packed forms of each publication in this batch
+        events: dict[int, dict[str, Any]] = {}  # one wire form per publication in this batch
         for a in actions:
             if isinstance(a, Drop):
                 log.debug("broker %s: drop %s from %s: %s", self.name, a.reason, a.link, a.detail)
@@ -151,7 +150,7 @@ class BatchProcessing:
                     log.warning("broker %s: %s is a slow consumer", self.name, a.link)
                     self._spawn(self._kick(link))
                 continue
-            link.enqueue_packed(pack_message(a.message, events))
+            link.enqueue(_wire(a.message, events))
             if isinstance(a, Forward) and link.depth > self.config.max_queue:
                 self._congested.add(link.link_id)
 
@@ -193,24 +192,15 @@ class BatchProcessing:
                 link.pump()
 
 
-_DELIVER_HEAD: Final = b"\x83" + pack("op") + pack("deliver") + pack("sub_ids")
-_EVENT_KEY: Final = pack("event")
-
-
-def pack_message(m: Any, events: dict[int, list[Any]]) -> bytes:
-    """``pack(m.to_wire())``, packing each publication of a batch once: its ``publish`` form
-    (forwarded to brokers) and its fields (inside every ``deliver``) are packed the first
-    time a link needs them and spliced into every other message that carries them."""
+def _wire(m: Any, events: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """``m.to_wire()``, sharing the thawed publication among the actions of one batch."""
     if isinstance(m, Deliver | Publish):
         ev = m.event if isinstance(m, Deliver) else m
-        c = events.get(id(ev))
-        if c is None:
-            c = events[id(ev)] = [ev, None, None]  # (keeps ev alive: ids stay unique)
+        w = events.get(id(ev))
+        if w is None:
+            w = events[id(ev)] = ev.to_wire()
         if isinstance(m, Publish):
-            if c[1] is None:
-                c[1] = pack(m.to_wire())
-            return c[1]  # type: ignore[no-any-return]
-        if c[2] is None:
-            c[2] = pack(ev._fields())
-        return b"".join((_DELIVER_HEAD, pack(list(m.sub_ids)), _EVENT_KEY, c[2]))
-    return pack(m.to_wire())
+            return w
+        fields = {k: v for k, v in w.items() if k != "op"}
+        return {"op": "deliver", "sub_ids": list(m.sub_ids), "event": fields}
+    return m.to_wire()  # type: ignore[no-any-return]

@@ -59,7 +59,7 @@ from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.net import protocol
 from pubguard.net.client_link import ClientLink
-from pubguard.net.framing import encode_frame
+from pubguard.net.framing import coalesce_frames, encode_frame
 from pubguard.net.subscription import Delivery, Handler, Subscription
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
 from pubguard.schemes.plain import PlainScheme
@@ -129,7 +129,7 @@ class Client(ClientLink):
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ids = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
-        self._out: list[bytes] = []
+        self._out: list[tuple[int, bytes]] = []  # (sequence, frame) queued this iteration
         self._flush_scheduled = False
         self._reader: asyncio.StreamReader | None = None
         self._connected = asyncio.Event()
@@ -315,7 +315,7 @@ class Client(ClientLink):
         self._unacked[seq] = msg
         w = self._writer
         if w is not None:
-            self._out.append(encode_frame(protocol.message(seq, msg)))
+            self._out.append((seq, encode_frame(protocol.message(seq, msg))))
             if not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush_out)
@@ -331,8 +331,8 @@ class Client(ClientLink):
         if self._out:
             out, self._out = self._out, []
             w = self._writer
-            if w is not None:
-                w.write(b"".join(out))
+            if w is not None:  # consecutive messages as batch frames (protocol.py, ``mb``)
+                w.write(b"".join(coalesce_frames(out, protocol.MAX_BATCH)))
 
     def _write(self, env: dict[str, Any]) -> None:
         w = self._writer

@@ -81,7 +81,7 @@ class ClientLink:
     _ack_timer: asyncio.TimerHandle | None
     _writer: asyncio.StreamWriter | None
     _reader: asyncio.StreamReader | None
-    _out: list[bytes]
+    _out: list[tuple[int, bytes]]
     _connected: asyncio.Event
     _credit: asyncio.Event
     _status: dict[int, asyncio.Future[dict[str, Any]]]
@@ -213,7 +213,7 @@ class ClientLink:
         got = False
         for env in frames:
             t = protocol.check_envelope(env)
-            if t == "m":
+            if t == "m":  # (the decoder hands a batch frame out as its m envelopes)
                 seq = env["s"]
                 if seq <= self._rx_seq:
                     continue  # a resent duplicate: already handed to the application

@@ -17,7 +17,9 @@ maps (:func:`check_wire` states the rule; the message codec bounds nesting to 16
 logged and keeps serving the others (issue 4, item 2).
 
 :class:`FrameDecoder` is sans-IO in the h11 style: feed it bytes as they arrive, get complete
-decoded maps out; it never blocks and buffers at most one frame.
+decoded maps out; it never blocks and buffers at most one frame. A batch frame (``mb``,
+``protocol.py``) is checked strictly and handed out as the ``m`` envelopes of its messages, so
+everything above the decoder (and any tap on it) sees one envelope per message.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ __all__ = [
     "WIRE_VERSION",
     "FrameDecoder",
     "check_wire",
+    "coalesce_frames",
     "decode_body",
     "encode_frame",
+    "encode_batch_frame",
     "encode_message_frame",
     "pack",
 ]
@@ -107,6 +111,67 @@ def encode_message_frame(seq: int, packed_msg: bytes) -> bytes:
     return _HEAD.pack(n, WIRE_VERSION) + body
 
 
+_BATCH_HEAD: Final = b"\x83" + pack("t") + pack("mb") + pack("s")  # {"t": "mb", "s": ..
+
+
+def encode_batch_frame(first: int, packed_msgs: list[bytes]) -> bytes:
+    """``encode_frame({"t": "mb", "s": first, "m": msgs})`` from ``pack(msg)`` of each,
+    byte for byte (an array is its length header and its items concatenated)."""
+    n_msgs = len(packed_msgs)
+    if n_msgs < 16:
+        head = bytes((0x90 | n_msgs,))
+    elif n_msgs < 1 << 16:
+        head = b"\xdc" + n_msgs.to_bytes(2, "big")
+    else:
+        head = b"\xdd" + n_msgs.to_bytes(4, "big")
+    body = b"".join((_BATCH_HEAD, pack(first), _MSG_KEY, head, *packed_msgs))
+    n = len(body) + 1
+    if n > MAX_FRAME_SIZE:
+        raise FrameError(f"frame of {n} bytes exceeds MAX_FRAME_SIZE={MAX_FRAME_SIZE}")
+    return _HEAD.pack(n, WIRE_VERSION) + body
+
+
+BATCH_BYTES: Final = 256 * 1024  # message bytes coalesced into one batch frame at most
+
+
+def coalesce_frames(items: list[tuple[int, bytes]], max_count: int = 4096) -> list[bytes]:
+    """Message frames ``(seq, encode_message_frame(seq, m))`` in sequence order as fewer
+    frames: each run of consecutive sequence numbers becomes one batch frame (at most
+    ``max_count`` messages and about ``BATCH_BYTES``), equal to ``encode_batch_frame``; a
+    lone message, or a frame of another layout, is kept as it is."""
+    out: list[bytes] = []
+    run: list[bytes] = []  # packed messages of the current run
+    first = nxt = 0
+    size = 0
+
+    def flush() -> None:
+        nonlocal run, size
+        if len(run) == 1:
+            out.append(encode_message_frame(first, run[0]))
+        elif run:
+            out.append(encode_batch_frame(first, run))
+        run, size = [], 0
+
+    base = HEADER_SIZE + 1 + len(_MSG_HEAD)
+    for seq, frame in items:
+        tail = pack(seq) + _MSG_KEY
+        ok = frame[HEADER_SIZE + 1 : base] == _MSG_HEAD and frame[base : base + len(tail)] == tail
+        if not ok:
+            flush()
+            out.append(frame)
+            continue
+        packed = frame[base + len(tail) :]
+        if run and (seq != nxt or len(run) >= max_count or size + len(packed) > BATCH_BYTES):
+            flush()
+        if not run:
+            first = seq
+        run.append(packed)
+        size += len(packed)
+        nxt = seq + 1
+    flush()
+    return out
+
+
 def check_wire(obj: Any, depth: int = 0) -> None:
     """Raise FrameError unless ``obj`` is made only of the allowed wire types."""
     if depth > MAX_DEPTH:
@@ -162,6 +227,14 @@ def decode_body(frame_body: bytes | memoryview) -> dict[str, Any]:
     return obj
 
 
+def _unbatch(env: dict[str, Any]) -> list[dict[str, Any]]:
+    """A batch frame's messages as ``m`` envelopes (protocol.py), after a strict check."""
+    from pubguard.net import protocol  # envelopes sit above frames; imported on first batch
+
+    protocol.check_envelope(env)
+    return [protocol.message(s, m) for s, m in protocol.reliable(env)]
+
+
 class FrameDecoder:
     """Incremental decoder: ``feed(data)`` returns every complete frame now available.
 
@@ -201,7 +274,11 @@ class FrameDecoder:
                 end = pos + HEADER_SIZE + n
                 if size < end:
                     break
-                out.append(decode_body(view[pos + HEADER_SIZE : end]))
+                obj = decode_body(view[pos + HEADER_SIZE : end])
+                if obj.get("t") == "mb":
+                    out += _unbatch(obj)
+                else:
+                    out.append(obj)
                 pos = end
         except FrameError as exc:
             view.release()

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pubguard.errors import FrameError
 from pubguard.net import protocol
-from pubguard.net.framing import encode_frame, encode_message_frame
+from pubguard.net.framing import coalesce_frames, encode_frame
 
 __all__ = ["BROKER_WINDOW", "Link"]
 
@@ -96,14 +96,6 @@ class Link:
         self.outq[seq] = frame
         self.new_frames.append((seq, frame))
 
-    def enqueue_packed(self, packed_msg: bytes) -> None:
-        """:meth:`enqueue` for a message already packed (``framing.pack(wire)``)."""
-        seq = self.tx_next
-        self.tx_next += 1
-        frame = encode_message_frame(seq, packed_msg)
-        self.outq[seq] = frame
-        self.new_frames.append((seq, frame))
-
     def take_new(self) -> list[tuple[int, bytes]]:
         new, self.new_frames = self.new_frames, []
         return new
@@ -120,10 +112,12 @@ class Link:
         start = self.sent_upto + 1
         if start > limit:
             return
-        chunks = [f for f in map(outq.get, range(start, limit + 1)) if f is not None]
+        items = [(s, f) for s in range(start, limit + 1) if (f := outq.get(s)) is not None]
         self.sent_upto = limit
-        if chunks:
-            w.write(b"".join(chunks))
+        if items:
+            # a run of messages goes as batch frames (protocol.py, ``mb``): one decode per
+            # burst at the peer; the stored frames stay one per message (resends, outbox)
+            w.write(b"".join(coalesce_frames(items, protocol.MAX_BATCH)))
             self.last_tx = time.monotonic()
 
     def on_ack(self, upto: int) -> int:
