@@ -46,6 +46,33 @@ def test_bench_rejects_unknown_profile() -> None:
 
 
 @pytest.mark.slow
+def test_bench_plain_quick_json_and_plot(tmp_path: Path) -> None:
+    # the method end to end on one in-process broker: subscribers in their own process,
+    # latencies joined by event id, one JSON object, and the per-tree-size plot
+    png = tmp_path / "plot" / "bench.png"
+    r = CliRunner().invoke(cli, ["bench", "network", "--profile", "plain", "--brokers", "1",
+                                 "--payload", "16", "--subscribers", "3", "--in-process",
+                                 "--quick", "--json", "--plot", str(png)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    assert obj["profile"] == "plain" and obj["brokers"] == 1 and obj["subscribers"] == 3
+    assert obj["max_throughput_eps"] >= 1000 and not obj["drops"]
+    assert obj["latency_samples"] > 0 and 0 < obj["latency_p50_ms"] <= obj["latency_p99_ms"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_plot_refuses_an_unwritable_path(tmp_path: Path) -> None:
+    from pubguard.net.bench_plot import plot_network
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = [{"profile": "plain", "payload": 16, "brokers": 1, "max_throughput_eps": 1.0,
+          "latency_p50_ms": 1.0, "latency_p99_ms": 2.0}]  # fmt: skip
+    with pytest.raises(OSError):
+        plot_network(r, blocker / "sub" / "x.png")
+
+
+@pytest.mark.slow
 def test_cluster_up_publish_subscribe_down(tmp_path: Path) -> None:
     state = tmp_path / "net"
     runner = CliRunner()

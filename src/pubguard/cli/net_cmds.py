@@ -238,9 +238,11 @@ def register(cli: click.Group) -> None:
     @click.option("--subscribers", type=click.IntRange(1, 256), default=32, show_default=True)
     @click.option("--in-process", is_flag=True, help="Brokers in this process (quick look).")
     @click.option("--quick", is_flag=True, hidden=True, help="Smoke test: tiny rates and runs.")
+    @click.option("--plot", "plot", type=click.Path(dir_okay=False, path_type=Path),
+                  default=None, help="Also draw throughput and latency per tree size (PNG).")  # fmt: skip
     @click.option("--json", "as_json", is_flag=True)
     def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
-                      subscribers: int, in_process: bool, quick: bool,
+                      subscribers: int, in_process: bool, quick: bool, plot: Path | None,
                       as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
@@ -261,6 +263,14 @@ def register(cli: click.Group) -> None:
             in_process=in_process, subscribers=subscribers, quick=quick,
             on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
         ))  # fmt: skip
+        if plot is not None:
+            from pubguard.net.bench_plot import plot_network
+
+            try:
+                plot_network(results, plot, title=f"bench network, {subscribers} subscribers")
+            except OSError as exc:
+                raise click.ClickException(f"cannot write the plot {plot}: {exc}") from None
+            err_console.print(f"plot written to {plot}")
         if as_json:
             print_json(results[0] if len(results) == 1 else {"results": results,
                                                              **PAPER[profile]})  # fmt: skip

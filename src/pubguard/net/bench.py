@@ -7,7 +7,10 @@ and subscribers are other machines; :func:`client_costs` reports what protecting
 cost per event), so the figures measure the broker network. It sends at a fixed rate ``q``; every
 ``OBSERVE_S`` we observe the number of outstanding publications at every node (each broker's
 queued + unprocessed messages, and the publisher's unacknowledged ones). If at some node that
-number increases for five consecutive observations, the node is saturated. ``q`` is doubled
+number increases for five consecutive observations (and by at least ``GROWTH_MIN`` messages
+over them: a queue counts sent but unacknowledged messages, and with acknowledgements delayed
+by up to ``ACK_DELAY`` that count jitters by tens of messages at a steady rate), the node is
+saturated. ``q`` is doubled
 until saturation, then bisected; the largest unsaturated ``q`` is ``max_throughput_eps``.
 Latency (publish to delivery, same process clock) is measured at 80% of that rate, as p50 and
 p99, plus at an idle rate for reference.
@@ -15,8 +18,11 @@ p99, plus at an idle rate for reference.
 Each subscriber ``j`` subscribes to ``topic = "s<j>"`` and every event carries one random
 topic, so each event is routed to exactly one of the 32 subscribers (content-based routing
 with fan-out one); the payload is ``--payload`` bytes. Everything runs on this machine's
-cores: brokers are separate processes (or in-process with ``in_process``) and the publisher
-and subscribers share the bench process, so the figures are a floor for a real deployment.
+cores: brokers are separate processes (or in-process with ``in_process``), the publisher runs
+in the bench process and the subscribers in one forked child process
+(:mod:`~pubguard.net.bench_subs`; before, they shared the publisher's loop, which was then the
+bottleneck), so the figures are a floor for a real deployment. Latency joins the publisher's
+send time and the subscriber's arrival time by event id; both read ``CLOCK_MONOTONIC``.
 
 Security profiles (issue 5, Performance): the brokers serve ``profile`` from public key
 material and the clients take their keys from an in-process
@@ -73,6 +79,7 @@ BROKER_COUNTS: Final = (1, 3, 7, 15)
 SUBSCRIBERS: Final = 32
 OBSERVE_S: Final = 0.1
 SATURATION_RUN: Final = 5  # consecutive increases (eventguard.txt §6.2.2)
+GROWTH_MIN: Final = 100  # ... adding up to at least this many messages (not ack jitter)
 RUN_S: Final = 1.5
 TICK_S: Final = 0.005
 PAPER_NOTE: Final = (
@@ -228,8 +235,10 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
                 h = history.setdefault(node, [])
                 h.append(v)
                 tail = h[-(SATURATION_RUN + 1) :]
-                if len(tail) == SATURATION_RUN + 1 and all(
-                    a < b for a, b in zip(tail, tail[1:], strict=False)
+                if (
+                    len(tail) == SATURATION_RUN + 1
+                    and all(a < b for a, b in zip(tail, tail[1:], strict=False))
+                    and tail[-1] - tail[0] >= GROWTH_MIN
                 ):
                     saturated = True
 
