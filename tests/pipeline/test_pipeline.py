@@ -180,3 +180,50 @@ def test_unsupported_filter_is_a_profile_mismatch(spark: Any, tmp_path: Path) ->
     with pytest.raises(PubguardError, match="fx must constrain 'topic' with '=' only"):
         run(spark, d, tmp_path / "out", "deterministic")
     assert not (tmp_path / "out" / "outbox").exists()
+
+
+def test_more_bad_input_each_one_clear_line(spark: Any, psguard_run: Any, tmp_path: Path) -> None:
+    """The rest of the issue's list, through the CLI: a table missing a column, rows of the
+    wrong mode or with a short nonce, an unknown profile; one line each, nothing written."""
+    from click.testing import CliRunner
+
+    from pubguard.cli.main import cli
+
+    out, _, _ = psguard_run
+    prot = out / "protected"
+    ev = pd.read_parquet(prot / "events")
+    cases: list[tuple[str, Path]] = []
+
+    subs = _copy_protected(prot, tmp_path / "subs", ev)
+    s = pd.read_parquet(subs / "subscriptions")
+    shutil.rmtree(subs / "subscriptions")
+    (subs / "subscriptions").mkdir()
+    s.drop(columns=["subscriber"]).to_parquet(subs / "subscriptions" / "p.parquet", index=False)
+    cases.append(("subscriptions table is missing column(s) 'subscriber'", subs))
+
+    wrong = ev.copy()
+    wrong.loc[[0, 1], "mode"] = "deterministic"
+    cases.append(
+        (
+            "profile mismatch: 2 protected event(s) are not in 'randomized' mode",
+            _copy_protected(prot, tmp_path / "wrong-mode", wrong),
+        )
+    )
+    short = ev.copy()
+    short.loc[0, "nonce"] = b"abc"
+    cases.append(
+        ("1 row(s) without a 16-byte nonce", _copy_protected(prot, tmp_path / "short", short))
+    )
+    other = _copy_protected(prot, tmp_path / "profile", ev)
+    m = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**m, "profile": "vcaps"}))
+    cases.append(("unknown pipeline profile 'vcaps'", other))
+
+    for i, (want, folder) in enumerate(cases):
+        target = tmp_path / f"target-{i}"
+        args = ["pipeline", "match", "--protected", str(folder), "--out", str(target)]
+        res = CliRunner().invoke(cli, [*args, "--now-ms", str(NOW)])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 1 and len(lines) == 1, res.output
+        assert lines[0].startswith("pubguard: error: ") and want in lines[0], lines
+        assert not (target / "outbox").exists()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pubguard.crypto import SecretBytes, SigningKey, VerifyKey
+from pubguard.crypto import AesPrf, SecretBytes, SigningKey, VerifyKey
 from pubguard.errors import DropReason
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, EventType, Filter, Subscription, event_from_json, filter_from_json
@@ -68,6 +68,7 @@ __all__ = [
     "protect_filters",
     "protect_events_pandas",
     "protect_filters_pandas",
+    "prfs_for",
     "reason_counts",
     "subscriptions_frame",
     "validate",
@@ -372,25 +373,48 @@ def reason_counts(df: DataFrame) -> dict[str | None, int]:
 # -- match (untrusted) --------------------------------------------------------------------------
 
 
+_PRF_MEMO: list[Any] = []  # [(tokens list, [AesPrf, ...])]: this Python worker's index
+
+
+def prfs_for(tokens: Sequence[bytes]) -> list[Any]:
+    """``F_tok`` with its AES context set up, for each distinct subscription token, built once
+    per Python worker and index: a broadcast value is deserialised once per (reused) worker
+    and is the same object for every task, so the contexts survive from task to task instead
+    of being set up again per partition (psguard.txt §4.1; :class:`~pubguard.crypto.AesPrf`).
+    Tokens are what an executor holds anyway; no key is involved."""
+    if _PRF_MEMO and _PRF_MEMO[0][0] is tokens:
+        return _PRF_MEMO[0][1]  # type: ignore[no-any-return]
+    prfs = [AesPrf(t) for t in tokens]
+    _PRF_MEMO[:] = [(tokens, prfs)]
+    return prfs
+
+
 def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> DataFrame:
     """``(event_id, tok)`` for every subscription token whose PRF over the event's nonce is
-    among the event's tags; the distinct tokens are broadcast once."""
+    among the event's tags; the distinct tokens are broadcast once, and each Python worker
+    sets up their AES contexts once (:func:`prfs_for`), then runs one cipher call per token
+    over all the nonces of an Arrow batch (:func:`match_randomized`)."""
     spark = events.sparkSession
-    bc = spark.sparkContext.broadcast([t for _, t in tokens])
-    toks64 = [k for k, _ in tokens]
-    bc64 = spark.sparkContext.broadcast(toks64)
+    bc = spark.sparkContext.broadcast(([t for _, t in tokens], [k for k, _ in tokens]))
 
     def fn(batches: Iterable[Any]) -> Iterable[Any]:
+        import numpy as np
         import pandas as pd
 
-        toks, t64 = bc.value, bc64.value
+        toks, t64 = bc.value
+        prfs = prfs_for(toks)
+        t64a = np.asarray(t64, dtype=np.int64)
         for pdf in batches:
-            nonces = b"".join(bytes(x) for x in pdf["nonce"])
+            nonces = b"".join(pdf["nonce"].tolist())
             if len(nonces) != NONCE_BYTES * len(pdf):
                 raise ValueError("randomized match needs a 16-byte nonce per event")
-            hits = match_randomized(nonces, list(pdf["tokens"]), toks)
-            ids = pdf["event_id"].tolist()
-            yield pd.DataFrame([(ids[e], t64[t]) for e, t in hits], columns=["event_id", "tok"])
+            hits = match_randomized(nonces, pdf["tokens"].tolist(), toks, prfs=prfs)
+            if not hits:
+                yield pd.DataFrame({"event_id": [], "tok": np.empty(0, dtype=np.int64)})
+                continue
+            h = np.asarray(hits, dtype=np.int64)
+            ids = pdf["event_id"].to_numpy()
+            yield pd.DataFrame({"event_id": ids[h[:, 0]], "tok": t64a[h[:, 1]]})
 
     return events.select("event_id", "nonce", "tokens").mapInPandas(fn, "event_id string, tok long")
 

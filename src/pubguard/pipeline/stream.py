@@ -76,7 +76,9 @@ def match_with_index(events: DataFrame, index_bc: Any, mode: str) -> DataFrame:
                 if len(nonces) != NONCE_BYTES * len(pdf):
                     raise ValueError("randomized match needs a 16-byte nonce per event")
                 hits_by_ev: dict[int, list[int]] = {}
-                for e, t in match_randomized(nonces, list(pdf["tokens"]), idx["tokens"]):
+                prfs = S.prfs_for(idx["tokens"])  # AES contexts once per worker and index
+                hits = match_randomized(nonces, list(pdf["tokens"]), idx["tokens"], prfs=prfs)
+                for e, t in hits:
                     hits_by_ev.setdefault(e, []).append(idx["toks64"][t])
             else:
                 hits_by_ev = {i: [int(x) for x in toks] for i, toks in enumerate(pdf["tokens"])}
@@ -163,7 +165,8 @@ def _process_batch(
             .drop("_seen_sig")
         )
     checked = checked.cache()
-    drops = S.drop_counts(checked)
+    by_reason = S.reason_counts(checked)  # drops and the event count in one job
+    drops = {r: c for r, c in by_reason.items() if r is not None}
     ok = S.accepted(checked)
     deliveries = match_with_index(ok, index_bc, mode).cache()
     n = deliveries.count()
@@ -178,7 +181,7 @@ def _process_batch(
     if fail_after_write is not None and batch_id == fail_after_write:
         raise RuntimeError(f"simulated crash after writing batch {batch_id}")
     ok.select("event_id", "sig", "ts").write.parquet(str(out / SEEN / f"batch={batch_id}"))
-    n_events = checked.count()
+    n_events = sum(by_reason.values())
     marker.parent.mkdir(parents=True, exist_ok=True)
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(
