@@ -19,7 +19,13 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import merkle_batch, merkle_root, root_from_path
+from pubguard.schemes.merkle import (
+    merkle_batch,
+    merkle_root,
+    pack_path,
+    root_from_path,
+    unpack_path,
+)
 
 leaves_st = st.lists(st.binary(min_size=0, max_size=40), min_size=1, max_size=70)
 
@@ -31,6 +37,23 @@ def test_every_leaf_path_recomputes_the_root(leaves):
     assert root == merkle_root(leaves)
     for i, leaf in enumerate(leaves):
         assert root_from_path(leaf, i, paths[i], len(leaves)) == root
+
+
+@given(leaves_st)
+@settings(max_examples=30, deadline=None)
+def test_packed_paths_round_trip(leaves):
+    root, paths = merkle_batch(leaves)
+    for i, leaf in enumerate(leaves):
+        assert unpack_path(pack_path(paths[i])) == paths[i]
+        assert root_from_path(leaf, i, unpack_path(pack_path(paths[i])), len(leaves)) == root
+
+
+@pytest.mark.parametrize(
+    "blob", [b"x" * 31, b"x" * 33, b"x" * 32 * 17, [b"x" * 32], "x" * 32, None]
+)
+def test_unpack_path_is_strict(blob):
+    with pytest.raises(ValidationError):
+        unpack_path(blob)
 
 
 @given(leaves_st, st.data())

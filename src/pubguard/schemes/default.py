@@ -32,7 +32,8 @@ Wire forms::
     unadvertise                                   meta {ts, q, sig}  (by the publisher's key)
     publish      routing {m, n, t}  body E_K(e)(payload)
                  meta {p, ts, e, h, s: the PSGuard record; q: sequence; pm: publish permit;
-                       sig: Ed25519 over ROOT_TAG || Merkle root; mi, mn, mp: index, size, path}
+                       sig: Ed25519 over ROOT_TAG || Merkle root; mi, mn, mp: index, size,
+                       path (its hashes concatenated: meta stays a flat map of scalars)}
 
 Publication guard, cheapest first: struck-out link -> FLOOD; undecodable -> MALFORMED; no
 permit, a permit of another kind, subject or epoch, or outside its validity -> UNAUTHORISED; a
@@ -69,7 +70,7 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH
+from pubguard.schemes.merkle import MAX_BATCH, pack_path, unpack_path
 from pubguard.schemes.psguard import ProtectedRecord
 from pubguard.schemes.psguard_wire import (
     TokenEvent,
@@ -235,9 +236,7 @@ def parse_publication(
     pm = meta.get("pm")
     if pm is not None and type(pm) is not bytes:
         raise ValidationError("default permit must be bytes")
-    path = meta.get("mp", ())
-    if type(path) is not tuple and not isinstance(path, list | tuple) or len(path) > MAX_PATH:
-        raise ValidationError("default Merkle path must be a short list")
+    path = unpack_path(meta.get("mp", b""))
     size = meta.get("mn", 1)
     if type(size) is not int:
         size = _int(size, "batch size")
@@ -248,7 +247,7 @@ def parse_publication(
         seq = _int(seq, "sequence")
     if not (type(index) is int and index >= 0):
         index = _int(index, "Merkle index")
-    return _Publication(rec, seq, pm or b"", index, size, tuple(path))
+    return _Publication(rec, seq, pm or b"", index, size, path)
 
 
 class _PerBroker:
@@ -448,4 +447,4 @@ def merkle_fields(index: int, size: int, path: Sequence[bytes]) -> dict[str, Any
     """The ``mi``/``mn``/``mp`` meta fields (omitted for a batch of one)."""
     if size == 1:
         return {}
-    return {"mi": index, "mn": size, "mp": list(path)}
+    return {"mi": index, "mn": size, "mp": pack_path(path)}

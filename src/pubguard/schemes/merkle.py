@@ -23,7 +23,15 @@ from typing import Final
 from pubguard.crypto import DIGEST_SIZE, H, sha256_fast
 from pubguard.errors import InvalidToken, ValidationError
 
-__all__ = ["MAX_BATCH", "MAX_PATH", "merkle_batch", "merkle_root", "root_from_path"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_PATH",
+    "merkle_batch",
+    "merkle_root",
+    "pack_path",
+    "root_from_path",
+    "unpack_path",
+]
 
 MAX_BATCH: Final = 1 << 16  # publications under one signed root
 MAX_PATH: Final = 16  # sibling hashes on a path (log2 MAX_BATCH)
@@ -63,6 +71,24 @@ def merkle_batch(leaves: Sequence[bytes]) -> tuple[bytes, list[tuple[bytes, ...]
             pos[leaf] = p // 2
         level = nxt
     return level[0], [tuple(p) for p in paths]
+
+
+def pack_path(path: Sequence[bytes]) -> bytes:
+    """A path as one wire value (its hashes concatenated): a publication's ``meta`` stays a
+    flat map of scalars, which the broker core freezes without walking a nested list."""
+    return b"".join(path)
+
+
+def unpack_path(blob: object) -> tuple[bytes, ...]:
+    """Inverse of :func:`pack_path`; ValidationError unless whole hashes, at most MAX_PATH."""
+    if type(blob) is not bytes:
+        raise ValidationError("a Merkle path is one bytes value")
+    n, odd = divmod(len(blob), DIGEST_SIZE)
+    if odd or n > MAX_PATH:
+        raise ValidationError(
+            f"a Merkle path is at most {MAX_PATH} whole {DIGEST_SIZE}-byte hashes"
+        )
+    return tuple(blob[i : i + DIGEST_SIZE] for i in range(0, len(blob), DIGEST_SIZE))
 
 
 def root_from_path(leaf: bytes, index: int, path: Sequence[bytes], size: int) -> bytes:

@@ -19,7 +19,7 @@ one signature per record (over ``record.message()``), or amortised over a batch
 (:meth:`PSGuardClient.protect_events`): the publisher signs ``ROOT_TAG || root`` of a Merkle
 tree whose leaves are ``H(record.message())`` (:mod:`pubguard.schemes.merkle`) and each
 publication carries its index, the batch size and its path in ``meta`` (``mi``, ``mn``,
-``mp``), so a broker verifies one signature per batch and caches the verified root. The two
+``mp``: the path's hashes concatenated, so ``meta`` stays a flat map of scalars), so a broker verifies one signature per batch and caches the verified root. The two
 signed strings start with different tags, so neither signature passes for the other form.
 PSGuard has no subscription guard: a subscription is only tokens, and a subscriber without the
 KDC's keys can neither compute them nor open what they would match.
@@ -43,7 +43,7 @@ from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.guards import SignedRootVerifier
-from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH, merkle_batch
+from pubguard.schemes.merkle import MAX_BATCH, merkle_batch, pack_path, unpack_path
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import (
     DEFAULT_MAX_DELAY_MS,
@@ -153,9 +153,7 @@ def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:
             raise ValidationError("psguard Merkle index and size must be integers")
     if not 0 <= index < size <= MAX_BATCH:  # type: ignore[operator]
         raise ValidationError("psguard Merkle index/size out of range")
-    if not isinstance(path, list | tuple) or len(path) > MAX_PATH:
-        raise ValidationError("psguard Merkle path must be a short list")
-    return index, size, tuple(path)  # type: ignore[return-value]
+    return index, size, unpack_path(path)  # type: ignore[return-value]
 
 
 # -- key service and client face ----------------------------------------------------------------
@@ -459,7 +457,7 @@ class PSGuardClient:
         out = []
         for i, r in enumerate(recs):
             pe = record_to_wire(with_sig(r, sig))
-            meta = {**pe.meta, "mi": i, "mn": len(recs), "mp": list(paths[i])}
+            meta = {**pe.meta, "mi": i, "mn": len(recs), "mp": pack_path(paths[i])}
             out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
         return out
 
