@@ -139,15 +139,18 @@ def coalesce_frames(items: list[tuple[int, bytes]], max_count: int = 4096) -> li
     frames: each run of consecutive sequence numbers becomes one batch frame (at most
     ``max_count`` messages and about ``BATCH_BYTES``), equal to ``encode_batch_frame``; a
     lone message, or a frame of another layout, is kept as it is."""
+    if len(items) < 2:
+        return [f for _, f in items]
     out: list[bytes] = []
     run: list[bytes] = []  # packed messages of the current run
+    lone = b""  # the current run's frame while it has one message
     first = nxt = 0
     size = 0
 
     def flush() -> None:
         nonlocal run, size
         if len(run) == 1:
-            out.append(encode_message_frame(first, run[0]))
+            out.append(lone)
         elif run:
             out.append(encode_batch_frame(first, run))
         run, size = [], 0
@@ -164,7 +167,7 @@ def coalesce_frames(items: list[tuple[int, bytes]], max_count: int = 4096) -> li
         if run and (seq != nxt or len(run) >= max_count or size + len(packed) > BATCH_BYTES):
             flush()
         if not run:
-            first = seq
+            first, lone = seq, frame
         run.append(packed)
         size += len(packed)
         nxt = seq + 1
