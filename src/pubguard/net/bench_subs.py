@@ -115,7 +115,12 @@ class RemoteSubscribers:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         fd = conn.fileno()
-        loop.add_reader(fd, lambda: fut.done() or fut.set_result(None))
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_reader(fd, ready)
         try:
             await fut
         finally:
