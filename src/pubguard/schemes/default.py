@@ -245,7 +245,7 @@ def parse_publication(
     seq, index = meta.get("q"), meta.get("mi", 0)
     if not (type(seq) is int and 0 <= seq < 2**63):
         seq = _int(seq, "sequence")
-    if not (type(index) is int and index >= 0):
+    if not (type(index) is int and 0 <= index < 2**63):
         index = _int(index, "Merkle index")
     return _Publication(rec, seq, pm or b"", index, size, path)
 
