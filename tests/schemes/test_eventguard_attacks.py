@@ -11,7 +11,14 @@ from pubguard.crypto import SigningKey
 from pubguard.errors import DropReason
 from pubguard.model import Event, Filter
 from pubguard.overlay.tree import tree_from_edges
-from pubguard.schemes.eventguard import EVENTGUARD, ROOT_TAG, EventGuardBroker, leaf_digest
+from pubguard.schemes.eventguard import (
+    EVENTGUARD,
+    ROOT_TAG,
+    EventGuardBroker,
+    leaf_digest,
+    pack_tokens,
+    parse_publication,
+)
 from pubguard.schemes.eventguard_client import EventGuardClient
 from pubguard.schemes.merkle import merkle_root
 from pubguard.sim.engine import Simulator
@@ -88,7 +95,7 @@ def test_tampered_fields_are_forged():
         elif tamper == "ts":
             wire["meta"]["ts"] += 0.5
         elif tamper == "wk":
-            wire["meta"]["wk"] = [wire["meta"]["wk"][0][:-1] + b"\x00"]
+            wire["meta"]["wk"] = wire["meta"]["wk"][:-1] + bytes([wire["meta"]["wk"][-1] ^ 1])
         elif tamper == "event_id":
             wire["event_id"] = "renamed-" + wire["event_id"]  # a replay under a fresh id
         else:
@@ -119,8 +126,9 @@ def test_stale_publication_is_dropped():
 
 def _resign(w: World, wire: dict, sk: SigningKey) -> dict:
     m = wire["meta"]
+    f = parse_publication(wire["routing"], m)
     leaf = leaf_digest(wire["event_id"], EVENTGUARD, m["p"], m["e"], m["ts"],
-                       wire["routing"]["tokens"], m["wk"], wire["body"])  # fmt: skip
+                       f.tokens, f.wrapped, wire["body"])  # fmt: skip
     m["sig"] = sk.sign(ROOT_TAG + merkle_root([leaf]))
     return wire
 
@@ -129,7 +137,7 @@ def test_unauthorised_publisher_is_refused():
     w = World()
     # mallory holds a genuine advertisement permit, but for OTHER, and signs correctly
     wire = _publish_wire(w.mallory.scheme.protect_event(Event({"topic": OTHER}), now=1.0))
-    wire["routing"] = {"tokens": [w.ms.topic_token(TOPIC)]}
+    wire["routing"] = {"tokens": pack_tokens([w.ms.topic_token(TOPIC)])}
     _resign(w, wire, w.mallory.scheme._sk)
     w.only_at(w.inject("mallory", "a1", wire, 1.0), "a1", DropReason.UNAUTHORISED)
     # pub's own permit, but signed with mallory's key (pk(P) in the permit differs)

@@ -11,9 +11,13 @@ Wire forms (``meta`` fields are signed by the MS or the publisher, never by a br
 
     subscribe    filter {token: T(w)}                           meta {permit: sb(w)}     §4.2
     advertise    filter {token: T(w), publisher: P, pk: pk(P)}  meta {permit: ad(w)}     §4.3
-    publish      routing {tokens: [T(w_1) ...]}   body E_Kr(pbl)                          §4.4
+    publish      routing {tokens: T(w_1) || ...}   body E_Kr(pbl)                          §4.4
                  meta {p: P, e: epoch, ts, wk: [E_K(w_i,e)(Kr) ...], ad: [ad(w_i) ...],
                        sig, (mi, mn, mp: Merkle index, batch size, path)}
+
+    Lists travel as one bytes value each (so the routing part and ``meta`` are flat maps of
+    scalars, which the broker core freezes on its fast path): the 32-byte tokens and the path's
+    hashes concatenated, wrapped keys and permits as length-prefixed items (:func:`pack_items`).
     unsubscribe  meta {permit: usb(w)}  (bound to the cancelled sbId)                      §4.5
     unadvertise  meta {permit: uad(w)}  (bound to the cancelled adId)                      §4.6
 
@@ -39,6 +43,7 @@ and the network's subscriptions do not. The client side is
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -69,7 +74,7 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH
+from pubguard.schemes.merkle import MAX_BATCH, unpack_path
 
 __all__ = [
     "EVENTGUARD",
@@ -80,7 +85,10 @@ __all__ = [
     "key_aad",
     "leaf_digest",
     "make_scheme",
+    "pack_items",
+    "pack_tokens",
     "parse_publication",
+    "unpack_items",
 ]
 
 EVENTGUARD: Final = "eventguard"
@@ -89,6 +97,8 @@ TOKEN_BYTES: Final = 32
 ROOT_TAG: Final = b"pubguard/eventguard/root/v1\x00"
 LEAF_TAG: Final = b"pubguard/eventguard/leaf/v1\x00"
 _ROUTING_KEYS: Final = frozenset({"tokens"})
+_U32 = struct.Struct(">I").pack
+_U32_AT = struct.Struct(">I").unpack_from
 
 
 def leaf_digest(
@@ -142,30 +152,49 @@ class PublicationFields:
         )  # fmt: skip
 
 
-def _bytes_list(
-    v: Any, what: str, n: int | None = None, size: int | None = None
-) -> tuple[bytes, ...]:
-    if not isinstance(v, list | tuple):
-        raise ValidationError(f"eventguard {what} must be a list of bytes")
-    for x in v:
-        if not isinstance(x, bytes):
-            raise ValidationError(f"eventguard {what} must be a list of bytes")
-    if n is not None and len(v) != n:
+def pack_items(items: Sequence[bytes]) -> bytes:
+    """Byte strings as one wire value: each as a 4-byte big-endian length then its bytes."""
+    return b"".join(_U32(len(x)) + x for x in items)
+
+
+def unpack_items(blob: Any, what: str, n: int) -> tuple[bytes, ...]:
+    """Inverse of :func:`pack_items`, exactly ``n`` items; ValidationError otherwise."""
+    if type(blob) is not bytes:
+        raise ValidationError(f"eventguard {what} must be one bytes value")
+    end = len(blob)
+    if n == 1 and end >= 4 and _U32_AT(blob, 0)[0] == end - 4:  # one item: the common case
+        return (blob[4:],)
+    out, i = [], 0
+    while i < end:
+        if i + 4 > end:
+            raise ValidationError(f"eventguard {what}: truncated length")
+        (k,) = _U32_AT(blob, i)
+        i += 4
+        if i + k > end:
+            raise ValidationError(f"eventguard {what}: truncated item")
+        out.append(blob[i : i + k])
+        i += k
+    if len(out) != n:
         raise ValidationError(f"eventguard {what} must have {n} entries")
-    if size is not None:
-        for x in v:
-            if len(x) != size:
-                raise ValidationError(f"eventguard {what} entries must be {size} bytes")
-    return v if type(v) is tuple else tuple(v)
+    return tuple(out)
 
 
 def parse_tokens(routing: Mapping[str, Any]) -> tuple[bytes, ...]:
     if not isinstance(routing, Mapping) or routing.keys() != _ROUTING_KEYS:
-        raise ValidationError("eventguard routing is exactly {tokens: [T(w) ...]}")
-    toks = _bytes_list(routing["tokens"], "tokens", size=TOKEN_BYTES)
-    if not 1 <= len(toks) <= MAX_TOPICS:
+        raise ValidationError("eventguard routing is exactly {tokens: T(w_1) || ...}")
+    blob = routing["tokens"]
+    if type(blob) is not bytes or len(blob) % TOKEN_BYTES:
+        raise ValidationError(f"eventguard tokens must be whole {TOKEN_BYTES}-byte tokens")
+    if not 1 <= len(blob) // TOKEN_BYTES <= MAX_TOPICS:
         raise ValidationError(f"a publication carries 1..{MAX_TOPICS} tokens")
-    return toks
+    if len(blob) == TOKEN_BYTES:
+        return (blob,)
+    return tuple(blob[i : i + TOKEN_BYTES] for i in range(0, len(blob), TOKEN_BYTES))
+
+
+def pack_tokens(tokens: Sequence[bytes]) -> bytes:
+    """The routing part's ``tokens`` value."""
+    return b"".join(tokens)
 
 
 def parse_publication(routing: Mapping[str, Any], meta: Mapping[str, Any]) -> PublicationFields:
@@ -181,21 +210,19 @@ def parse_publication(routing: Mapping[str, Any], meta: Mapping[str, Any]) -> Pu
         raise ValidationError("eventguard timestamp must be a number")
     if not isinstance(sig, bytes):
         raise ValidationError("eventguard signature must be bytes")
-    mi, mn, mp = meta.get("mi", 0), meta.get("mn", 1), meta.get("mp", ())
+    mi, mn = meta.get("mi", 0), meta.get("mn", 1)
     if isinstance(mi, bool) or isinstance(mn, bool) or not isinstance(mi, int):
         raise ValidationError("eventguard Merkle index must be an integer")
     if not isinstance(mn, int) or not 0 <= mi < mn <= MAX_BATCH:
         raise ValidationError("eventguard Merkle index/size out of range")
-    path = _bytes_list(mp, "Merkle path")
-    if len(path) > MAX_PATH:
-        raise ValidationError("eventguard Merkle path too long")
+    path = unpack_path(meta.get("mp", b""))
     return PublicationFields(
         publisher=p,
         epoch=e,
         ts=float(ts),
         tokens=tokens,
-        wrapped=_bytes_list(meta.get("wk"), "wrapped keys", n),
-        permits=_bytes_list(meta.get("ad"), "advertisement permits", n),
+        wrapped=unpack_items(meta.get("wk"), "wrapped keys", n),
+        permits=unpack_items(meta.get("ad"), "advertisement permits", n),
         sig=sig,
         index=mi,
         size=mn,

@@ -49,10 +49,12 @@ from pubguard.schemes.eventguard import (
     body_aad,
     key_aad,
     leaf_digest,
+    pack_items,
+    pack_tokens,
     parse_publication,
 )
 from pubguard.schemes.guards import SignedRootVerifier
-from pubguard.schemes.merkle import merkle_batch
+from pubguard.schemes.merkle import merkle_batch, pack_path
 from pubguard.schemes.plain import new_event_id
 
 __all__ = ["EventGuardClient", "MetaServiceLike", "topic_of"]
@@ -196,7 +198,7 @@ class EventGuardClient:
             meta = dict(pe.meta)
             meta["sig"] = sig
             if len(parts) > 1:
-                meta.update(mi=i, mn=len(parts), mp=list(paths[i]))
+                meta.update(mi=i, mn=len(parts), mp=pack_path(paths[i]))
             out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
         return out
 
@@ -225,8 +227,9 @@ class EventGuardClient:
         wrapped = seal(g.key, kr, aad=key_aad(eid, e, tok), rng=rng)
         ts = float(now)
         leaf = leaf_digest(eid, EVENTGUARD, self.name, e, ts, [tok], [wrapped], body)
-        meta = {"p": self.name, "e": e, "ts": ts, "wk": [wrapped], "ad": [g.permit.to_bytes()]}
-        return leaf, ProtectedEvent(eid, {"tokens": [tok]}, body, meta)
+        meta = {"p": self.name, "e": e, "ts": ts, "wk": pack_items([wrapped]),
+                "ad": pack_items([g.permit.to_bytes()])}  # fmt: skip
+        return leaf, ProtectedEvent(eid, {"tokens": pack_tokens([tok])}, body, meta)
 
     def open_event(
         self,
