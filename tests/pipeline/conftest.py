@@ -14,6 +14,20 @@ from pubguard.sim.workloads import Workload
 from tests.pipeline.helpers import make_workload, run
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _few_partitions(spark: Any) -> Iterator[None]:
+    """Tiny workloads: two shuffle partitions instead of four halves the tasks of every stage
+    (results do not depend on it). Every test here uses Spark; the setting is restored after
+    each module for the shared session's other users."""
+    session = spark
+    old = session.conf.get("spark.sql.shuffle.partitions")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    try:
+        yield
+    finally:
+        session.conf.set("spark.sql.shuffle.partitions", old)
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
     """A master and a worker on 127.0.0.1, shared by every test that needs one."""

@@ -25,7 +25,11 @@ def test_match_on_standalone_cluster(spark_cluster: Any, psguard_run: Any, tmp_p
         "--protected", str(out / "protected"), "--out", str(tmp_path),
         "--master", spark_cluster.master_url, "--now-ms", str(NOW), "--json",
     ]  # fmt: skip
-    env = {**os.environ, "PUBGUARD_SPARK_DRIVER_MEMORY": "1g"}
+    env = {
+        **os.environ,
+        "PUBGUARD_SPARK_DRIVER_MEMORY": "1g",
+        "PUBGUARD_SPARK_SHUFFLE_PARTITIONS": "1",  # one worker core: one task per stage
+    }
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -28,7 +28,7 @@ from typing import Any
 from pubguard.pipeline import stages as S
 from pubguard.pipeline.tables import EVENT_COLUMNS
 
-__all__ = ["bench_pipeline", "print_bench"]
+__all__ = ["bench_pipeline", "plot_sweep", "print_bench"]
 
 PAPER = "psguard.txt §5.2.3: throughput 2.2% below Siena with key caching (broker network)"
 GOALS = {"deterministic": 0.5, "randomized": 0.3, "scaling": 1.7}
@@ -219,6 +219,7 @@ def bench_pipeline(
     if sweep_png is not None:
         res["sweep"] = _sweep(spark, subscriptions, events, modes, seed, sweep_png, progress)
     res["total_seconds"] = time.perf_counter() - t0
+    res["loadavg_end"] = list(os.getloadavg())  # a shared machine depresses the ratios
     return res
 
 
@@ -288,6 +289,11 @@ def _sweep(
     return points
 
 
+def plot_sweep(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None:
+    """Plot a sweep (the ``sweep`` list of a ``--json`` result) again, e.g. after a run."""
+    _plot(points, modes, png)
+
+
 def _plot(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None:
     import matplotlib
 
@@ -300,11 +306,7 @@ def _plot(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None
         for series, style in (("live", "-o"), ("non-matching added", "--s")):
             pts = [p for p in points if p["series"] == series]
             if series != "live":  # start the dashed series at its live base point
-                base = [
-                    p
-                    for p in points
-                    if p["series"] == "live" and p["subscriptions"] == pts[0]["subscriptions"] - 0
-                ]
+                base = [p for p in points if p["series"] == "live" and p["live"] == pts[0]["live"]]
                 pts = base + pts
             lab = f"{name} ({series})"
             c = colors.get(name)
@@ -357,3 +359,11 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
         )
     console.print(t)
     console.print(f"paper: {res['paper']}; scaling goal >= {GOALS['scaling']}")
+    load = res.get("loadavg", [])
+    end = res.get("loadavg_end", [])
+    if load:
+        console.print(
+            f"load average at start {load[0]:.2f}"
+            + (f", at end {end[0]:.2f}" if end else "")
+            + f" (machine has {os.cpu_count()} cores)"
+        )

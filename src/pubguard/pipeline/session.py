@@ -5,6 +5,9 @@
 Pipeline). The session is tuned for small and medium jobs on a laptop-class machine: few
 shuffle partitions, adaptive execution, no UI, quiet logs, Arrow for pandas exchange.
 
+``PUBGUARD_SPARK_SHUFFLE_PARTITIONS`` overrides the shuffle and default parallelism (tiny test
+jobs run faster with fewer tasks); ``PUBGUARD_SPARK_DRIVER_MEMORY`` the driver memory.
+
 Executors run Python with the driver's interpreter (``spark.pyspark.python``), so on a
 loopback cluster they import the same ``pubguard``; on a real cluster install pubguard on
 every node (see docs/pipeline.md).
@@ -64,7 +67,8 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    parts = shuffle_partitions or max(2, 2 * _cores(master))
+    env_parts = os.environ.get("PUBGUARD_SPARK_SHUFFLE_PARTITIONS")
+    parts = shuffle_partitions or (int(env_parts) if env_parts else max(2, 2 * _cores(master)))
     conf: dict[str, str] = {
         "spark.sql.shuffle.partitions": str(parts),
         "spark.default.parallelism": str(parts),
