@@ -240,8 +240,8 @@ class Broker(PublicationRouting, AdvertisementRouting):
         and the same state as one call per message. Runs of publications are admitted one by
         one (decoding, duplicate window, the guards: a refused one is dropped as ``handle``
         drops it and is not matched), then matched together, per matcher, with its
-        ``match_batch`` when it has one and the run has at least ``BATCH_MATCH_MIN`` of them,
-        and routed in arrival order. Publications of plain profiles and of profiles whose
+        ``match_batch`` when it has one and the run has at least the matcher's ``batch_min``
+        (default ``BATCH_MATCH_MIN``) of them, and routed in arrival order. Publications of plain profiles and of profiles whose
         matcher has ``match_batch`` (the token profiles: psguard.txt §3.1, one AES call per
         token over the batch's nonces) join runs, unless the profile has both guards and
         outgoing rewrites (see ``_Profile``)."""

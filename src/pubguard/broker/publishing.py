@@ -181,7 +181,8 @@ class PublicationRouting:
         for matcher, idx in groups.values():
             pes = [run[i][1].pe for i in idx]  # type: ignore[union-attr]
             batch = getattr(matcher, "match_batch", None)
-            if batch is not None and len(idx) >= BATCH_MATCH_MIN:
+            # a matcher may name its own break-even run length (psguard's TokenMatcher: 8)
+            if batch is not None and len(idx) >= getattr(matcher, "batch_min", BATCH_MATCH_MIN):
                 results = batch(pes)
             else:
                 results = [matcher.match(pe) for pe in pes]

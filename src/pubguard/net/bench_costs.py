@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 MERKLE_BATCH: Final = 16  # publications under one signature in the amortised runs
-SIGNING_PROFILES: Final = ("eventguard", "default")  # measured single-signed and batch-signed
+# measured single-signed and batch-signed (Merkle roots over MERKLE_BATCH publications)
+SIGNING_PROFILES: Final = ("eventguard", "default", "psguard")
 #: a topic-routed event type every profile can carry (PSGuard topic-kind attribute)
 BENCH_TYPE: Final = EventType("bench", (AttributeSpec("topic", "str", kind="topic"),))
 PUBLISHER: Final = "bench-pub"
