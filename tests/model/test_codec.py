@@ -46,3 +46,22 @@ def test_events_round_trip(tmp_path: Path) -> None:
     p.write_text(json.dumps(e.to_json()) + "\n")
     (back,) = list(read_events(p))
     assert back == e
+
+
+def test_equal_filter_lines_share_one_parsed_filter(tmp_path: Path) -> None:
+    f = '{"id": "f1", "constraints": [["age", ">", 20]]}'
+    g = '{"id": "f1", "constraints": [["age", ">", 20.0]]}'  # 20.0 is not 20: parsed apart
+    p = tmp_path / "subscriptions.jsonl"
+    p.write_text(
+        "\n".join(f'{{"subscriber": "s{i}", "filter": {x}}}' for i, x in enumerate([f, f, g, f]))
+        + '\n{"subscriber": "s9", "filter": {"constraints": [["age", "~", 1]]}}\n'
+    )
+    subs = []
+    with pytest.raises(InputError, match=r"subscriptions.jsonl:5: unknown operator"):
+        for s in read_subscriptions(p):
+            subs.append(s)
+    assert [s.subscriber for s in subs] == ["s0", "s1", "s2", "s3"]
+    assert subs[0].filter is subs[1].filter is subs[3].filter
+    assert subs[2].filter is not subs[0].filter
+    assert isinstance(subs[2].filter.constraints[0].value, float)
+    assert isinstance(subs[0].filter.constraints[0].value, int)

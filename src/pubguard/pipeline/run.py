@@ -239,7 +239,7 @@ def run_pipeline(
 ) -> dict[str, Any]:
     """protect -> validate -> match -> deliver -> open on a workload folder; the summary."""
     from pubguard.crypto import random_bytes
-    from pubguard.pipeline.workload import load_workload
+    from pubguard.sim.workloads import load_workload  # shares each distinct filter (codec)
 
     _check_mode(profile, mode)
     outp = Path(out)
