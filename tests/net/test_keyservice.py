@@ -24,7 +24,14 @@ from hypothesis import strategies as st
 
 from pubguard.crypto import SecretBytes
 from pubguard.crypto.x509 import Role, client_ssl_context, server_ssl_context
-from pubguard.errors import DropError, DropReason, InvalidToken, TransportError, ValidationError
+from pubguard.errors import (
+    ConfigError,
+    DropError,
+    DropReason,
+    InvalidToken,
+    TransportError,
+    ValidationError,
+)
 from pubguard.keys.ms import MetaService, SubscriptionGrant, SubscriptionPermit
 from pubguard.model import Event
 from pubguard.net.framing import FrameDecoder, encode_frame
@@ -116,6 +123,31 @@ def test_a_client_without_a_ca_signed_certificate_is_refused(pki, service, tmp_p
     with pytest.raises(TransportError), KeyServiceClient("127.0.0.1", port, ctx) as c:
         c.subscribe("s1", TOPIC, now=0.5)
     assert server.stats["connections"] == before  # never reached the request handler
+
+
+def test_a_revoked_client_certificate_is_refused_at_the_handshake(aloop, pki):
+    """keyservice serve loads the CA's CRL (ClusterPki.revoke re-signs it): a revoked client
+    never reaches the request handler; an unrevoked one is served."""
+    pki.identity("carol")
+    pki.identity("mallory")
+    pki.revoke("mallory")
+    assert pki.crl_path is not None
+    ms = MetaService(SecretBytes(random.Random(8).randbytes(32)), epoch_length=EPOCH)
+    i = pki.identity("keyservice", Role.MS)
+    ctx = server_ssl_context(i.cert_path, i.key_path, i.ca_path, crl_path=pki.crl_path)
+    server = KeyServiceServer(KeyServiceCore(ms), ctx, clock=Clock())
+    port = aloop.run(server.start())
+    try:
+        with proxy(pki, "carol", port) as c:
+            assert c.subscribe("carol", TOPIC, now=0.5).permit.token == ms.topic_token(TOPIC)
+        before = server.stats["connections"]
+        with pytest.raises(TransportError), proxy(pki, "mallory", port) as m:
+            m.subscribe("mallory", TOPIC, now=0.5)
+        assert server.stats["connections"] == before
+    finally:
+        aloop.run(server.stop())
+    with pytest.raises(ConfigError, match="no identity 'nobody'"):
+        pki.revoke("nobody")
 
 
 def test_a_client_cannot_obtain_a_permit_in_another_identitys_name(pki, service):

@@ -74,7 +74,11 @@ async def _serve(
     ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length,
                      origin=origin)  # fmt: skip
     ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
-    ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path)
+    pki = ClusterPki(state / "pki")
+    # refuse revoked client certificates at the handshake: the CA's CRL if it has signed one
+    # (ClusterPki.revoke), else the one issued with our identity
+    crl = pki.crl_path or (ident.crl_path if ident.crl_path.exists() else None)
+    ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path, crl_path=crl)
     tdn = None
     if tdn_ca is not None:  # narada §II-A: a topic discovery node trusting that CA
         from pubguard.crypto.x509 import load_certificate

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Final
 
 from pubguard.crypto.x509 import (
+    CRL_FILE,
     CertificateAuthority,
     Role,
     TlsIdentity,
     client_ssl_context,
     issue_tls_identity,
+    load_certificate,
     server_ssl_context,
 )
 from pubguard.errors import ConfigError
@@ -77,6 +79,24 @@ class ClusterPki:
                 key=name,
             )
         return issue_tls_identity(self._ca, name, role, out, now=time.time())
+
+    @property
+    def crl_path(self) -> Path | None:
+        """The CA's current revocation list (``ca/crl.pem``), once one has been signed."""
+        p = self.ca_dir / CRL_FILE
+        return p if p.exists() else None
+
+    def revoke(self, name: str) -> None:
+        """Revoke identity ``name``'s certificate: the CA re-signs ``ca/crl.pem`` with it
+        listed. Services that load that CRL (``keyservice serve``) refuse the certificate
+        at the TLS handshake from their next start."""
+        cert_path = self.root / name / f"{name}.pem"
+        if not cert_path.exists():
+            raise ConfigError(f"no identity {name!r} to revoke", key=name)
+        self.ensure_ca()
+        if self._ca is None:
+            raise ConfigError(f"set {PASSPHRASE_ENV} to revoke {name!r}", key=name)
+        self._ca.revoke(load_certificate(cert_path), now=time.time())
 
     def client_context(self, name: str) -> ssl.SSLContext:
         i = self.identity(name, Role.CLIENT)
