@@ -52,9 +52,12 @@ def test_bench_plain_quick_json_and_plot(tmp_path: Path) -> None:
     png = tmp_path / "plot" / "bench.png"
     r = CliRunner().invoke(cli, ["bench", "network", "--profile", "plain", "--brokers", "1",
                                  "--payload", "16", "--subscribers", "3", "--in-process",
-                                 "--quick", "--json", "--plot", str(png)])  # fmt: skip
+                                 "--quick", "--repeat", "2", "--json", "--plot",
+                                 str(png)])  # fmt: skip
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
+    runs = obj["max_throughput_runs_eps"]  # two searches, lowest first; the median reported
+    assert len(runs) == 2 and runs == sorted(runs) and obj["max_throughput_eps"] == runs[0]
     assert obj["profile"] == "plain" and obj["brokers"] == 1 and obj["subscribers"] == 3
     assert obj["max_throughput_eps"] >= 1000 and not obj["drops"]
     assert obj["latency_samples"] > 0 and 0 < obj["latency_p50_ms"] <= obj["latency_p99_ms"]
@@ -120,3 +123,14 @@ def test_cluster_demo_in_process_is_correct_and_leaves_nothing_running() -> None
     out = json.loads(r.output)
     assert out["correct"] and out["brokers"] == 7
     assert sum(out["received"].values()) > 30
+
+
+def test_median_run_takes_the_middle_search_and_lists_all() -> None:
+    from pubguard.net.bench import _median_run
+
+    runs = [{"max_throughput_eps": x, "tag": t} for x, t in ((900.0, "a"), (300.0, "b"),
+                                                               (600.0, "c"))]  # fmt: skip
+    m = _median_run(runs)
+    assert m["tag"] == "c" and m["max_throughput_runs_eps"] == [300.0, 600.0, 900.0]
+    assert "max_throughput_runs_eps" not in runs[2]  # the inputs are not modified
+    assert _median_run([{"max_throughput_eps": None}])["max_throughput_runs_eps"] == [None]

@@ -238,12 +238,15 @@ def register(cli: click.Group) -> None:
     @click.option("--subscribers", type=click.IntRange(1, 256), default=32, show_default=True)
     @click.option("--in-process", is_flag=True, help="Brokers in this process (quick look).")
     @click.option("--quick", is_flag=True, hidden=True, help="Smoke test: tiny rates and runs.")
+    @click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
+                  help="Searches per configuration; the median is reported (profile and "
+                       "plain alternate).")  # fmt: skip
     @click.option("--plot", "plot", type=click.Path(dir_okay=False, path_type=Path),
                   default=None, help="Also draw throughput and latency per tree size (PNG).")  # fmt: skip
     @click.option("--json", "as_json", is_flag=True)
     def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
-                      subscribers: int, in_process: bool, quick: bool, plot: Path | None,
-                      as_json: bool) -> None:  # fmt: skip
+                      subscribers: int, in_process: bool, quick: bool, repeat: int,
+                      plot: Path | None, as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
         from pubguard.net.config import PROFILES
@@ -260,7 +263,7 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
         results = asyncio.run(run_network_bench(
             profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
-            in_process=in_process, subscribers=subscribers, quick=quick,
+            in_process=in_process, subscribers=subscribers, quick=quick, repeat=repeat,
             on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
         ))  # fmt: skip
         if plot is not None:
