@@ -105,21 +105,7 @@ def freeze_wire(value: Any, *, what: str = "value") -> Any:
 def _freeze_flat(d: dict[Any, Any]) -> MappingProxyType[str, Any] | None:
     """``_freeze`` of a map whose keys are ``str`` and values valid scalars (exactly the same
     result), or None to take the general path (which also words the errors)."""
-    if len(d) >= MAX_WIRE_ITEMS:
-        return None
-    flat = _FLAT
-    for k, v in d.items():
-        t = type(v)
-        if type(k) is not str:
-            return None
-        if t in flat:
-            continue
-        if t is int:
-            if not _INT_MIN <= v <= _INT_MAX:
-                return None
-        elif t is not float or v != v:  # NaN, containers and anything else
-            return None
-    return MappingProxyType(dict(d))
+    return MappingProxyType(dict(d)) if _flat_ok(d) else None
 
 
 def _flat_ok(d: dict[Any, Any]) -> bool:

@@ -68,13 +68,13 @@ from pubguard.keys.ms import (
     decode_permit,
 )
 from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.net.pki import peer_identity
 
 __all__ = [
     "ERROR_CODES",
     "MAX_REQUEST_SIZE",
     "KeyServiceCore",
     "KeyServiceServer",
-    "peer_identity",
 ]
 
 log = logging.getLogger(__name__)
@@ -90,21 +90,6 @@ ERROR_CODES: Final = ("malformed", "unknown_op", "invalid", "invalid_token", "un
 class _Refused(Exception):
     def __init__(self, code: str, message: str) -> None:
         self.code, self.message = code, message
-
-
-def peer_identity(obj: _ssl.SSLObject | _ssl.SSLSocket | None) -> tuple[str | None, str | None]:
-    """(common name, role) of the verified peer certificate (role = organizational unit)."""
-    if obj is None:
-        return None, None
-    cert: Any = obj.getpeercert() or {}
-    cn = role = None
-    for rdn in cert.get("subject", ()):
-        for k, v in rdn:
-            if k == "commonName":
-                cn = v
-            elif k == "organizationalUnitName":
-                role = v
-    return cn, role
 
 
 # -- strict field access ------------------------------------------------------------------------

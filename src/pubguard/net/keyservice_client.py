@@ -47,7 +47,8 @@ from pubguard.keys.ms import (
     decode_permit,
 )
 from pubguard.net.framing import FrameDecoder, encode_frame
-from pubguard.net.keyservice import CALL_TIMEOUT, peer_identity
+from pubguard.net.keyservice import CALL_TIMEOUT
+from pubguard.net.pki import peer_identity
 
 __all__ = ["KeyServiceClient"]
 

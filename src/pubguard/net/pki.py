@@ -15,7 +15,7 @@ import secrets
 import ssl
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from pubguard.crypto.x509 import (
     CRL_FILE,
@@ -29,7 +29,7 @@ from pubguard.crypto.x509 import (
 )
 from pubguard.errors import ConfigError
 
-__all__ = ["DEFAULT_CLIENTS", "PASSPHRASE_ENV", "ClusterPki"]
+__all__ = ["DEFAULT_CLIENTS", "PASSPHRASE_ENV", "ClusterPki", "peer_identity"]
 
 PASSPHRASE_ENV: Final = "PUBGUARD_CA_PASSPHRASE"
 DEFAULT_CLIENTS: Final = ("admin", "cli")
@@ -105,3 +105,19 @@ class ClusterPki:
     def server_context(self, name: str) -> ssl.SSLContext:
         i = self.identity(name, Role.BROKER)
         return server_ssl_context(i.cert_path, i.key_path, i.ca_path)
+
+
+def peer_identity(obj: ssl.SSLObject | ssl.SSLSocket | None) -> tuple[str | None, str | None]:
+    """(common name, role) of the verified peer certificate (role = organizational unit), or
+    (None, None) without TLS. Brokers and the key service take identities only from here."""
+    if obj is None:
+        return None, None
+    cert: Any = obj.getpeercert() or {}
+    cn = role = None
+    for rdn in cert.get("subject", ()):
+        for k, v in rdn:
+            if k == "commonName":
+                cn = v
+            elif k == "organizationalUnitName":
+                role = v
+    return cn, role

@@ -49,6 +49,7 @@ from pubguard.net.config import BrokerConfig
 from pubguard.net.framing import FrameDecoder, encode_frame
 from pubguard.net.links import BROKER_WINDOW, Link
 from pubguard.net.parent_link import HANDSHAKE_TIMEOUT, READ_CHUNK, ParentLink
+from pubguard.net.pki import peer_identity
 from pubguard.schemes.base import LinkKind, SchemeRegistry
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
@@ -91,18 +92,7 @@ def schemes_for(
 
 def _peer_identity(writer: asyncio.StreamWriter) -> tuple[str | None, str | None]:
     """(common name, role) from the peer certificate, or (None, None) without TLS."""
-    obj = writer.get_extra_info("ssl_object")
-    if obj is None:
-        return None, None
-    cert = obj.getpeercert() or {}
-    cn = role = None
-    for rdn in cert.get("subject", ()):
-        for k, v in rdn:
-            if k == "commonName":
-                cn = v
-            elif k == "organizationalUnitName":
-                role = v
-    return cn, role
+    return peer_identity(writer.get_extra_info("ssl_object"))
 
 
 class BrokerServer(BatchProcessing, ParentLink):
