@@ -9,6 +9,7 @@ the encrypted key delivery (§IV-D/E). The stateful centre is :mod:`pubguard.key
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import enum
 import struct
@@ -218,12 +219,13 @@ def _now_field(now: float) -> int:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Request:
+class _Request(abc.ABC):
     cert_pem: bytes
     timestamp_ms: int
 
-    def fields(self) -> tuple[Field, ...]:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def fields(self) -> tuple[Field, ...]:
+        """The request's own signed fields, after the certificate and timestamp."""
 
     def signed_bytes(self) -> bytes:
         return _REQ_TAG + _enc(

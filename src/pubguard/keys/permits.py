@@ -15,6 +15,7 @@ Anything that does not parse, verify or is out of date is the opaque
 
 from __future__ import annotations
 
+import abc
 import enum
 import math
 import struct
@@ -65,7 +66,7 @@ def _time(name: str, t: object) -> float:
     return float(t)
 
 
-class Permit:
+class Permit(abc.ABC):
     """Behaviour shared by the four permit dataclasses (they define ``_body`` and fields)."""
 
     __slots__ = ()
@@ -78,12 +79,13 @@ class Permit:
     signature: bytes
 
     @property
+    @abc.abstractmethod
     def ident(self) -> bytes:
         """The permit's unique identifier (sbId, adId, usbId or uadId)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _body(self) -> list[bytes]:
-        raise NotImplementedError
+        """The kind-specific signed fields."""
 
     def _check_common(self) -> None:
         _fixed("token", self.token, TOKEN_BYTES)
