@@ -44,12 +44,9 @@ def skey(key: Key) -> str:
     return f"{key[0]}\x00{key[1]}"
 
 
-class AdvertisementRouting:
-    """Mixin of :class:`~pubguard.broker.core.Broker`: the advertise / unadvertise handlers."""
-
-    links: dict[str, LinkInfo]
-    _advs: dict[Key, Advertise]
-    counters: Counter[str]
+class CoreHooks:
+    """The Broker methods the routing mixins call (declared for the type checker only; the
+    Broker in broker/core.py defines them)."""
 
     if TYPE_CHECKING:
 
@@ -72,6 +69,14 @@ class AdvertisementRouting:
         def _persist(self, table: str, key: str, value: Mapping[str, Any]) -> None: ...
         def _unpersist(self, table: str, key: str) -> None: ...
         def _fwd_id(self, key: Key) -> str: ...
+
+
+class AdvertisementRouting(CoreHooks):
+    """Mixin of :class:`~pubguard.broker.core.Broker`: the advertise / unadvertise handlers."""
+
+    links: dict[str, LinkInfo]
+    _advs: dict[Key, Advertise]
+    counters: Counter[str]
 
     def _on_advertise(self, msg: Advertise, link: LinkInfo, now: float) -> list[Action]:
         prof = self._profile(msg.profile)

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.broker.actions import Action, DeliverTo, Forward
-from pubguard.broker.advertising import DECODE_ERRORS, Key, why
+from pubguard.broker.advertising import DECODE_ERRORS, CoreHooks, Key, why
 from pubguard.broker.dedup import DedupWindow
 from pubguard.broker.messages import Deliver, Publish
 from pubguard.errors import DropReason
-from pubguard.schemes.base import BrokerScheme, LinkInfo, LinkKind, Matcher
+from pubguard.schemes.base import LinkInfo, LinkKind, Matcher
 
 if TYPE_CHECKING:
     from pubguard.broker.core import _Profile
@@ -50,7 +50,7 @@ class _Admitted:
     pe: Any
 
 
-class PublicationRouting:
+class PublicationRouting(CoreHooks):
     """Mixin of :class:`~pubguard.broker.core.Broker`: the publication handlers."""
 
     links: dict[str, LinkInfo]
@@ -59,24 +59,6 @@ class PublicationRouting:
     counters: Counter[str]
     _dedup: DedupWindow
     _profiles: dict[str, _Profile]
-
-    if TYPE_CHECKING:
-
-        def _profile(self, name: str) -> _Profile | None: ...
-        def _drop(
-            self,
-            reason: DropReason,
-            detail: str,
-            link: LinkInfo,
-            ref: str | None,
-            op: str | None = None,
-        ) -> list[Action]: ...
-        def _check(
-            self, scheme: BrokerScheme, msg: Any, link: LinkInfo, now: float, prior: Any
-        ) -> list[Action] | None: ...
-        def _outgoing(
-            self, actions: list[Action], now: float, scheme: BrokerScheme | None = None
-        ) -> list[Action]: ...
 
     # -- publications -------------------------------------------------------------------------
     def _seen_wire(self, message: Any, link: LinkInfo, now: float) -> list[Action] | None:
