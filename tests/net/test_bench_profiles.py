@@ -42,3 +42,26 @@ def test_bench_json_for_a_secure_profile_has_baseline_and_paper() -> None:
         obj["max_throughput_eps"] / obj["baseline_max_throughput_eps"], 3
     )
     assert obj["paper_throughput_drop_pct"] == 2.2 and not obj["drops"]
+
+
+def _run(eps: float, p50: float) -> dict:
+    return {"max_throughput_eps": eps, "latency_p50_ms": p50, "latency_p99_ms": 2 * p50}
+
+
+def test_psguard_reports_the_papers_brokers_and_default_headlines_its_merkle_form() -> None:
+    from pubguard.net.bench import _plan, _report
+
+    assert [t for _, t, _ in _plan("psguard")] == ["psguard", "plain", "psguard-merkle",
+                                                   "psguard-paper"]  # fmt: skip
+    series = {"psguard": [_run(30, 2)], "plain": [_run(100, 1)], "psguard-merkle": [_run(60, 1)],
+              "psguard-paper": [_run(98, 1)]}  # fmt: skip
+    r = _report("psguard", series)
+    assert r["throughput_ratio"] == 0.3 and r["signing"] == "one signature per publication"
+    paper = r["paper_config"]
+    assert paper["label"] == "psguard (paper: honest-but-curious brokers)"
+    assert paper["throughput_drop_pct"] == 2.0 and r["merkle_batch"]["throughput_ratio"] == 0.6
+    d = _report("default", {"default": [_run(20, 2)], "plain": [_run(100, 1)],
+                            "default-merkle": [_run(90, 1)]})  # fmt: skip
+    assert d["throughput_ratio"] == 0.9 and d["signing"].startswith("Merkle root per")
+    assert d["single_signed"]["throughput_ratio"] == 0.2 and "merkle_batch" not in d
+    assert validation_cost("psguard-paper", 9) >= 0

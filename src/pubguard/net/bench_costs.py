@@ -121,6 +121,8 @@ def client_costs(profile: str, n: int = 200, *, seed: int = 1) -> dict[str, floa
 def validation_costs(profile: str, n: int = 300) -> dict[str, float]:
     """The per-message broker validation figures a profile's report carries."""
     out = {"per_message": validation_cost(profile, n)}
+    if profile == "psguard":  # the paper's brokers (psguard.txt §2) verify nothing
+        out["paper_brokers"] = validation_cost("psguard-paper", n)
     if profile in SIGNING_PROFILES:
         out["merkle_batch"] = validation_cost(profile, n, batch=MERKLE_BATCH)
     if profile == "narada":

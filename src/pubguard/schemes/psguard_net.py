@@ -78,7 +78,10 @@ __all__ = [
     "MAX_EVENT_TAGS",
     "MAX_FILTER_TOKENS",
     "PSGUARD",
+    "PSGUARD_PAPER",
     "ROOT_TAG",
+    "TRUST",
+    "VERIFY_MODES",
     "PSGuardBroker",
     "PSGuardClient",
     "PSGuardKeyService",
@@ -95,6 +98,14 @@ __all__ = [
 ]
 
 PSGUARD: Final = PROFILE
+#: psguard.txt §2's configuration: brokers only match tokens (honest-but-curious routing)
+PSGUARD_PAPER: Final = "psguard-paper"
+#: broker ``verify`` mode -> the profile name it is served under
+VERIFY_MODES: Final = {"signature": PSGUARD, "none": PSGUARD_PAPER}
+TRUST: Final = {
+    "signature": "malicious brokers: forgeries and stale records dropped at the first broker",
+    "none": "honest-but-curious brokers (psguard.txt §2): forgeries refused by subscribers only",
+}
 ROOT_TAG: Final = b"pubguard/psguard/root/v1\x00"  # what a batch's signature covers, then root
 DEFAULT_EPOCH_LENGTH: Final = 30 * 86400.0  # psguard.txt §3.2 rekeying epochs (as eventguard §4.8)
 
@@ -104,21 +115,44 @@ DEFAULT_EPOCH_LENGTH: Final = 30 * 86400.0  # psguard.txt §3.2 rekeying epochs 
 
 class PSGuardBroker(TokenRouting):
     """Broker face of the psguard profile. ``publishers``: name -> Ed25519 key of every
-    publisher whose records are routed; ``max_delay_ms``: the timestamp window."""
+    publisher whose records are routed; ``max_delay_ms``: the timestamp window.
 
-    profile = PSGUARD
+    ``verify``: what the broker checks before it matches (see :data:`VERIFY_MODES`):
+    ``"signature"`` (profile ``psguard``, the default): the publisher's signature on the
+    record or on its batch's Merkle root, then the timestamp window; ``"none"`` (profile
+    ``psguard-paper``): psguard.txt §2's honest-but-curious routing nodes ("we assume that the
+    pub-sub nodes are honest in routing"), which only match tokens. In that mode a forgery or a
+    tampered record is routed and refused end to end: subscribers check the publisher's
+    signature when they know its key and the AEAD under ``K(e)`` fails on any tampered
+    ciphertext."""
 
     def __init__(
         self,
         publishers: Mapping[str, VerifyKey] = (),  # type: ignore[assignment]
         *,
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        verify: str = "signature",
     ) -> None:
         if max_delay_ms <= 0:
             raise ValidationError("max_delay_ms must be positive")
+        if verify not in VERIFY_MODES:
+            raise ValidationError(
+                f"unknown psguard verify mode {verify!r} (valid: {', '.join(VERIFY_MODES)})"
+            )
+        self.verify = verify
+        self.profile = VERIFY_MODES[verify]
+        #: the assumption this broker's checks rest on (shown by docs/profiles.md's threat table)
+        self.trust = TRUST[verify]
         self.publishers: dict[str, VerifyKey] = dict(publishers)
         self.max_delay_ms = max_delay_ms
         self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)
+        #: the core's flag: without checks it admits publications on its plain fast path
+        self.checks_messages = verify != "none"
+        if verify == "none":
+            self.broker_check = _route_only  # type: ignore[method-assign]
+
+    def __repr__(self) -> str:
+        return f"PSGuardBroker(verify={self.verify!r}, publishers={len(self.publishers)})"
 
     def add_publisher(self, name: str, key: VerifyKey) -> None:
         self.publishers[name] = key
@@ -143,6 +177,12 @@ class PSGuardBroker(TokenRouting):
         except InvalidToken:
             return DropReason.FORGED
         return DropReason.STALE if abs(now_ms - rec.ts) > self.max_delay_ms else None
+
+
+def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:
+    """psguard.txt §2/§4: an honest-but-curious broker routes on tokens and checks nothing
+    else (the core has already decoded the routing part: a malformed one is MALFORMED)."""
+    return None
 
 
 def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:
@@ -280,9 +320,9 @@ class PSGuardClient:
     """A publisher and/or subscriber on the psguard profile. ``keys`` is the KDC (a
     :class:`PSGuardKeyService` or a proxy to one); ``signing_key`` the publisher's record key;
     ``publisher_keys`` lets a subscriber also check publishers' signatures on receipt (the
-    AEAD under ``K(e)`` already authenticates the content to holders of ``K(e)``)."""
-
-    profile = PSGUARD
+    AEAD under ``K(e)`` already authenticates the content to holders of ``K(e)``).
+    ``profile``: the name its messages carry (``psguard``, or ``psguard-paper`` for brokers
+    that only route: the same records, the same signatures)."""
 
     def __init__(
         self,
@@ -293,9 +333,13 @@ class PSGuardClient:
         mode: str = "randomized",
         publisher_keys: Mapping[str, VerifyKey] | None = None,
         sign_records: bool = True,
+        profile: str = PSGUARD,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValidationError("client name must be a non-empty string")
+        if profile not in (PSGUARD, PSGUARD_PAPER):
+            raise ValidationError(f"not a psguard profile: {profile!r}")
+        self.profile = profile
         if mode not in MODES:
             raise ValidationError(f"unknown psguard mode {mode!r} (valid: {', '.join(MODES)})")
         self.name, self.service, self.mode = name, keys, mode

@@ -64,7 +64,9 @@ __all__ = [
     "make_profile",
 ]
 
-PROFILES: Final = ("plain", "psguard", "eventguard", "narada", "default")
+#: ``psguard-paper``: the psguard records with psguard.txt §2's honest-but-curious brokers
+#: (tokens matched, no signature or timestamp check at brokers; subscribers verify)
+PROFILES: Final = ("plain", "psguard", "psguard-paper", "eventguard", "narada", "default")
 #: psguard.txt §1: a hospital publishing <topic, age, patientRecord> events.
 HOSPITAL: Final = EventType(
     "patient",
@@ -174,8 +176,9 @@ def make_broker_scheme(
     match _check(profile):
         case "plain":
             return PlainScheme()
-        case "psguard":
-            return PSGuardBroker(keys.publishers, max_delay_ms=int(keys.max_delay * 1000))
+        case "psguard" | "psguard-paper":
+            return PSGuardBroker(keys.publishers, max_delay_ms=int(keys.max_delay * 1000),
+                                 verify="signature" if profile == "psguard" else "none")  # fmt: skip
         case "eventguard":
             if keys.ms_key is None:
                 raise ConfigError("eventguard brokers need the MS public key", key="ms_key")
@@ -332,9 +335,10 @@ class KeyBundle:
         match _check(profile):
             case "plain":
                 return PlainScheme()
-            case "psguard":
+            case "psguard" | "psguard-paper":
                 return PSGuardClient(identity, self.psguard, signing_key=self.signing_key(identity),
-                                     publisher_keys=self.broker_keys().publishers)  # fmt: skip
+                                     publisher_keys=self.broker_keys().publishers,
+                                     profile=profile)  # fmt: skip
             case "eventguard":
                 ms = self.ms_for(identity) if self.ms_for is not None else self.ms
                 return EventGuardClient(identity, ms, signing_key=self.signing_key(identity))
