@@ -168,3 +168,18 @@ def test_unsubscribe_stops_delivery_and_withdrawal_is_signed(world: World) -> No
     world.sim.run()
     assert world.got("young") == [25] and world.got("any") == [25, 26]
     assert not world.sim.drops
+
+
+def test_altering_the_batch_size_is_forged(world: World) -> None:
+    """Review finding: ``mn`` travelled unsigned (16 -> 15 keeps leaf 5's path shape)."""
+    from pubguard.broker import Publish
+
+    pes = world.pub.protect_events([ev(21, eid=f"n{i}") for i in range(16)], now=NOW + 1,
+                                   rng=random.Random(4))  # fmt: skip
+    drops = len(world.sim.drops)
+    for mn in (15, 17):
+        meta = {**pes[5].meta, "mn": mn}
+        world.sim.send_raw("hospital", "a1", Publish(pes[5].event_id, DEFAULT, pes[5].routing,
+                                                     pes[5].body, meta).to_wire(), at=NOW + 1)  # fmt: skip
+    world.sim.run()
+    assert [r.drop.reason for r in world.sim.drops[drops:]] == [DropReason.FORGED] * 2

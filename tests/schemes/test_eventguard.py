@@ -177,3 +177,24 @@ def test_publishing_with_an_expired_epoch_permit_renews_it():
     sim.publish("pub", Event({"topic": TOPIC}), at=EPOCH + 5)  # publisher renews by itself
     sim.run()
     assert len(cs["s"].deliveries) == 1 and not sim.drops
+
+
+def test_the_batch_size_is_signed():
+    """Review finding: ``mn`` travelled unsigned. 16 -> 15 keeps leaf 5's path shape, so it
+    used to recompute the same root; now each leaf commits to index and size: FORGED."""
+    ms = make_ms()
+    sim, _ = make_sim(ms)
+    cs = clients(sim, ms, pub="a1", s1="b1")
+    sim.advertise("pub", f'topic = "{TOPIC}"', at=0.0)
+    sim.subscribe("s1", f'topic = "{TOPIC}"', at=0.0)
+    sim.run()
+    batch = cs["pub"].scheme.protect_events([Event({"topic": TOPIC, "i": i}) for i in range(16)],
+                                            now=1.0)  # fmt: skip
+    for mn in (15, 17):
+        bad = _publish_wire(batch[5])
+        bad["meta"] = {**bad["meta"], "mn": mn}
+        sim.send_raw("pub", "a1", bad, at=1.0)
+    sim.send_raw("pub", "a1", _publish_wire(batch[5]), at=1.0)  # the genuine one still passes
+    sim.run()
+    assert [r.drop.reason for r in sim.drops] == [DropReason.FORGED] * 2
+    assert [d.event["i"] for d in cs["s1"].deliveries] == [5]

@@ -20,7 +20,7 @@ from pubguard.schemes.eventguard import (
     parse_publication,
 )
 from pubguard.schemes.eventguard_client import EventGuardClient
-from pubguard.schemes.merkle import merkle_root
+from pubguard.schemes.merkle import merkle_root, signed_root
 from pubguard.sim.engine import Simulator
 
 from .attack_tools import neighbours, tap
@@ -129,7 +129,7 @@ def _resign(w: World, wire: dict, sk: SigningKey) -> dict:
     f = parse_publication(wire["routing"], m)
     leaf = leaf_digest(wire["event_id"], EVENTGUARD, m["p"], m["e"], m["ts"],
                        f.tokens, f.wrapped, wire["body"])  # fmt: skip
-    m["sig"] = sk.sign(ROOT_TAG + merkle_root([leaf]))
+    m["sig"] = sk.sign(signed_root(ROOT_TAG, merkle_root([leaf]), 1))
     return wire
 
 

@@ -24,6 +24,7 @@ from pubguard.schemes.merkle import (
     merkle_root,
     pack_path,
     root_from_path,
+    signed_root,
     unpack_path,
 )
 
@@ -83,12 +84,29 @@ def test_merkle_limits_and_domain_separation():
     assert merkle_root([root2]) != root2
 
 
+@given(st.integers(1, 40), st.data())
+@settings(max_examples=60, deadline=None)
+def test_the_root_commits_to_index_and_size(n, data):
+    """No other (index, size) recomputes the root from a leaf's path, even where the path
+    shape is the same (e.g. 16 -> 15 for leaf 5): ``mi`` and ``mn`` are bound."""
+    leaves = [b"l%d" % i for i in range(n)]
+    root, paths = merkle_batch(leaves)
+    i = data.draw(st.integers(0, n - 1))
+    j, m = data.draw(st.tuples(st.integers(0, 45), st.integers(1, 46)))
+    if (j, m) != (i, n) and j < m:
+        try:
+            assert root_from_path(leaves[i], j, paths[i], m) != root
+        except InvalidToken:
+            pass
+    assert signed_root(b"T", root, n) != signed_root(b"T", root, n + 1)
+
+
 def test_signed_root_verifier_caches_per_key_and_root():
     sk = SigningKey.generate()
     v = SignedRootVerifier(b"T", ttl=10.0)
     leaves = [b"l%d" % i for i in range(8)]
     root, paths = merkle_batch(leaves)
-    sig = sk.sign(b"T" + root)
+    sig = sk.sign(signed_root(b"T", root, 8))
     for i in range(8):
         v.verify(sk.public, leaves[i], sig, now=1.0, index=i, size=8, path=paths[i])
     assert v.verifications == 1

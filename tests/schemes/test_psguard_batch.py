@@ -101,8 +101,11 @@ TAMPER = {
     "hint": lambda pe: {"meta": {**pe.meta, "h": _flip(pe.meta["h"])}},
     "path": lambda pe: {"meta": {**pe.meta, "mp": _flip(pe.meta["mp"])}},
     "index": lambda pe: {"meta": {**pe.meta, "mi": (pe.meta["mi"] + 1) % pe.meta["mn"]}},
-    # (the batch size is not signed: a size with the same path shape recomputes the same root,
-    # which authenticates the same record; a size that changes the shape fails like "index")
+    # the batch size is signed and every leaf commits to it (review finding): 5 -> 6 or 8
+    # keeps leaf 2's path shape, so before the binding it recomputed the same root and passed
+    "size+1": lambda pe: {"meta": {**pe.meta, "mn": pe.meta["mn"] + 1}},
+    "size+3": lambda pe: {"meta": {**pe.meta, "mn": pe.meta["mn"] + 3}},
+    "size-1": lambda pe: {"meta": {**pe.meta, "mn": pe.meta["mn"] - 1}},
     "stripped": lambda pe: {"meta": {k: v for k, v in pe.meta.items() if k not in ("mi", "mn", "mp")}},
     "publisher": lambda pe: {"meta": {**pe.meta, "p": "mallory"}},
 }  # fmt: skip

@@ -32,7 +32,7 @@ Wire forms::
     unadvertise                                   meta {ts, q, sig}  (by the publisher's key)
     publish      routing {m, n, t}  body E_K(e)(payload)
                  meta {p, ts, e, h, s: the PSGuard record; q: sequence; pm: publish permit;
-                       sig: Ed25519 over ROOT_TAG || Merkle root; mi, mn, mp: index, size,
+                       sig: Ed25519 over ROOT_TAG || mn || Merkle root; mi, mn, mp: index, size,
                        path (its hashes concatenated: meta stays a flat map of scalars)}
 
 Publication guard, cheapest first: struck-out link -> FLOOD; undecodable -> MALFORMED; no
@@ -99,7 +99,7 @@ __all__ = [
 DEFAULT: Final = "default"
 PUBLISH: Final = "publish"
 SUBSCRIBE: Final = "subscribe"
-ROOT_TAG: Final = b"pubguard/default/root/v1\x00"
+ROOT_TAG: Final = b"pubguard/default/root/v2\x00"
 LEAF_TAG: Final = b"pubguard/default/leaf/v1\x00"
 PERMIT_TAG: Final = b"pubguard/default/permit/v1\x00"
 WITHDRAW_TAG: Final = b"pubguard/default/withdraw/v1\x00"

@@ -49,7 +49,7 @@ from pubguard.schemes.default import (
     withdrawal_digest,
 )
 from pubguard.schemes.guards import SignedRootVerifier
-from pubguard.schemes.merkle import merkle_batch
+from pubguard.schemes.merkle import merkle_batch, signed_root
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import Schema
 from pubguard.schemes.psguard_net import (
@@ -237,7 +237,7 @@ class DefaultClient:
             recs.append(publisher.protect(e, now_ms=ts, rng=rng))
             seqs.append(seq)
         root, paths = merkle_batch([leaf_digest(r, q, blob) for r, q in zip(recs, seqs, strict=True)])  # fmt: skip
-        sig = self._sk.sign(ROOT_TAG + root)
+        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(recs)))
         out = []
         for i, (r, q) in enumerate(zip(recs, seqs, strict=True)):
             pe = record_to_wire(r)

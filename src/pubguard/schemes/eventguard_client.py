@@ -54,7 +54,7 @@ from pubguard.schemes.eventguard import (
     parse_publication,
 )
 from pubguard.schemes.guards import SignedRootVerifier
-from pubguard.schemes.merkle import merkle_batch, pack_path
+from pubguard.schemes.merkle import merkle_batch, pack_path, signed_root
 from pubguard.schemes.plain import new_event_id
 
 __all__ = ["EventGuardClient", "MetaServiceLike", "topic_of"]
@@ -192,7 +192,7 @@ class EventGuardClient:
         """Encrypt a batch and sign one Merkle root over it (amortised signing)."""
         parts = [self._seal(ev, now, rng) for ev in events]
         root, paths = merkle_batch([p[0] for p in parts])
-        sig = self._sk.sign(ROOT_TAG + root)
+        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(parts)))
         out = []
         for i, (_, pe) in enumerate(parts):
             meta = dict(pe.meta)

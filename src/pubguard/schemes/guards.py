@@ -41,7 +41,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from pubguard.crypto import H, VerifyKey
 from pubguard.errors import DropReason, InvalidToken, ValidationError
-from pubguard.schemes.merkle import root_from_path
+from pubguard.schemes.merkle import root_from_path, signed_root
 from pubguard.store import Database, Migration
 
 __all__ = [
@@ -153,8 +153,9 @@ class TTLCache(Generic[K, V]):
 
 
 class SignedRootVerifier:
-    """Verify ``sig`` by ``key`` over ``tag || root``, where ``root`` is recomputed from a
-    publication's leaf digest and Merkle path; cache verified ``(key, root)`` for ``ttl``."""
+    """Verify ``sig`` by ``key`` over ``tag || size || root`` (:func:`~pubguard.schemes.merkle.signed_root`),
+    where ``root`` is recomputed from a publication's leaf digest, index, batch size and Merkle
+    path (the root commits to index and size); cache verified ``(key, root)`` for ``ttl``."""
 
     __slots__ = ("_cache", "tag", "ttl", "verifications")
 
@@ -182,7 +183,7 @@ class SignedRootVerifier:
             if not isinstance(sig, bytes):
                 raise InvalidToken()
             self.verifications += 1
-            key.verify(sig, self.tag + root)
+            key.verify(sig, signed_root(self.tag, root, size))
             self._cache.put(ck, True, now + self.ttl)
         return root
 

@@ -9,14 +9,19 @@ carries its leaf index and the sibling hashes on the path to the root. A broker 
 root from the leaf and the path (``log2(batch)`` hashes), verifies the signature on that root
 once, and caches the verified root, so the rest of the batch costs hashes only.
 
-Domain separation (as RFC 6962 §2.1 does): a leaf is hashed as ``H(0x00 || leaf)`` and an
-inner node as ``H(0x01 || left || right)``, so a leaf can never be passed off as an inner
-node. An odd node at the end of a level is promoted unchanged. A batch of one is the plain
-case: the root is ``H(0x00 || leaf)`` and the path is empty.
+Domain separation (as RFC 6962 §2.1 does): a leaf is hashed as ``H(0x00 || i || n || leaf)``
+and an inner node as ``H(0x01 || left || right)``, so a leaf can never be passed off as an
+inner node. ``i`` (the leaf's index) and ``n`` (the batch size) are 4-byte big-endian: the root
+commits to both, and the publisher signs ``tag || n || root`` (:func:`signed_root`), so a
+publication whose ``mi`` or ``mn`` was altered on the way recomputes another root and its
+signature fails (a review finding: the size used to travel unsigned). An odd node at the end
+of a level is promoted unchanged. A batch of one is the plain case: the root is
+``H(0x00 || 0 || 1 || leaf)`` and the path is empty.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Final
 
@@ -30,6 +35,7 @@ __all__ = [
     "merkle_root",
     "pack_path",
     "root_from_path",
+    "signed_root",
     "unpack_path",
 ]
 
@@ -39,8 +45,17 @@ _LEAF: Final = b"\x00"
 _NODE: Final = b"\x01"
 
 
-def _leaf(x: bytes) -> bytes:
-    return H(_LEAF + x)
+_U32: Final = struct.Struct(">I").pack
+_U32X2: Final = struct.Struct(">II").pack
+
+
+def _leaf(x: bytes, index: int, size: int) -> bytes:
+    return H(_LEAF + _U32X2(index, size) + x)
+
+
+def signed_root(tag: bytes, root: bytes, size: int) -> bytes:
+    """What a batch's signature covers: ``tag || n || root`` (``n`` 4 bytes, big-endian)."""
+    return tag + _U32(size) + root
 
 
 def _node(left: bytes, right: bytes) -> bytes:
@@ -57,7 +72,7 @@ def merkle_batch(leaves: Sequence[bytes]) -> tuple[bytes, list[tuple[bytes, ...]
     n = len(leaves)
     if not 1 <= n <= MAX_BATCH:
         raise ValidationError(f"a Merkle batch holds 1..{MAX_BATCH} leaves, not {n}")
-    level = [_leaf(bytes(x)) for x in leaves]
+    level = [_leaf(bytes(x), i, n) for i, x in enumerate(leaves)]
     paths: list[list[bytes]] = [[] for _ in range(n)]
     pos = list(range(n))  # position of each leaf's ancestor in the current level
     while len(level) > 1:
@@ -107,7 +122,7 @@ def root_from_path(leaf: bytes, index: int, path: Sequence[bytes], size: int) ->
     ):
         raise InvalidToken()
     sha = sha256_fast
-    h = sha(_LEAF + leaf).digest()
+    h = sha(_LEAF + _U32X2(index, size) + leaf).digest()
     p, width, k, n = index, size, 0, len(path)
     while width > 1:
         if p ^ 1 < width:

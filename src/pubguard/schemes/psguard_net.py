@@ -16,10 +16,12 @@ within ``max_delay`` (:func:`~pubguard.schemes.psguard.check_record`): FORGED, t
 PSGuard itself does not sign (psguard.txt §4 trusts brokers to route, not to authenticate);
 this profile adds the publisher's Ed25519 signature so a broker can drop forgeries. Two forms:
 one signature per record (over ``record.message()``), or amortised over a batch
-(:meth:`PSGuardClient.protect_events`): the publisher signs ``ROOT_TAG || root`` of a Merkle
+(:meth:`PSGuardClient.protect_events`): the publisher signs ``ROOT_TAG || n || root`` of a Merkle
 tree whose leaves are ``H(record.message())`` (:mod:`pubguard.schemes.merkle`) and each
 publication carries its index, the batch size and its path in ``meta`` (``mi``, ``mn``,
-``mp``: the path's hashes concatenated, so ``meta`` stays a flat map of scalars), so a broker verifies one signature per batch and caches the verified root. The two
+``mp``: the path's hashes concatenated, so ``meta`` stays a flat map of scalars); every leaf
+hash commits to its index and the batch size (so altering ``mi`` or ``mn`` is ``forged``). A
+broker verifies one signature per batch and caches the verified root. The two
 signed strings start with different tags, so neither signature passes for the other form.
 PSGuard has no subscription guard: a subscription is only tokens, and a subscriber without the
 KDC's keys can neither compute them nor open what they would match.
@@ -43,7 +45,7 @@ from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.guards import SignedRootVerifier
-from pubguard.schemes.merkle import MAX_BATCH, merkle_batch, pack_path, unpack_path
+from pubguard.schemes.merkle import MAX_BATCH, merkle_batch, pack_path, signed_root, unpack_path
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import (
     DEFAULT_MAX_DELAY_MS,
@@ -106,7 +108,7 @@ TRUST: Final = {
     "signature": "malicious brokers: forgeries and stale records dropped at the first broker",
     "none": "honest-but-curious brokers (psguard.txt §2): forgeries refused by subscribers only",
 }
-ROOT_TAG: Final = b"pubguard/psguard/root/v1\x00"  # what a batch's signature covers, then root
+ROOT_TAG: Final = b"pubguard/psguard/root/v2\x00"  # what a batch's signature covers, then root
 DEFAULT_EPOCH_LENGTH: Final = 30 * 86400.0  # psguard.txt §3.2 rekeying epochs (as eventguard §4.8)
 
 
@@ -497,7 +499,7 @@ class PSGuardClient:
                 e = Event(e.attrs, id=new_event_id(rng), type=e.type, payload=e.payload)
             recs.append(pub.protect(e, now_ms=now_ms, rng=rng, sign=False))
         root, paths = merkle_batch([H(r.message()) for r in recs])
-        sig = self._sk.sign(ROOT_TAG + root)
+        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(recs)))
         out = []
         for i, r in enumerate(recs):
             pe = record_to_wire(with_sig(r, sig))
