@@ -53,3 +53,48 @@ def test_bench_kmc_oft_small_json():
     assert token["paper_ms"] == 54.89 and token["baseline_us"] > 0 and token["ratio"] > 0
     join = rows["OFT join at 256 members"]
     assert join["depth"] <= 9 and join["updates"] <= 2 * 10 and join["ours_us"] > 0
+
+
+def test_scaling_quick_json_fields_and_png(tmp_path):
+    png = tmp_path / "scaling.png"
+    res = CliRunner().invoke(
+        _cli(),
+        ["experiments", "scaling", "--quick", "--profiles", "eventguard-nosig", "--brokers",
+         "1,3", "--subscribers", "8", "--topics", "6", "--per-subscriber", "2", "--json",
+         "--plot", str(png)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout.strip().splitlines()[-1])
+    assert doc["experiment"] == "scaling" and "measured-cost simulation" in doc["method"]
+    assert doc["params"]["brokers"] == [1, 3] and doc["params"]["latency_ms"] == 70.0
+    rows = {(r["profile"], r["brokers"]): r for r in doc["rows"]}
+    assert set(rows) == {(p, b) for p in ("plain", "eventguard-nosig") for b in (1, 3)}
+    for r in rows.values():
+        assert r["max_throughput_eps"] > 0 and r["mean_fanout"] > 1
+        assert r["latency_p50_ms"] >= 140 and r["latency_p99_ms"] >= r["latency_p50_ms"]
+    ng = rows[("eventguard-nosig", 3)]
+    assert ng["baseline_max_throughput_eps"] == rows[("plain", 3)]["max_throughput_eps"]
+    assert ng["throughput_ratio"] > 0 and ng["latency_p50_ratio"] > 0
+    assert doc["paper"]["eventguard-nosig"]["paper_throughput_drop_pct"] == 5.0
+    assert doc["png"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scaling_prints_a_table_and_refuses_bad_options():
+    res = CliRunner().invoke(
+        _cli(),
+        ["experiments", "scaling", "--quick", "--profiles", "plain", "--brokers", "1",
+         "--subscribers", "4", "--topics", "4", "--per-subscriber", "2"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "experiments scaling" in res.output and "plain" in res.output
+    assert "measured-cost simulation" in res.output
+    for args, text in (
+        (["--profiles", "nope"], "unknown profile 'nope'"),
+        (["--brokers", "5"], "brokers must be among 1, 3, 7, 15, 31"),
+        (["--brokers", "x"], "--brokers must be a comma-separated list"),
+        (["--per-subscriber", "40"], "each subscriber needs 1..topics topics"),
+    ):
+        res = CliRunner().invoke(_cli(), ["experiments", "scaling", *args])
+        assert res.exit_code == 1, res.output
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("pubguard: error:") and text in lines[0]

@@ -1,6 +1,12 @@
 """sim layer (see ARCHITECTURE.md): seeded workloads and, later, the virtual-time simulator."""
 
 from pubguard.sim.engine import Delivery, DropRecord, SimClient, Simulator
+from pubguard.sim.scaling import (
+    ScalingParams,
+    ScalingPoint,
+    run_scaling,
+)
+from pubguard.sim.scaling_sim import FixedCost, MeasuredCost, ScalingSim
 from pubguard.sim.topic_workloads import PSGUARD_KINDS, category_tree, zipf_weights
 from pubguard.sim.topology import SimTopology, random_tree
 from pubguard.sim.workloads import (
@@ -39,4 +45,11 @@ __all__ = [
     "SimTopology",
     "Simulator",
     "random_tree",
+    # one processor per entity, measured costs (scaling.py, scaling_sim.py)
+    "FixedCost",
+    "MeasuredCost",
+    "ScalingParams",
+    "ScalingPoint",
+    "ScalingSim",
+    "run_scaling",
 ]

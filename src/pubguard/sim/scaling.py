@@ -34,13 +34,15 @@ subscriber, all hops included) is the p50/p99 of a run at 80% of that maximum.
 Profiles: ``plain`` (the baseline, run in the same process), ``psguard``, ``eventguard`` (one
 Ed25519 signature per publication, verified at every broker: faithful), ``eventguard-nosig``
 (the paper's EventGuard-nosig: every guard but the per-node signature check), ``default``
-(one signature per publication) and ``narada``. Keys come from one in-memory
+(one signature per publication), ``narada`` and ``psguard-paper`` (psguard.txt §2's
+honest-but-curious brokers, which match tokens and verify nothing). Keys come from one in-memory
 :class:`~pubguard.schemes.registry.KeyBundle` per profile. Routing is deterministic given
 ``seed``; the measured costs (and hence the throughput figures) are not.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 import tempfile
@@ -67,6 +69,7 @@ __all__ = [
     "PROFILES",
     "FixedCost",
     "MeasuredCost",
+    "ProfileKit",
     "ScalingParams",
     "ScalingPoint",
     "Workload",
@@ -75,7 +78,9 @@ __all__ = [
     "run_scaling",
 ]
 
-PROFILES: Final = ("plain", "psguard", "eventguard", "eventguard-nosig", "default", "narada")
+PROFILES: Final = (
+    "plain", "psguard", "psguard-paper", "eventguard", "eventguard-nosig", "default", "narada"
+)  # fmt: skip
 BROKER_COUNTS: Final = (1, 3, 7, 15, 31)
 DEPTHS: Final = {1: 0, 3: 1, 7: 2, 15: 3, 31: 4}
 SCALING_TYPE: Final = EventType("scaling", (AttributeSpec("topic", "str", kind="topic"),))
@@ -185,10 +190,12 @@ class ScalingPoint:
     drops: dict[str, int]
 
 
-class _Kit:
+class ProfileKit:
     """One profile's client and broker faces (keys from one in-memory bundle)."""
 
     def __init__(self, profile: str, p: ScalingParams, interests: list[list[str]], tmp: str):
+        if profile not in PROFILES:
+            raise ValidationError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
         base = "eventguard" if profile == "eventguard-nosig" else profile
         self.profile, self.base = profile, base
         rng = random.Random(p.seed)
@@ -210,13 +217,14 @@ class _Kit:
         return [make_broker_scheme(self.base, self.keys, now=T0)]
 
 
-def run_once(kit: _Kit, p: ScalingParams, n_brokers: int, rate: float,
+def run_once(kit: ProfileKit, p: ScalingParams, n_brokers: int, rate: float,
              interests: list[list[str]], *, observe: bool = True,
              cost: CostModel | None = None, run_seed: int = 0) -> RunStats:  # fmt: skip
     """One run at offered rate ``rate`` (publications per virtual second) on ``n_brokers``."""
     if not (isinstance(rate, int | float) and rate > 0 and math.isfinite(rate)):
         raise ValidationError("rate must be a positive number")
     tree = p.tree(n_brokers)
+    gc.collect(1)  # the previous run's young garbage is not this run's cost
     sim = ScalingSim(tree, kit.broker_schemes, cost=cost or p.cost, latency=p.latency,
                      seed=p.seed * 1_000_003 + run_seed)  # fmt: skip
     leaves = tree.leaves
@@ -309,7 +317,7 @@ def run_scaling(
     out: dict[str, list[ScalingPoint]] = {}
     with tempfile.TemporaryDirectory(prefix="pubguard-scaling-") as tmp:
         for prof in profiles:
-            kit = _Kit(prof, p, interests, f"{tmp}/{prof}")
+            kit = ProfileKit(prof, p, interests, f"{tmp}/{prof}")
             out[prof] = []
             for n in p.brokers:
                 if on_step is not None:
@@ -318,7 +326,7 @@ def run_scaling(
     return out
 
 
-def _point(kit: _Kit, p: ScalingParams, n: int, interests: list[list[str]]) -> ScalingPoint:
+def _point(kit: ProfileKit, p: ScalingParams, n: int, interests: list[list[str]]) -> ScalingPoint:
     counter = iter(range(1, 1 << 30))
 
     def run(q: float) -> RunStats:

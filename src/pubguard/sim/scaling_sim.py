@@ -65,6 +65,10 @@ _OFFER: Final = "\x00offer"  # the application hands the publisher an event
 _OBSERVE: Final = "\x00observe"
 
 
+#: (measured CPU ns, frames emitted, what to do when the service ends at virtual time ``done``)
+_Work = tuple[int, int, Callable[[float], None]]
+
+
 class CostModel(Protocol):
     """Service time (virtual seconds) of one message at one processor.
 
@@ -242,46 +246,56 @@ class ScalingSim(Simulator):
                 self.saturated = name
 
     def _serve(self, node: str, proc: _Proc, src: str, payload: Any, t: float) -> None:
-        clock = self.clock
-        if proc.kind == "broker":
-            t0 = clock()
-            actions = self.brokers[node].handle(_unwire(payload), src, t)
-            frames = [_frame(a) for a in actions]
-            measured = clock() - t0
-        elif proc.kind == "publisher":
-            c = self.clients[node]
-            event, offered = payload
-            t0 = clock()
-            pe = c.scheme.protect_event(event, now=t, rng=self.rng)
-            frame = msgpack.packb(
-                Publish(pe.event_id, c.scheme.profile, pe.routing, pe.body, pe.meta).to_wire()
-            )
-            measured = clock() - t0
-            self.offered_at.setdefault(pe.event_id, offered)
-        else:
-            c = self.clients[node]
-            t0 = clock()
-            msg = decode_message(msgpack.unpackb(payload[1], raw=False))
-            ev = msg.event if isinstance(msg, Deliver) else None
-            opened = None
-            if ev is not None:
-                opened = c.scheme.open_event(ev.event_id, ev.routing, ev.body, ev.meta, now=t)
-            measured = clock() - t0
-        outputs = len(frames) if proc.kind == "broker" else 1
-        dt = self.cost.service(proc.kind, node, measured / 1e9, outputs)
+        """Run the real code for one message, time it, and finish it ``service`` later."""
+        work = {"broker": self._broker_work, "publisher": self._publisher_work}.get(
+            proc.kind, self._subscriber_work
+        )
+        measured_ns, outputs, finish = work(node, src, payload, t)
+        dt = self.cost.service(proc.kind, node, measured_ns / 1e9, outputs)
         done = t + dt
         proc.busy, proc.busy_time, proc.served = True, proc.busy_time + dt, proc.served + 1
         self._seq += 1
         heapq.heappush(self._queue, (done, self._seq, node, _DONE, None))
-        if proc.kind == "broker":
-            self._emit(node, actions, frames, done)
-        elif proc.kind == "publisher":
-            self._schedule(done + self.topology.client_latency, c.broker_id, node, ("wire", frame))
-        elif ev is not None and opened is not None:
+        finish(done)
+
+    def _broker_work(self, node: str, src: str, payload: Any, t: float) -> _Work:
+        clock = self.clock
+        t0 = clock()
+        actions = self.brokers[node].handle(_unwire(payload), src, t)
+        frames = [_frame(a) for a in actions]
+        measured = clock() - t0
+        return measured, len(frames), lambda done: self._emit(node, actions, frames, done)
+
+    def _publisher_work(self, node: str, src: str, payload: Any, t: float) -> _Work:
+        c, (event, offered), clock = self.clients[node], payload, self.clock
+        t0 = clock()
+        pe = c.scheme.protect_event(event, now=t, rng=self.rng)
+        frame = msgpack.packb(
+            Publish(pe.event_id, c.scheme.profile, pe.routing, pe.body, pe.meta).to_wire()
+        )
+        measured = clock() - t0
+        self.offered_at.setdefault(pe.event_id, offered)
+        lat = self.topology.client_latency
+        return measured, 1, lambda done: self._schedule(done + lat, c.broker_id, node,
+                                                        ("wire", frame))  # fmt: skip
+
+    def _subscriber_work(self, node: str, src: str, payload: Any, t: float) -> _Work:
+        c, clock = self.clients[node], self.clock
+        t0 = clock()
+        msg = decode_message(msgpack.unpackb(payload[1], raw=False))
+        if not isinstance(msg, Deliver):
+            return clock() - t0, 0, lambda done: None
+        ev = msg.event
+        opened = c.scheme.open_event(ev.event_id, ev.routing, ev.body, ev.meta, now=t)
+        measured = clock() - t0
+
+        def finish(done: float) -> None:
             sent = self.offered_at.get(ev.event_id)
             c.deliveries.append(Delivery(done, ev.event_id, msg.sub_ids, opened, sent))
             if sent is not None:
                 self.latencies.append(done - sent)
+
+        return measured, 0, finish
 
     def _emit(self, bid: str, actions: list[Any], frames: list[Any], t: float) -> None:
         for a, fr in zip(actions, frames, strict=True):
