@@ -4,12 +4,19 @@ Example::
 
     PUBGUARD_CA_PASSPHRASE=... pubguard keyservice serve --state ./net --port 7443
     pubguard keyservice serve --state ./net --tdn-ca ./narada-ca/ca.pem   # + a narada TDN
+    PUBGUARD_KDC_MASTER=... pubguard keyservice serve --state ./net --kdc-policy policy.json
 
 The TLS identity ``keyservice`` (role ``ms``) is issued by the cluster CA in ``<state>/pki`` on
 first use. The MS primary key ``rk`` (eventguard.txt §3.2) comes from ``PUBGUARD_MS_MASTER``
 (base64, at least 16 bytes) so replicas can share it; without it a random one lives only in
 this process. It is never written to disk; only the MS public key goes to
 ``<state>/ms-key.json`` for brokers.
+
+With ``--kdc-policy`` the same process also serves the PSGuard KDC and the default profile's
+authority (:mod:`pubguard.net.keyservice_kdc`): the policy file holds the event types and who
+may subscribe to / publish on what (:meth:`~pubguard.net.keyservice_kdc.KdcConfig.policy_json`),
+the KDC master comes from ``PUBGUARD_KDC_MASTER`` (base64) and the authority's public key is
+added to ``ms-key.json``.
 """
 
 from __future__ import annotations
@@ -27,24 +34,39 @@ import click
 
 from pubguard.cli.common import err_console, get_group
 
-__all__ = ["MASTER_ENV", "register"]
+__all__ = ["KDC_MASTER_ENV", "MASTER_ENV", "register"]
 
 MASTER_ENV: Final = "PUBGUARD_MS_MASTER"
+KDC_MASTER_ENV: Final = "PUBGUARD_KDC_MASTER"
 
 
-def _master() -> bytes | None:
+def _master(env: str = MASTER_ENV) -> bytes | None:
     from pubguard.errors import ConfigError
 
-    raw = os.environ.get(MASTER_ENV)
+    raw = os.environ.get(env)
     if raw is None:
         return None
     try:
         m = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
-        raise ConfigError(f"{MASTER_ENV} is not base64", key=MASTER_ENV) from None
+        raise ConfigError(f"{env} is not base64", key=env) from None
     if len(m) < 16:
-        raise ConfigError(f"{MASTER_ENV} must decode to at least 16 bytes", key=MASTER_ENV)
+        raise ConfigError(f"{env} must decode to at least 16 bytes", key=env)
     return m
+
+
+def _kdc(policy: Path | None) -> object:
+    """The KDC service of ``--kdc-policy`` (None without it); one-line errors if bad."""
+    if policy is None:
+        return None
+    from pubguard.crypto import random_bytes
+    from pubguard.net.keyservice_kdc import KdcConfig, KdcService
+
+    master = _master(KDC_MASTER_ENV)
+    if master is None:
+        err_console.print(f"[yellow]no {KDC_MASTER_ENV}: a random KDC master lives in this "
+                          "process[/]")  # fmt: skip
+    return KdcService(KdcConfig.load_policy(policy, master or random_bytes(32)))
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
@@ -61,6 +83,7 @@ async def _serve(
     origin: float = 0.0,
     parent_pid: int | None = None,
     tdn_ca: Path | None = None,
+    kdc: object = None,
 ) -> None:
     from pubguard.crypto import SecretBytes, random_bytes
     from pubguard.crypto.x509 import Role, server_ssl_context
@@ -85,11 +108,14 @@ async def _serve(
         from pubguard.keys.discovery import TopicDiscoveryNode
 
         tdn = TopicDiscoveryNode(load_certificate(tdn_ca))
-    server = KeyServiceServer(KeyServiceCore(ms, tdn=tdn), ctx, host=host, port=port)
+    core = KeyServiceCore(ms, tdn=tdn, kdc=kdc)  # type: ignore[arg-type]
+    server = KeyServiceServer(core, ctx, host=host, port=port)
     bound = await server.start()
     key_b64 = base64.b64encode(ms.public_key.to_bytes()).decode()
-    (state / "ms-key.json").write_text(json.dumps({"ms_key": key_b64, "host": host,
-                                                   "port": bound}))  # fmt: skip
+    out = {"ms_key": key_b64, "host": host, "port": bound}
+    if core.kdc is not None:
+        out["authority_key"] = base64.b64encode(core.kdc.authority.public_key.to_bytes()).decode()
+    (state / "ms-key.json").write_text(json.dumps(out))
     click.echo(f"keyservice listening on {host}:{bound} (MS public key {key_b64})", nl=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -107,7 +133,9 @@ async def _serve(
 
 
 def register(cli: click.Group) -> None:
-    group = get_group(cli, "keyservice", "Key services (EventGuard MS) over mutual TLS.")
+    group = get_group(
+        cli, "keyservice", "Key services (EventGuard MS, PSGuard KDC) over mutual TLS."
+    )
 
     @group.command("serve")
     @click.option(
@@ -151,13 +179,22 @@ def register(cli: click.Group) -> None:
         default=None,
         help="Also serve a narada topic discovery node trusting this CA (PEM).",
     )
+    @click.option(
+        "--kdc-policy",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Also serve the PSGuard KDC / default authority with this policy (JSON; the "
+        f"master from {KDC_MASTER_ENV}).",
+    )
     def serve(state: Path, host: str, port: int, epoch_length: float, origin: float,
-              parent_pid: int | None, tdn_ca: Path | None) -> None:  # fmt: skip
-        """Serve the meta-service: permits, tokens and epoch keys for authenticated clients."""
+              parent_pid: int | None, tdn_ca: Path | None, kdc_policy: Path | None) -> None:  # fmt: skip
+        """Serve the meta-service (and optionally the PSGuard KDC / default authority):
+        permits, tokens and epoch keys for authenticated clients."""
         _master()  # a bad master or CA is a one-line error before anything is created
+        kdc = _kdc(kdc_policy)
         if tdn_ca is not None:
             from pubguard.crypto.x509 import load_certificate
 
             load_certificate(tdn_ca)
         state.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_serve(state, host, port, epoch_length, origin, parent_pid, tdn_ca))
+        asyncio.run(_serve(state, host, port, epoch_length, origin, parent_pid, tdn_ca, kdc))

@@ -20,14 +20,15 @@ deployment's key services (a :class:`~pubguard.schemes.registry.KeyBundle`, in m
 KDC / authority, EventGuard's MS, Narada's CA and KMC) and writes the public material brokers
 need (:class:`~pubguard.schemes.registry.BrokerKeys`) to ``<state>/pki/broker-keys.json``
 beside the TLS CA; every broker's ``keys`` points there. :meth:`LocalCluster.connect` with
-``profile=`` gives the client its keys from the bundle (the in-process stand-in for the key
-services' network endpoints).
+``profile=`` gives the client its keys from the bundle, or, with ``keyservice=True``, from the
+key-service process over mutual TLS (:mod:`pubguard.net.keyservice_launch`: the EventGuard MS
+always; the PSGuard KDC / default authority when the cluster knows its
+:class:`~pubguard.net.keyservice_kdc.KdcConfig`, i.e. it made the bundle or got ``kdc=``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import json
@@ -40,6 +41,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
+from pubguard.crypto import SecretBytes, random_bytes
 from pubguard.crypto.x509 import Role
 from pubguard.errors import StateError, TransportError
 from pubguard.net.client import Client, connect
@@ -48,9 +50,12 @@ from pubguard.net.config import (
     load_broker_config,
     load_cluster_config,
 )
+from pubguard.net.keyservice_kdc import KdcConfig
+from pubguard.net.keyservice_launch import keyservice_scheme
+from pubguard.net.keyservice_launch import start_keyservice as _start_keyservice
 from pubguard.net.pki import DEFAULT_CLIENTS, ClusterPki
 from pubguard.net.server import BrokerServer, read_port
-from pubguard.schemes.registry import KeyBundle
+from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 __all__ = ["LocalCluster", "cluster_status", "run_local_cluster", "stop_cluster"]
 
@@ -71,10 +76,13 @@ class LocalCluster:
 
     def __init__(self, config: ClusterConfig, *, in_process: bool = False,
                  bundle: KeyBundle | None = None, detached: bool = False,
-                 keyservice: bool = False) -> None:  # fmt: skip
+                 keyservice: bool = False, kdc: KdcConfig | None = None) -> None:  # fmt: skip
         """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
         broker stops by itself when this process exits, even on SIGKILL. ``keyservice``: also
-        run the bundle's EventGuard MS as its own process (:meth:`start_keyservice`)."""
+        run the bundle's key services as their own process (:meth:`start_keyservice`).
+        ``kdc``: the PSGuard KDC / default authority (master and policy) the bundle was made
+        from; without ``bundle`` the cluster makes one from it (or from a random master and
+        an open policy), and only then can the key service serve the KDC."""
         self.config = config
         self.detached = detached
         self.state_dir = config.state_dir.resolve()
@@ -87,6 +95,9 @@ class LocalCluster:
         self._admin: dict[str, Client] = {}
         self._keyservice = keyservice
         self.keyservice_port: int | None = None
+        self.kdc = kdc
+        #: whether clients get psguard / default keys from the key service process
+        self.keyservice_kdc = False
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -112,8 +123,11 @@ class LocalCluster:
     def bundle(self) -> KeyBundle:
         """The deployment's key services (created on first use; trusted, in memory)."""
         if self._bundle is None:
+            if self.kdc is None:
+                self.kdc = KdcConfig(SecretBytes(random_bytes(32)), (HOSPITAL,))
             self._bundle = KeyBundle(self.state_dir / "pki" / "keys", now=time.time(),
-                                     identities=self.config.publishers)  # fmt: skip
+                                     identities=self.config.publishers,
+                                     **self.kdc.bundle_kwargs())  # fmt: skip
         return self._bundle
 
     def write_keys(self) -> Path:
@@ -176,55 +190,12 @@ class LocalCluster:
             await self.start_keyservice()
 
     async def start_keyservice(self) -> int:
-        """Run the bundle's EventGuard meta-service as its own process behind mutual TLS
-        (``pubguard keyservice serve``, issue 5) and make the bundle's eventguard clients get
-        their permits and keys from it, each over a connection authenticated as that client.
-        The MS primary key reaches the child through its environment only. Returns the port;
-        :meth:`stop` ends the process."""
-        from pubguard.net.keyservice_client import KeyServiceClient
-
-        if KEYSERVICE in self.procs and self.procs[KEYSERVICE].poll() is None:
-            raise StateError("the key service is already running")
-        self.pki.identity(KEYSERVICE, Role.MS)  # issued here: the child needs no CA passphrase
-        info = self.state_dir / "ms-key.json"
-        with contextlib.suppress(FileNotFoundError):
-            info.unlink()
-        ms = self.bundle.ms
-        env = dict(os.environ)
-        env["PUBGUARD_MS_MASTER"] = base64.b64encode(ms.export_master().reveal()).decode()
-        tie = [] if self.detached else ["--parent-pid", str(os.getpid())]
-        logf = self.state_dir / "keyservice.log"
-        with logf.open("ab") as log:
-            self.procs[KEYSERVICE] = proc = subprocess.Popen(
-                [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
-                 str(self.state_dir), "--host", self.config.host, "--port", "0",
-                 "--epoch-length", repr(ms.epoch_length), "--origin", repr(ms.origin), *tie],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                data = json.loads(info.read_text())
-                break
-            except (OSError, ValueError):
-                if proc.poll() is not None:
-                    raise StateError(f"key service exited with {proc.returncode}: "
-                                     f"{logf.read_text()[-600:]}") from None  # fmt: skip
-                if time.monotonic() > deadline:
-                    raise StateError("key service did not start") from None
-                await asyncio.sleep(0.02)
-        if base64.b64decode(data["ms_key"]) != ms.public_key.to_bytes():
-            raise StateError("the key service runs another MS key")
-        host, port = self.config.host, int(data["port"])
-        self.keyservice_port = port
-
-        def ms_for(identity: str) -> KeyServiceClient:
-            name = identity.split("/", 1)[0]
-            return KeyServiceClient(host, port, self.pki.client_context(name), ms_key=ms.public_key)
-
-        self.bundle.ms_for = ms_for
-        return port
+        """Run the bundle's key services as their own process behind mutual TLS (``pubguard
+        keyservice serve``, issue 5): the EventGuard MS, and the PSGuard KDC / default
+        authority when :attr:`kdc` is known; the bundle's clients then get their permits and
+        keys from it, each over a connection authenticated as that client. Secrets reach the
+        child through its environment only. Returns the port; :meth:`stop` ends the process."""
+        return await _start_keyservice(self)
 
     async def _launch(self, name: str) -> None:
         port_file = self.broker_dir(name) / "port"
@@ -317,7 +288,8 @@ class LocalCluster:
         ``profile``: speak that security profile, with keys from :attr:`bundle` (``topics``:
         the narada topics it needs a KMC token and key for)."""
         if profile is not None and profile != "plain" and "scheme" not in kw:
-            kw["scheme"] = self.bundle.client(profile, identity, topics=topics, now=time.time())
+            kw["scheme"] = keyservice_scheme(self, profile, identity, topics=topics,
+                                             now=time.time())  # fmt: skip
         return await connect(
             self.url(broker), identity=identity, ssl=self.pki.client_context(identity), **kw
         )
@@ -385,15 +357,18 @@ async def run_local_cluster(
     in_process: bool = False,
     bundle: KeyBundle | None = None,
     keyservice: bool = False,
+    kdc: KdcConfig | None = None,
 ) -> AsyncIterator[LocalCluster]:
     """Start a cluster (``topology``: config, TOML path, or None for the 7-broker default),
     yield it, and tear every broker down on exit, whatever happens. ``keyservice``: also run
-    the EventGuard MS as its own process (:meth:`LocalCluster.start_keyservice`)."""
+    the key services as their own process (:meth:`LocalCluster.start_keyservice`); ``kdc``:
+    the KDC the bundle was made from (see :class:`LocalCluster`)."""
     if isinstance(topology, ClusterConfig):
         cfg = dataclasses.replace(topology, state_dir=Path(state_dir))
     else:
         cfg = load_cluster_config(topology, state_dir=Path(state_dir))
-    cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle, keyservice=keyservice)
+    cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle, keyservice=keyservice,
+                           kdc=kdc)  # fmt: skip
     try:
         await cluster.start()
         yield cluster

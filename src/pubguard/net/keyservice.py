@@ -17,6 +17,9 @@ service's network face, in the house split:
   :class:`~pubguard.schemes.eventguard_client.MetaServiceLike`, so an
   :class:`~pubguard.schemes.eventguard_client.EventGuardClient` gets its permits over the
   network exactly as it would from the in-process MS.
+- Optionally the core also hosts the PSGuard KDC and the default profile's authority
+  (:class:`~pubguard.net.keyservice_kdc.KdcService`, psguard.txt §3: the ``kdc_*`` and
+  ``authority_*`` ops); :mod:`pubguard.net.keyservice_kdc_client` has their proxies.
 
 Identity. The caller's identity is the common name of its verified TLS certificate, never a
 field of the request: ``subscribe`` / ``advertise`` for a subject other than the peer, and
@@ -43,7 +46,7 @@ import ssl as _ssl
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.crypto import VerifyKey
 from pubguard.crypto.x509 import Certificate
@@ -69,6 +72,9 @@ from pubguard.keys.ms import (
 )
 from pubguard.net.framing import FrameDecoder, encode_frame
 from pubguard.net.pki import peer_identity
+
+if TYPE_CHECKING:
+    from pubguard.net.keyservice_kdc import KdcService
 
 __all__ = [
     "ERROR_CODES",
@@ -130,15 +136,20 @@ def _ad_grant(g: AdvertisementGrant) -> dict[str, Any]:
 
 
 class KeyServiceCore:
-    """Requests in, responses out. ``ms`` and/or ``tdn``: the services hosted."""
+    """Requests in, responses out. ``ms``, ``tdn`` and/or ``kdc``: the services hosted."""
 
     def __init__(
-        self, ms: MetaService | None = None, *, tdn: TopicDiscoveryNode | None = None
+        self,
+        ms: MetaService | None = None,
+        *,
+        tdn: TopicDiscoveryNode | None = None,
+        kdc: KdcService | None = None,
     ) -> None:
-        if ms is None and tdn is None:
-            raise ValidationError("a key service hosts an MS, a TDN or both")
-        self.ms, self.tdn = ms, tdn
+        if ms is None and tdn is None and kdc is None:
+            raise ValidationError("a key service hosts an MS, a TDN, a KDC or several")
+        self.ms, self.tdn, self.kdc = ms, tdn, kdc
         self.stats: Counter[str] = Counter()
+        self._serial: int | None = None
         self._ops: dict[str, Callable[..., dict[str, Any]]] = {"info": self._info}
         if ms is not None:
             self._ops.update(subscribe=self._subscribe, advertise=self._advertise,
@@ -147,6 +158,15 @@ class KeyServiceCore:
                              renew_advertisement=self._renew_ad)  # fmt: skip
         if tdn is not None:
             self._ops.update(tdn_advertise=self._tdn_advertise, discover=self._discover)
+        if kdc is not None:
+            for name, fn in kdc.ops().items():
+                self._ops[name] = self._with_serial(fn)
+
+    def _with_serial(self, fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        def op(req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:
+            return fn(req, peer, role, now, rng, self._serial)
+
+        return op
 
     def __repr__(self) -> str:
         return f"KeyServiceCore(ops={sorted(self._ops)})"
@@ -159,8 +179,11 @@ class KeyServiceCore:
         peer_role: str | None = None,
         now: float,
         rng: _random.Random | None = None,
+        peer_serial: int | None = None,
     ) -> dict[str, Any]:
-        """One request from the authenticated ``peer``; always returns one response."""
+        """One request from the authenticated ``peer`` (``peer_serial``: its certificate's
+        serial, bound into the default profile's publish permits); always one response."""
+        self._serial = peer_serial
         rid = req.get("id")
         if type(rid) is not int:
             rid = None
@@ -203,6 +226,8 @@ class KeyServiceCore:
         out: dict[str, Any] = {"identity": peer, "ops": sorted(self._ops)}
         if self.ms is not None:
             out["ms_key"] = self.ms.public_key.to_bytes()
+        if self.kdc is not None:
+            out["kdc"] = self.kdc.info()
         return out
 
     def _mine(self) -> MetaService:
@@ -323,10 +348,12 @@ class KeyServiceServer:
         await self._server.serve_forever()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        cn, role = peer_identity(writer.get_extra_info("ssl_object"))
+        sslobj = writer.get_extra_info("ssl_object")
+        cn, role = peer_identity(sslobj)
         if cn is None:  # pragma: no cover - the TLS context requires a certificate
             writer.close()
             return
+        serial = _peer_serial(sslobj)
         self.stats["connections"] += 1
         dec = FrameDecoder(MAX_REQUEST_SIZE)
         try:
@@ -343,7 +370,7 @@ class KeyServiceServer:
                     bad = dec.error
                 for f in frames:
                     resp = self.core.handle(f, peer=cn, peer_role=role, now=self.clock(),
-                                            rng=self.rng)  # fmt: skip
+                                            rng=self.rng, peer_serial=serial)  # fmt: skip
                     writer.write(encode_frame(resp))
                 if bad is not None:
                     self.stats["malformed"] += 1
@@ -359,3 +386,8 @@ class KeyServiceServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+def _peer_serial(sslobj: Any) -> int | None:
+    der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+    return Certificate.from_der(der).serial if der else None
