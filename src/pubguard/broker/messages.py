@@ -312,6 +312,10 @@ class Publish:
     routing: Mapping[str, Any]
     body: bytes = b""
     meta: Mapping[str, Any] = field(default_factory=_empty)
+    #: the wire dict this publication was decoded from (never mutated), so a broker that
+    #: passes it on unchanged packs that dict instead of thawing the frozen fields again;
+    #: None for a publication built in code (``dataclasses.replace`` gives None too)
+    wire: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_id(self.event_id, "event_id")
@@ -337,6 +341,7 @@ class Publish:
         routing: Mapping[str, Any],
         body: bytes,
         meta: Mapping[str, Any],
+        wire: dict[str, Any] | None = None,
     ) -> Publish:
         """Build from fields the decoder has just validated and frozen (no second pass)."""
         p = object.__new__(cls)
@@ -346,6 +351,7 @@ class Publish:
         setattr_(p, "routing", routing)
         setattr_(p, "body", body)
         setattr_(p, "meta", meta)
+        setattr_(p, "wire", wire)
         return p
 
     def to_wire(self) -> dict[str, Any]:
@@ -485,7 +491,7 @@ def _publish_from(d: Mapping[str, Any]) -> Publish:
         fr = _freeze_flat(routing)
         fm = _EMPTY_MAP if not meta else _freeze_flat(meta)  # type: ignore[arg-type]
         if fr is not None and fm is not None:
-            return Publish._trusted(eid, profile, fr, body, fm)
+            return Publish._trusted(eid, profile, fr, body, fm, d if type(d) is dict else None)
     return Publish(eid, profile, routing, body, {} if meta is None else meta)
 
 

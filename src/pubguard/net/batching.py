@@ -38,6 +38,7 @@ from pubguard.broker.messages import Ack, Deliver, Publish
 from pubguard.errors import DropReason, FrameError, PubguardError
 from pubguard.net import protocol
 from pubguard.net.config import BrokerConfig
+from pubguard.net.framing import pack
 from pubguard.net.links import Link
 from pubguard.store.broker_state import BrokerStore
 
@@ -133,7 +134,7 @@ class BatchProcessing:
 
     def _apply(self, actions: list[Any]) -> None:
         """Queue the core's send actions on their links; log drops."""
-        events: dict[int, dict[str, Any]] = {}  # one wire form per publication in this batch
+        events: dict[int, bytes] = {}  # one packed form per publication in these actions
         for a in actions:
             if isinstance(a, Drop):
                 log.debug("broker %s: drop %s from %s: %s", self.name, a.reason, a.link, a.detail)
@@ -150,7 +151,7 @@ class BatchProcessing:
                     log.warning("broker %s: %s is a slow consumer", self.name, a.link)
                     self._spawn(self._kick(link))
                 continue
-            link.enqueue(_wire(a.message, events))
+            link.enqueue_packed(_packed(a.message, events))
             if isinstance(a, Forward) and link.depth > self.config.max_queue:
                 self._congested.add(link.link_id)
 
@@ -192,15 +193,34 @@ class BatchProcessing:
                 link.pump()
 
 
-def _wire(m: Any, events: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """``m.to_wire()``, sharing the thawed publication among the actions of one batch."""
+_PUBLISH_HEAD: Final = pack("op") + pack("publish")
+_DELIVER_HEAD: Final = b"\x83" + pack("op") + pack("deliver") + pack("sub_ids")
+_EVENT_KEY: Final = pack("event")
+
+
+def _event_fields(ev: Publish) -> bytes:
+    """The packed map of a publication's fields without ``op`` (a delivery's ``event``): from
+    the wire dict it arrived as when it is passed on unchanged, else thawed once."""
+    w = ev.wire
+    if w is None:
+        return pack(ev._fields())
+    if "op" in w:
+        w = {k: v for k, v in w.items() if k != "op"}
+    return pack(w)
+
+
+def _packed(m: Any, events: dict[int, bytes]) -> bytes:
+    """``pack(m.to_wire())`` byte for byte (up to the empty ``body`` / ``meta`` a received
+    publication may carry), packing each publication's fields once per batch of actions and
+    splicing them into its forwards and deliveries (a msgpack map is a count followed by its
+    entries, so ``{"op": .., **fields}`` is the fields' entries after a new count)."""
     if isinstance(m, Deliver | Publish):
         ev = m.event if isinstance(m, Deliver) else m
-        w = events.get(id(ev))
-        if w is None:
-            w = events[id(ev)] = ev.to_wire()
-        if isinstance(m, Publish):
-            return w
-        fields = {k: v for k, v in w.items() if k != "op"}
-        return {"op": "deliver", "sub_ids": list(m.sub_ids), "event": fields}
-    return m.to_wire()  # type: ignore[no-any-return]
+        f = events.get(id(ev))
+        if f is None:
+            f = events[id(ev)] = _event_fields(ev)
+        if isinstance(m, Deliver):
+            return b"".join((_DELIVER_HEAD, pack(list(m.sub_ids)), _EVENT_KEY, f))
+        n = f[0] & 0x0F  # a publication has at most five fields: always a fixmap
+        return b"".join((bytes((0x80 | (n + 1),)), _PUBLISH_HEAD, f[1:]))
+    return pack(m.to_wire())

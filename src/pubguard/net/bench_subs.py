@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import time
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Final
@@ -125,6 +126,7 @@ class RemoteSubscribers:
             await fut
         finally:
             loop.remove_reader(fd)
+            os.set_blocking(fd, True)  # uvloop's add_reader makes the pipe non-blocking
 
 
 # -- the child --------------------------------------------------------------------------------

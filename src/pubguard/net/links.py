@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pubguard.errors import FrameError
 from pubguard.net import protocol
-from pubguard.net.framing import coalesce_frames, encode_frame
+from pubguard.net.framing import coalesce_frames, encode_frame, encode_message_frame
 
 __all__ = ["BROKER_WINDOW", "Link"]
 
@@ -93,6 +93,15 @@ class Link:
         seq = self.tx_next
         self.tx_next += 1
         frame = encode_frame(protocol.message(seq, wire))
+        self.outq[seq] = frame
+        self.new_frames.append((seq, frame))
+
+    def enqueue_packed(self, packed_msg: bytes) -> None:
+        """``enqueue(msg)`` from ``pack(msg)`` (a broker packs a publication once and
+        splices it into the frame of every link it goes to)."""
+        seq = self.tx_next
+        self.tx_next += 1
+        frame = encode_message_frame(seq, packed_msg)
         self.outq[seq] = frame
         self.new_frames.append((seq, frame))
 
