@@ -34,6 +34,9 @@ def test_hospital_over_real_processes_is_exact_and_leaves_nothing(tmp_path: Path
         assert all(lo <= e["age"] <= hi for e in r.received[unit])
         assert all(str(e["patientRecord"]).startswith("MRN-") for e in r.received[unit])
     assert r.refused and "unauthorised" in r.refused[0]
+    # every client got its tokens, keys and permits from the key-service process (issue 5)
+    assert set(r.key_sources) == {u for u, _, _ in UNITS} | {"hospital"}
+    assert set(r.key_sources.values()) == {"RemoteAuthority"}
     cv = r.curious
     assert cv is not None and cv.messages and not cv.hits
     assert cv.control_hits == cv.needles and cv.clean
@@ -63,6 +66,7 @@ def test_demo_cli_psguard_in_process_json() -> None:
     assert obj["received"] == obj["expected"]
     assert obj["curious"]["clean"] and obj["curious"]["plaintext_found"] == []
     assert set(obj["domains"].values()) == {"hospital", "cloud", "university"}
+    assert set(obj["key_sources"].values()) == {"RemoteKdc"}
 
 
 def test_demo_cli_prints_both_views() -> None:

@@ -12,8 +12,11 @@ three administrative domains::
                         `-- u1 (university: oncology researcher)
 
 Every broker serves the ``default`` and ``psguard`` profiles from public key material only
-(``<state>/pki/broker-keys.json``). The key services (PSGuard KDC / default authority) are a
-:class:`~pubguard.schemes.registry.KeyBundle` held by this process; their policy authorises each
+(``<state>/pki/broker-keys.json``). The key services (PSGuard KDC / default authority, and
+EventGuard's MS) run as their own process (``pubguard keyservice serve``, started by
+:class:`~pubguard.net.cluster.LocalCluster` with ``keyservice=True``): every client fetches its
+tokens, keys and permits over mutual TLS in its certificate's name, and the policy is enforced
+there. The policy (:class:`~pubguard.net.keyservice_kdc.KdcConfig`) authorises each
 unit for one age range (psguard.txt §1: ``<topic, age, patientRecord>`` events, ``age`` a
 numeric attribute routed on NAKT tokens, ``patientRecord`` secret). The hospital publishes at
 ``h0``; every event crosses the cloud broker, which routes on tokens and holds what
@@ -39,12 +42,14 @@ from typing import Any, Final
 import msgpack
 
 from pubguard.broker.messages import Publish
+from pubguard.crypto import SecretBytes, random_bytes
 from pubguard.errors import DropError
 from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model import Event, Filter
 from pubguard.net.client import Client, Subscription
 from pubguard.net.cluster import LocalCluster, run_local_cluster
 from pubguard.net.config import ClusterConfig, parse_cluster_config
+from pubguard.net.keyservice_kdc import KdcConfig
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
@@ -206,6 +211,7 @@ class HospitalDemoResult:
     received: dict[str, list[Event]] = field(default_factory=dict)  # unit -> plaintext events
     expected: dict[str, list[str]] = field(default_factory=dict)  # unit -> event ids
     refused: list[str] = field(default_factory=list)  # what the key service refused
+    key_sources: dict[str, str] = field(default_factory=dict)  # client -> where its keys came from
     curious: CuriousView | None = None
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
@@ -227,6 +233,7 @@ class HospitalDemoResult:
             "received": {u: sorted(str(e.id) for e in v) for u, v in self.received.items()},
             "expected": {u: sorted(v) for u, v in self.expected.items()},
             "refused": self.refused,
+            "key_sources": self.key_sources,
             "curious": None
             if cv is None
             else {
@@ -267,14 +274,19 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
     t0 = time.perf_counter()
     cfg = hospital_config(state)
     policy = {unit: list(filters) for unit, _, filters in UNITS}
-    bundle = KeyBundle(state / "pki" / "keys", now=time.time(), subscribers=policy,
-                       identities=[PUBLISHER[0]])  # fmt: skip
+    kdc = KdcConfig(SecretBytes(random_bytes(32)), (HOSPITAL,), subscribers=policy,
+                    publishers={PUBLISHER[0]: TOPICS})  # fmt: skip
+    bundle = KeyBundle(state / "pki" / "keys", now=time.time(), identities=[PUBLISHER[0]],
+                       **kdc.bundle_kwargs())  # fmt: skip
     evs = hospital_events(n, seed)
     result = HospitalDemoResult(profile, {b: cfg.settings(b).get("domain") for b in cfg.brokers},
                                 evs)  # fmt: skip
-    async with run_local_cluster(cfg, state, in_process=in_process, bundle=bundle) as cluster:
+    async with run_local_cluster(cfg, state, in_process=in_process, bundle=bundle,
+                                 keyservice=True, kdc=kdc) as cluster:  # fmt: skip
         say(f"{len(cfg.brokers)} brokers up in 3 domains (mutual TLS; they hold public keys only:"
             f" {cluster.keys_path.name})")  # fmt: skip
+        say(f"key service (PSGuard KDC, default authority) up on port {cluster.keyservice_port}:"
+            " clients fetch tokens, keys and permits over mutual TLS in their own name")  # fmt: skip
         clients: list[Client] = []
         subs: dict[str, list[Subscription]] = {}
         ref = ReferenceMatcher()
@@ -282,6 +294,7 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
             for unit, broker, filters in UNITS:
                 c = await cluster.connect(broker, unit, profile=profile)
                 clients.append(c)
+                result.key_sources[unit] = _key_source(c.scheme)
                 subs[unit] = [await c.subscribe(f) for f in filters]
                 for i, f in enumerate(filters):
                     ref.add((unit, i), Filter.parse(f))
@@ -298,6 +311,7 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
             name, broker = PUBLISHER
             pub = await cluster.connect(broker, name, profile=profile)
             clients.append(pub)
+            result.key_sources[name] = _key_source(pub.scheme)
             for i in range(0, len(evs), 8):  # one signature per batch of 8 (Merkle root)
                 await pub.publish_batch(evs[i : i + 8])
             await pub.flush()
@@ -321,3 +335,10 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
     result.curious = curious_view(cluster, CURIOUS, evs)  # its files, after it stopped
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _key_source(scheme: Any) -> str:
+    """Where a client's keys come from: the key-service proxy's class (RemoteKdc,
+    RemoteAuthority) or the in-process service's."""
+    svc = getattr(scheme, "authority", None) or getattr(scheme, "service", None)
+    return type(svc).__name__

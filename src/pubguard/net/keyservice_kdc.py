@@ -49,7 +49,7 @@ from typing import Any, Final
 
 from pubguard.crypto import SecretBytes, VerifyKey
 from pubguard.crypto.secret import raw
-from pubguard.errors import ConfigError, DropError, DropReason, ValidationError
+from pubguard.errors import ConfigError, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import EventType, Filter
 from pubguard.net.keyservice import _field, _Refused
@@ -245,7 +245,7 @@ class KdcService:
             return None
         s = self._pubs.get(peer)
         if s is None:
-            raise DropError(DropReason.UNAUTHORISED, f"{peer} may not publish")
+            raise _Refused("unauthorised", "the policy does not let the caller publish")
         return s
 
     # -- psguard.txt §3: the KDC ---------------------------------------------------------------
@@ -257,7 +257,9 @@ class KdcService:
             raise _Refused("malformed", "filter text too long")
         f = Filter.parse(text, id=_field(req, "fid", str))
         epoch = self._epoch(req, now)
-        rows, fk = self.keys.authorise(peer, f, epoch=epoch)  # UNAUTHORISED outside the policy
+        if not self.keys.allowed(peer, f):
+            raise _Refused("unauthorised", "the policy does not let the caller subscribe to this")
+        rows, fk = self.keys.authorise(peer, f, epoch=epoch)
         self._remember(peer, filter_digest(parse_filter(filter_to_wire(rows))))
         return {"rows": rows_to_wire(rows), "keys": keys_to_wire(fk, self.keys.schema),
                 "epoch": epoch}  # fmt: skip
@@ -275,7 +277,7 @@ class KdcService:
         w = _field(req, "scope", str)
         s = self._scopes(peer)
         if s is not None and w not in s:
-            raise DropError(DropReason.UNAUTHORISED, "no publish right for this scope")
+            raise _Refused("unauthorised", "the policy does not let the caller publish on this")
         kdc = self._kdc.for_epoch(self._epoch(req, now))
         # psguard.txt §3.1: the publisher holds K(w) and derives every tree below it
         return {"key": raw(kdc.topic_key(w)), "token": kdc.topic_token(w)}
