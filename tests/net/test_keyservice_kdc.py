@@ -332,3 +332,42 @@ def test_a_cluster_whose_clients_got_every_key_over_the_network(aloop, tmp_path)
 def _service(scheme: object) -> str:
     svc = getattr(scheme, "service", None) or getattr(scheme, "authority", None)
     return type(svc).__name__
+
+
+def test_the_policy_file_round_trips_without_the_master(tmp_path):
+    cfg = _config()
+    path = tmp_path / "policy.json"
+    cfg.save_policy(path)
+    text = path.read_bytes()
+    assert MASTER not in text and MASTER.hex().encode() not in text
+    assert base64.b64encode(MASTER) not in text and "<secret>" in repr(cfg)
+    back = KdcConfig.load_policy(path, MASTER)
+    assert back.types == cfg.types and back.publishers == cfg.publishers
+    assert back.subscribers == cfg.subscribers and back.epoch_length == EPOCH
+    assert KdcService(back).authority.public_key == _SHARED.authority.public_key
+
+
+def test_serve_with_a_bad_kdc_policy_or_master_is_a_one_line_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    bad = tmp_path / "policy.json"
+    bad.write_text("{not json")
+    good = tmp_path / "good.json"
+    _config().save_policy(good)
+    cases = [
+        (bad, base64.b64encode(MASTER).decode(), "not JSON"),
+        (tmp_path / "missing.json", base64.b64encode(MASTER).decode(), "cannot read"),
+        (good, base64.b64encode(b"short").decode(), "PUBGUARD_KDC_MASTER"),
+    ]
+    for i, (policy, master, why) in enumerate(cases):
+        env = {**os.environ, "PUBGUARD_KDC_MASTER": master}
+        r = subprocess.run(
+            [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
+             str(tmp_path / f"ks{i}"), "--kdc-policy", str(policy)],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and why in r.stderr, r.stderr
+        assert not (tmp_path / f"ks{i}").exists()  # nothing created
+        assert master not in r.stderr

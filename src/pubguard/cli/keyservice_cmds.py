@@ -116,7 +116,8 @@ async def _serve(
     if core.kdc is not None:
         out["authority_key"] = base64.b64encode(core.kdc.authority.public_key.to_bytes()).decode()
     (state / "ms-key.json").write_text(json.dumps(out))
-    click.echo(f"keyservice listening on {host}:{bound} (MS public key {key_b64})", nl=True)
+    extra = f"; KDC / authority key {out['authority_key']}" if "authority_key" in out else ""
+    click.echo(f"keyservice listening on {host}:{bound} (MS public key {key_b64}{extra})")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
