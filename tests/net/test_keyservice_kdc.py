@@ -256,7 +256,8 @@ def test_the_master_never_crosses_the_wire_nor_reaches_the_log(pki, service, cap
 @settings(max_examples=120, deadline=None)
 def test_every_kdc_request_gets_one_typed_response(op, fields):
     core = KeyServiceCore(kdc=_SHARED)
-    resp = core.handle({**fields, "op": op, "id": 1}, peer="p", now=NOW, rng=random.Random(0))
+    resp = core.handle({**fields, "op": op, "id": 1}, peer="p", peer_role="client", now=NOW,
+                       rng=random.Random(0))  # fmt: skip
     assert resp["id"] == 1 and ("ok" in resp) != ("error" in resp)
     if "error" in resp:
         assert resp["error"] in ERROR_CODES and isinstance(resp["message"], str)
@@ -265,6 +266,34 @@ def test_every_kdc_request_gets_one_typed_response(op, fields):
 
 
 _SHARED = KdcService(_config())
+
+
+def test_only_client_certificates_get_keys_even_under_an_open_policy(pki, aloop):
+    """A broker (or MS, KMC) certificate of the same CA gets no K(f), K(w) or permit: brokers
+    route on tokens only. Over real TLS, with the role taken from the certificate."""
+    from pubguard.crypto.x509 import client_ssl_context
+
+    open_cfg = KdcConfig(SecretBytes(MASTER), (HOSPITAL,), epoch_length=EPOCH)  # allow all
+    i = pki.identity("keyservice", Role.MS)
+    server = KeyServiceServer(KeyServiceCore(kdc=KdcService(open_cfg)),
+                              server_ssl_context(i.cert_path, i.key_path, i.ca_path),
+                              clock=Clock())  # fmt: skip
+    port = aloop.run(server.start())
+    try:
+        b = pki.identity("b3", Role.BROKER)
+        ctx = client_ssl_context(b.cert_path, b.key_path, b.ca_path)
+        f = Filter.parse(CARDIO_ALL, id="b")
+        with KeyServiceClient("127.0.0.1", port, ctx, server_role="ms") as c:
+            with pytest.raises(DropError, match="client certificates only"):
+                RemoteKdc(c).authorise("b3", f, epoch=0)
+            with pytest.raises(DropError, match="client certificates only"):
+                c.call("kdc_scope", subject="b3", scope="cardiology", epoch=0)
+            assert RemoteKdc(c).schema.types.keys() == {"patient"}  # public info is served
+        with ks(pki, "anyone", port) as c:  # a client certificate: the open policy grants it
+            rows, _ = RemoteKdc(c).authorise("anyone", f, epoch=0)
+            assert rows.groups
+    finally:
+        aloop.run(server.stop())
 
 
 CLUSTER = """

@@ -10,7 +10,8 @@ KDC plus a permit signer. :class:`KdcService` hosts both inside the key-service 
 ``authority_*`` ops here); :mod:`pubguard.net.keyservice_kdc_client` is the client side.
 
 What each op gives, to whom (the caller is always the verified certificate's CN, ``peer``;
-a ``subject`` field naming someone else is refused with ``unauthorised``):
+a ``subject`` field naming someone else is refused with ``unauthorised``, and so is every
+certificate whose role is not ``client``: a broker, even under an open policy, gets no key):
 
 - ``kdc_authorise {subject, filter, fid, epoch}``: the filter's routing tokens and ``K(f)``
   (psguard.txt §3.1 minimal covers, §4.1 tokens) if the policy lets ``peer`` subscribe to it.
@@ -49,6 +50,7 @@ from typing import Any, Final
 
 from pubguard.crypto import SecretBytes, VerifyKey
 from pubguard.crypto.secret import raw
+from pubguard.crypto.x509 import Role
 from pubguard.errors import ConfigError, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import EventType, Filter
@@ -227,7 +229,10 @@ class KdcService:
 
     # -- checks ------------------------------------------------------------------------------
     @staticmethod
-    def _subject(req: dict[str, Any], peer: str) -> None:
+    def _subject(req: dict[str, Any], peer: str, role: Any) -> None:
+        if role != Role.CLIENT.value:
+            # brokers route on tokens and must never hold K(f) or K(w) (psguard.txt §2)
+            raise _Refused("unauthorised", "keys and permits are for client certificates only")
         if _field(req, "subject", str) != peer:
             raise _Refused("unauthorised", "keys can be requested only in one's own name")
 
@@ -251,7 +256,7 @@ class KdcService:
     # -- psguard.txt §3: the KDC ---------------------------------------------------------------
     def authorise(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
                   serial: int | None = None) -> dict[str, Any]:  # fmt: skip
-        self._subject(req, peer)
+        self._subject(req, peer, role)
         text = _field(req, "filter", str)
         if len(text) > MAX_FILTER_TEXT:
             raise _Refused("malformed", "filter text too long")
@@ -266,14 +271,14 @@ class KdcService:
 
     def publisher(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
                   serial: int | None = None) -> dict[str, Any]:  # fmt: skip
-        self._subject(req, peer)
+        self._subject(req, peer, role)
         self._epoch(req, now)
         s = self._scopes(peer)
         return {"scopes": None if s is None else list(s)}
 
     def scope(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
               serial: int | None = None) -> dict[str, Any]:  # fmt: skip
-        self._subject(req, peer)
+        self._subject(req, peer, role)
         w = _field(req, "scope", str)
         s = self._scopes(peer)
         if s is not None and w not in s:
@@ -291,7 +296,7 @@ class KdcService:
 
     def publish_permit(self, req: dict[str, Any], peer: str, role: Any, now: float,
                        rng: _random.Random | None, serial: int | None = None) -> dict[str, Any]:  # fmt: skip
-        self._subject(req, peer)
+        self._subject(req, peer, role)
         key = VerifyKey.from_bytes(_field(req, "key", bytes))
         asked = req.get("serial", 0)
         if type(asked) is not int:
@@ -303,7 +308,7 @@ class KdcService:
 
     def subscribe_permit(self, req: dict[str, Any], peer: str, role: Any, now: float,
                          rng: _random.Random | None, serial: int | None = None) -> dict[str, Any]:  # fmt: skip
-        self._subject(req, peer)
+        self._subject(req, peer, role)
         key = VerifyKey.from_bytes(_field(req, "key", bytes))
         digest = _field(req, "digest", bytes)
         if (peer, digest) not in self._issued:
