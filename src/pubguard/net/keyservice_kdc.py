@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import random as _random
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -85,8 +85,9 @@ class KdcConfig:
 
     master: SecretBytes = field(repr=False)
     types: tuple[EventType, ...]
-    subscribers: Mapping[str, tuple[Filter, ...]] | None = None
-    publishers: Mapping[str, tuple[str, ...]] | None = None
+    # normalised on construction to name -> tuple of Filter / of scopes
+    subscribers: Mapping[str, Iterable[Filter | str]] | None = None
+    publishers: Mapping[str, Iterable[str]] | None = None
     epoch_length: float = DEFAULT_EPOCH_LENGTH
     origin: float = 0.0
 
@@ -125,7 +126,7 @@ class KdcConfig:
         return {
             "types": [t.to_json() for t in self.types],
             "subscribers": None if subs is None else
-            {n: [[str(f), f.id] for f in fs] for n, fs in subs.items()},
+            {n: [[str(f), getattr(f, "id", None)] for f in fs] for n, fs in subs.items()},
             "publishers": None if self.publishers is None else
             {n: list(s) for n, s in self.publishers.items()},
             "epoch_length": self.epoch_length,
@@ -210,7 +211,8 @@ class KdcService:
         self.authority = config.authority()
         self.keys = self.authority.keys
         self._kdc = KDC(config.master)
-        self._pubs = None if config.publishers is None else dict(config.publishers)
+        pubs = config.publishers
+        self._pubs = None if pubs is None else {n: tuple(w) for n, w in pubs.items()}
         self._issued: OrderedDict[tuple[str, bytes], None] = OrderedDict()
 
     def __repr__(self) -> str:
