@@ -60,6 +60,7 @@ from pubguard.model.filters import Filter
 from pubguard.net import protocol
 from pubguard.net.client_link import ClientLink
 from pubguard.net.framing import coalesce_frames, encode_frame
+from pubguard.net.io_conn import FrameConnection
 from pubguard.net.subscription import Delivery, Handler, Subscription
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
 from pubguard.schemes.plain import PlainScheme
@@ -128,10 +129,10 @@ class Client(ClientLink):
         self._acked_rx = 0  # the highest delivery sequence acknowledged to the broker
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ids = itertools.count(1)
-        self._writer: asyncio.StreamWriter | None = None
+        self._writer: FrameConnection | None = None
         self._out: list[tuple[int, bytes]] = []  # (sequence, frame) queued this iteration
         self._flush_scheduled = False
-        self._reader: asyncio.StreamReader | None = None
+        self._pending_frames: list[dict[str, Any]] = []  # decoded after the broker's hello
         self._connected = asyncio.Event()
         self._credit = asyncio.Event()
         self._credit.set()
@@ -321,7 +322,7 @@ class Client(ClientLink):
                 asyncio.get_running_loop().call_soon(self._flush_out)
             if len(self._out) >= 256:
                 self._flush_out()
-            if w.transport.get_write_buffer_size() > HIGH_WATER:
+            if w.write_buffer_size() > HIGH_WATER:
                 with contextlib.suppress(ConnectionError):
                     await w.drain()
 

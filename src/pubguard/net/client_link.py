@@ -30,7 +30,8 @@ from pubguard.broker.messages import Deliver, Error, decode_message
 from pubguard.errors import FrameError, PubguardError, TransportError
 from pubguard.model.filters import Filter
 from pubguard.net import protocol
-from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.net.framing import encode_frame
+from pubguard.net.io_conn import FrameConnection, PeerClosed, open_frame_connection
 from pubguard.net.subscription import Delivery, Subscription
 from pubguard.schemes.base import ClientScheme
 
@@ -84,8 +85,7 @@ class ClientLink:
     _rx_seq: int
     _acked_rx: int
     _ack_timer: asyncio.TimerHandle | None
-    _writer: asyncio.StreamWriter | None
-    _reader: asyncio.StreamReader | None
+    _writer: FrameConnection | None
     _out: list[tuple[int, bytes]]
     _connected: asyncio.Event
     _credit: asyncio.Event
@@ -93,56 +93,47 @@ class ClientLink:
     _closing: bool
     _last_rx: float
     _pending_frames: list[dict[str, Any]]
-    _decoder: FrameDecoder
     _subscribe_msg: Callable[[Subscription], dict[str, Any]]
     _advertise_msg: Callable[[str, Filter], dict[str, Any]]
     _write: Callable[[dict[str, Any]], None]
 
     async def _handshake(self) -> None:
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=self.ssl, limit=READ_CHUNK * 4),
-                CONNECT_TIMEOUT,
+            conn = await asyncio.wait_for(
+                open_frame_connection(self.host, self.port, ssl=self.ssl), CONNECT_TIMEOUT
             )
         except (TimeoutError, OSError, _ssl.SSLError) as exc:
             raise TransportError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         try:
-            writer.write(
+            conn.write(
                 encode_frame(
                     protocol.hello(
                         self.identity, "client", self.session, durable=self.durable, rx=self._rx_seq
                     )
                 )
             )
-            dec = FrameDecoder()
-            frames: list[dict[str, Any]] = []
-            while not frames:
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), CONNECT_TIMEOUT)
-                if not data:
-                    raise TransportError("broker closed the connection during the handshake")
-                frames = dec.feed(data)
+            frames = await conn.next_frames(CONNECT_TIMEOUT)
             first = frames[0]
             if protocol.check_envelope(first) == "bye":
                 raise TransportError(f"broker refused the link: {first['reason']}")
             if first["t"] != "hello":
                 raise FrameError("expected hello from the broker")
+        except PeerClosed:
+            conn.close()
+            raise TransportError("broker closed the connection during the handshake") from None
         except (TimeoutError, OSError, _ssl.SSLError, FrameError) as exc:
-            writer.close()
+            conn.close()
             raise TransportError(f"handshake with {self.host}:{self.port} failed: {exc}") from exc
         except BaseException:
-            writer.close()
+            conn.close()
             raise
         self.broker_name = first["name"]
-        self._reader, self._writer = reader, writer
+        self._writer = conn
         self._last_rx = time.monotonic()
         self._resume(bool(first.get("resumed", False)), first["rx"])
         self._acked_rx = self._rx_seq  # the broker resends what follows this (hello)
         self._connected.set()
-        rest = frames[1:]
-        if rest or dec.buffered:
-            self._pending_frames, self._decoder = rest, dec
-        else:
-            self._pending_frames, self._decoder = [], dec
+        self._pending_frames = frames[1:]
 
     def _resume(self, resumed: bool, peer_rx: int) -> None:
         w = self._writer
@@ -171,7 +162,7 @@ class ClientLink:
             self._ack_timer = None
         self._out.clear()  # unacknowledged messages are resent from _unacked on reconnection
         w = self._writer
-        self._writer = self._reader = None
+        self._writer = None
         self._connected.clear()
         if w is not None:
             w.close()
@@ -201,18 +192,18 @@ class ClientLink:
                     backoff = min(backoff * 2, BACKOFF_MAX)
 
     async def _read_loop(self) -> None:
-        reader = self._reader
-        assert reader is not None
-        self._handle(self._pending_frames)
-        while True:
-            data = await reader.read(READ_CHUNK)
-            if not data:
-                raise TransportError("broker closed the link")
-            self._last_rx = time.monotonic()
-            frames = self._decoder.feed(data)
-            self._handle(frames)
-            if self._decoder.error is not None:
-                raise self._decoder.error
+        conn = self._writer
+        assert conn is not None
+        first, self._pending_frames = self._pending_frames, []
+        try:
+            # every chunk's envelopes go to _on_frames from the transport's callback
+            await conn.run(self._on_frames, first)
+        except PeerClosed:
+            raise TransportError("broker closed the link") from None
+
+    def _on_frames(self, frames: list[dict[str, Any]]) -> None:
+        self._last_rx = time.monotonic()
+        self._handle(frames)
 
     def _handle(self, frames: list[dict[str, Any]]) -> None:
         got = False

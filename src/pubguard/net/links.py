@@ -14,7 +14,6 @@ sequence number on the other side (``protocol.py``).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict, deque
 from typing import Any, Final
@@ -22,6 +21,7 @@ from typing import Any, Final
 from pubguard.errors import FrameError
 from pubguard.net import protocol
 from pubguard.net.framing import coalesce_frames, encode_frame, encode_message_frame
+from pubguard.net.io_conn import FrameConnection
 
 __all__ = ["BROKER_WINDOW", "Link"]
 
@@ -74,7 +74,7 @@ class Link:
         self.outq: OrderedDict[int, bytes] = OrderedDict()
         self.new_frames: list[tuple[int, bytes]] = []  # enqueued in the current batch
         self.inbox: deque[dict[str, Any]] = deque()
-        self.writer: asyncio.StreamWriter | None = None
+        self.writer: FrameConnection | None = None
         self.sent_upto = 0
         self.acked = tx_next - 1
         self.last_rx = self.last_tx = time.monotonic()
@@ -166,7 +166,7 @@ class Link:
             w.write(encode_frame(env))
             self.last_tx = time.monotonic()
 
-    def attach(self, writer: asyncio.StreamWriter, peer_rx: int) -> None:
+    def attach(self, writer: FrameConnection, peer_rx: int) -> None:
         """A new connection: the peer has processed everything up to ``peer_rx``."""
         self.writer = writer
         self.last_rx = self.last_tx = time.monotonic()
@@ -176,7 +176,7 @@ class Link:
         self.sent_upto = peer_rx  # everything after it is (re)sent, in order
         self.pump()
 
-    def detach(self) -> asyncio.StreamWriter | None:
+    def detach(self) -> FrameConnection | None:
         w, self.writer = self.writer, None
         self.inbox.clear()  # unprocessed and unacknowledged: the peer resends them
         return w

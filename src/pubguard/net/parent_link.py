@@ -26,6 +26,7 @@ from typing import Final
 from pubguard.errors import TransportError
 from pubguard.net import protocol
 from pubguard.net.config import BrokerConfig
+from pubguard.net.io_conn import FrameConnection, open_frame_connection
 from pubguard.net.links import Link
 
 __all__ = ["BACKOFF_MAX", "BACKOFF_MIN", "HANDSHAKE_TIMEOUT", "READ_CHUNK", "ParentLink"]
@@ -47,7 +48,7 @@ class ParentLink:
     links: dict[str, Link]
     ssl_client: _ssl.SSLContext | None
     _closing: bool
-    _parent_session: Callable[[Link, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+    _parent_session: Callable[[Link, FrameConnection], Awaitable[bool]]
 
     def _parent_port(self) -> int:
         p = self.config.parent
@@ -68,17 +69,16 @@ class ParentLink:
         while not self._closing:
             link = self.links[lid]
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(p.host, self._parent_port(), ssl=self.ssl_client,
-                                            limit=READ_CHUNK * 4),
+                conn = await asyncio.wait_for(
+                    open_frame_connection(p.host, self._parent_port(), ssl=self.ssl_client),
                     HANDSHAKE_TIMEOUT,
-                )  # fmt: skip
+                )
             except (TimeoutError, OSError, _ssl.SSLError, TransportError) as exc:
                 log.info("broker %s: cannot reach parent %s: %s", self.name, p.name, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
-            if await self._parent_session(link, reader, writer):
+            if await self._parent_session(link, conn):
                 backoff = BACKOFF_MIN
             await asyncio.sleep(backoff)
 

@@ -46,9 +46,10 @@ from pubguard.errors import ConfigError, FrameError, PubguardError, TransportErr
 from pubguard.net import protocol
 from pubguard.net.batching import BatchProcessing
 from pubguard.net.config import BrokerConfig
-from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.net.framing import encode_frame
+from pubguard.net.io_conn import FrameConnection, PeerClosed
 from pubguard.net.links import BROKER_WINDOW, Link
-from pubguard.net.parent_link import HANDSHAKE_TIMEOUT, READ_CHUNK, ParentLink
+from pubguard.net.parent_link import HANDSHAKE_TIMEOUT, ParentLink
 from pubguard.net.pki import peer_identity
 from pubguard.schemes.base import LinkKind, SchemeRegistry
 from pubguard.schemes.plain import PlainScheme
@@ -90,7 +91,7 @@ def schemes_for(
     return build_registry(names, bk, now=t, state_dir=state_dir)
 
 
-def _peer_identity(writer: asyncio.StreamWriter) -> tuple[str | None, str | None]:
+def _peer_identity(writer: FrameConnection) -> tuple[str | None, str | None]:
     """(common name, role) from the peer certificate, or (None, None) without TLS."""
     return peer_identity(writer.get_extra_info("ssl_object"))
 
@@ -191,9 +192,10 @@ class BrokerServer(BatchProcessing, ParentLink):
         port = cfg.port
         if port == 0 and self.store is not None:
             port = int(self.store.get_meta("port") or 0)  # sticky across restarts
-        self._server = await asyncio.start_server(
-            self._on_connection, cfg.host, port, ssl=self.ssl_server, reuse_address=True,
-            limit=READ_CHUNK * 4,
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FrameConnection(self._on_connection), cfg.host, port, ssl=self.ssl_server,
+            reuse_address=True,
         )  # fmt: skip
         self.port = self._server.sockets[0].getsockname()[1]
         if self.store is not None:
@@ -244,15 +246,15 @@ class BrokerServer(BatchProcessing, ParentLink):
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
+    def _on_connection(self, conn: FrameConnection) -> None:
+        """A new connection (after its TLS handshake): served by a task of its own."""
+        self._spawn(self._serve_connection(conn))
+
+    async def _serve_connection(self, writer: FrameConnection) -> None:
         peer = writer.get_extra_info("peername")
         link: Link | None = None
         try:
-            dec = FrameDecoder()
-            hello, rest = await self._read_hello(reader, dec)
+            hello, rest = await self._read_hello(writer)
             link, resumed = self._accept_hello(hello, writer)
             writer.write(
                 encode_frame(
@@ -265,14 +267,14 @@ class BrokerServer(BatchProcessing, ParentLink):
                 self._flush_batch()
             # the peer's rx counts only for a resumed session; a new link starts from 1
             link.attach(writer, hello["rx"] if resumed else 0)
-            await self._read_loop(link, reader, dec, rest)
+            await self._read_loop(link, writer, rest)
         except (FrameError, TransportError) as exc:
             self.stats["closed." + type(exc).__name__] += 1
             who = link.link_id if link else peer
             log.warning("broker %s: closing link %s: %s", self.name, who, exc)
             with contextlib.suppress(Exception):
                 writer.write(encode_frame(protocol.bye(str(exc))))
-        except (_PeerClosed, OSError, _ssl.SSLError, asyncio.IncompleteReadError) as exc:
+        except (_PeerClosed, TimeoutError, OSError, _ssl.SSLError) as exc:
             log.info("broker %s: connection %s ended: %s", self.name, peer, exc)
         except asyncio.CancelledError:
             pass
@@ -281,21 +283,18 @@ class BrokerServer(BatchProcessing, ParentLink):
                 self._link_down(link)
             writer.close()
 
-    async def _read_hello(self, reader: asyncio.StreamReader, dec: FrameDecoder
-                          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
-        frames: list[dict[str, Any]] = []
-        while not frames:
-            data = await asyncio.wait_for(reader.read(READ_CHUNK), HANDSHAKE_TIMEOUT)
-            if not data:
-                raise TransportError("peer closed before hello")
-            frames = dec.feed(data)
+    async def _read_hello(
+        self, conn: FrameConnection
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        try:
+            frames = await conn.next_frames(HANDSHAKE_TIMEOUT)
+        except PeerClosed:
+            raise TransportError("peer closed before hello") from None
         if protocol.check_envelope(frames[0]) != "hello":
             raise FrameError("the first frame must be hello")
         return frames[0], frames[1:]
 
-    def _accept_hello(
-        self, hello: dict[str, Any], writer: asyncio.StreamWriter
-    ) -> tuple[Link, bool]:
+    def _accept_hello(self, hello: dict[str, Any], writer: FrameConnection) -> tuple[Link, bool]:
         name, role = hello["name"], hello["role"]
         cn, cert_role = _peer_identity(writer)
         if self.ssl_server is not None:
@@ -350,35 +349,32 @@ class BrokerServer(BatchProcessing, ParentLink):
         if link.role == "client" and not link.durable and not self._closing:
             self._drop_link(link)
 
-    async def _read_loop(self, link: Link, reader: asyncio.StreamReader, dec: FrameDecoder,
+    async def _read_loop(self, link: Link, conn: FrameConnection,
                          frames: list[dict[str, Any]]) -> None:  # fmt: skip
-        limit = 2 * BROKER_WINDOW
-        while True:
-            for env in frames:
-                t = protocol.check_envelope(env)
-                if t == "m":
-                    link.inbox.append(env)
-                elif t == "a":
-                    self._on_ack(link, env["u"])
-                elif t == "st?":
-                    link.send_control(protocol.status_reply(env["q"], self.status()))
-                elif t == "bye":
-                    raise _PeerClosed(f"peer said bye: {env['reason']}")
-                elif t == "hello":
-                    raise FrameError("unexpected second hello")
-            if len(link.inbox) > limit:
-                raise FrameError(f"peer overran its window ({len(link.inbox)} unprocessed)")
-            if link.inbox:
-                self._process()
-            if dec.error is not None:
-                raise dec.error
-            if link.slow:
-                raise TransportError("slow consumer")
-            data = await reader.read(READ_CHUNK)
-            if not data:
-                raise _PeerClosed("peer closed the link")
-            link.last_rx = time.monotonic()
-            frames = dec.feed(data)
+        """Serve the link until its connection ends: every chunk's envelopes go to
+        :meth:`_on_frames` from the transport's callback (``io_conn.py``)."""
+        await conn.run(lambda fs: self._on_frames(link, fs), frames)
+
+    def _on_frames(self, link: Link, frames: list[dict[str, Any]]) -> None:
+        link.last_rx = time.monotonic()
+        for env in frames:
+            t = protocol.check_envelope(env)
+            if t == "m":
+                link.inbox.append(env)
+            elif t == "a":
+                self._on_ack(link, env["u"])
+            elif t == "st?":
+                link.send_control(protocol.status_reply(env["q"], self.status()))
+            elif t == "bye":
+                raise _PeerClosed(f"peer said bye: {env['reason']}")
+            elif t == "hello":
+                raise FrameError("unexpected second hello")
+        if len(link.inbox) > 2 * BROKER_WINDOW:
+            raise FrameError(f"peer overran its window ({len(link.inbox)} unprocessed)")
+        if link.inbox:
+            self._process()
+        if link.slow:
+            raise TransportError("slow consumer")
 
     def _on_ack(self, link: Link, upto: int) -> None:
         if upto >= link.tx_next:
@@ -391,9 +387,7 @@ class BrokerServer(BatchProcessing, ParentLink):
 
     # -- the parent link (dialled and redialled by ParentLink) -------------------------------
 
-    async def _parent_session(
-        self, link: Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> bool:
+    async def _parent_session(self, link: Link, writer: FrameConnection) -> bool:
         """``hello`` both ways on a fresh connection to the parent, then its read loop until the
         connection ends; True if the exchange succeeded (the dialler resets its back-off)."""
         p = self.config.parent
@@ -403,8 +397,7 @@ class BrokerServer(BatchProcessing, ParentLink):
         try:
             writer.write(encode_frame(protocol.hello(
                 self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq)))  # fmt: skip
-            dec = FrameDecoder()
-            hello, rest = await self._read_hello(reader, dec)
+            hello, rest = await self._read_hello(writer)
             cn, _ = _peer_identity(writer)
             if hello["name"] != p.name or (self.ssl_client is not None and cn != p.name):
                 raise TransportError(f"expected parent {p.name!r}, got {hello['name']!r}")
@@ -420,8 +413,8 @@ class BrokerServer(BatchProcessing, ParentLink):
                 self._apply(self.core.link_up(lid))
                 self._flush_batch()
             greeted = True
-            await self._read_loop(link, reader, dec, rest)
-        except (_PeerClosed, TimeoutError, FrameError, TransportError, OSError, _ssl.SSLError, asyncio.IncompleteReadError) as exc:  # fmt: skip
+            await self._read_loop(link, writer, rest)
+        except (_PeerClosed, TimeoutError, FrameError, TransportError, OSError, _ssl.SSLError) as exc:  # fmt: skip
             log.info("broker %s: parent link lost: %s", self.name, exc)
         finally:
             if link.writer is writer:
