@@ -32,6 +32,7 @@ from rich.table import Table
 from pubguard.cli.common import console, err_console, get_group, print_json, progress
 from pubguard.errors import ConfigError, ValidationError
 from pubguard.keys.groups import ChurnResult, analytical_ratio, simulate_churn
+from pubguard.sim.scaling import PROFILES as SCALING_PROFILES
 
 __all__ = ["register"]
 
@@ -522,7 +523,7 @@ def _scaling_table(doc: dict[str, Any]) -> None:
 @click.command("scaling")
 @click.option(
     "--profiles",
-    default="plain,psguard,psguard-paper,eventguard,eventguard-nosig,default,narada",
+    default=",".join(SCALING_PROFILES),
     show_default=True,
     help="Comma-separated (plain always runs).",
 )
@@ -534,11 +535,11 @@ def _scaling_table(doc: dict[str, Any]) -> None:
 )
 @click.option("--subscribers", type=int, default=32, show_default=True)
 @click.option("--latency-ms", type=float, default=70.0, show_default=True, help="Per hop.")
-@click.option("--publications", type=int, default=160, show_default=True, help="Per run.")
+@click.option("--publications", type=int, default=120, show_default=True, help="Per run.")
 @click.option(
     "--observe-every",
     type=int,
-    default=16,
+    default=12,
     show_default=True,
     help="Publications' worth of time between queue observations.",
 )

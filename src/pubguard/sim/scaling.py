@@ -26,15 +26,17 @@ what more brokers spread out.
 Throughput (both papers' method): the publisher is offered ``q`` publications per second for
 ``publications`` events; every ``observe_every`` publications' worth of time each processor's
 outstanding messages are sampled; one that grows for five consecutive observations is
-saturated and the run is aborted. A probe run at a low rate gives a utilisation-law estimate;
-``q`` starts at half of it, doubles until saturation and is then bisected ``bisect`` times; the
+saturated and the run is aborted. A probe run at a low rate gives a utilisation-law estimate
+(1 / the largest service time per publication at any processor); ``q`` starts at 80% of it, doubles until saturation and is then bisected ``bisect`` times; the
 largest unsaturated ``q`` is the maximum throughput. Latency (offered -> opened at the
 subscriber, all hops included) is the p50/p99 of a run at 80% of that maximum.
 
 Profiles: ``plain`` (the baseline, run in the same process), ``psguard``, ``eventguard`` (one
 Ed25519 signature per publication, verified at every broker: faithful), ``eventguard-nosig``
 (the paper's EventGuard-nosig: every guard but the per-node signature check), ``default``
-(one signature per publication), ``narada`` and ``psguard-paper`` (psguard.txt §2's
+(one signature per publication), ``eventguard-merkle`` / ``default-merkle`` (amortised
+signing: the publisher signs one Merkle root over the offered events already waiting, up to
+:data:`MERKLE_BATCH`, and brokers verify each root once), ``narada`` and ``psguard-paper`` (psguard.txt §2's
 honest-but-curious brokers, which match tokens and verify nothing). Keys come from one in-memory
 :class:`~pubguard.schemes.registry.KeyBundle` per profile. Routing is deterministic given
 ``seed``; the measured costs (and hence the throughput figures) are not.
@@ -79,8 +81,12 @@ __all__ = [
 ]
 
 PROFILES: Final = (
-    "plain", "psguard", "psguard-paper", "eventguard", "eventguard-nosig", "default", "narada"
+    "plain", "psguard", "psguard-paper", "eventguard", "eventguard-nosig", "eventguard-merkle",
+    "default", "default-merkle", "narada",
 )  # fmt: skip
+MERKLE_BATCH: Final = 16  # most publications under one signature (``*-merkle`` profiles)
+_BASE: Final = {"eventguard-nosig": "eventguard", "eventguard-merkle": "eventguard",
+                "default-merkle": "default"}  # fmt: skip
 BROKER_COUNTS: Final = (1, 3, 7, 15, 31)
 DEPTHS: Final = {1: 0, 3: 1, 7: 2, 15: 3, 31: 4}
 SCALING_TYPE: Final = EventType("scaling", (AttributeSpec("topic", "str", kind="topic"),))
@@ -89,6 +95,7 @@ T0: Final = 1_800_000_000.0  # virtual epoch (seconds): key epochs and certifica
 SETUP_S: Final = 2.0  # subscriptions and advertisements settle before the first publication
 LATENCY_LOAD: Final = 0.8  # latency is measured at 80% of the maximum throughput
 MAX_DOUBLINGS: Final = 24
+START_FRACTION: Final = 0.8  # the search starts at this fraction of the probe's estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +149,9 @@ class ScalingParams:
     brokers: tuple[int, ...] = BROKER_COUNTS
     subscribers: int = 32
     latency: float = 0.070  # per hop, eventguard.txt §6.2.2
-    publications: int = 240  # per run
-    observe_every: int = 20  # publications' worth of time between observations
-    bisect: int = 5
+    publications: int = 120  # per run
+    observe_every: int = 12  # publications' worth of time between observations
+    bisect: int = 4
     workload: Workload = field(default_factory=Workload)
     cost: Any = field(default_factory=MeasuredCost)  # a CostModel
     seed: int = 1
@@ -196,8 +203,10 @@ class ProfileKit:
     def __init__(self, profile: str, p: ScalingParams, interests: list[list[str]], tmp: str):
         if profile not in PROFILES:
             raise ValidationError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
-        base = "eventguard" if profile == "eventguard-nosig" else profile
+        base = _BASE.get(profile, profile)
         self.profile, self.base = profile, base
+        self.batch = MERKLE_BATCH if profile.endswith("-merkle") else 1
+        self.clock = T0  # virtual time at which the next run may start
         rng = random.Random(p.seed)
         self.bundle = KeyBundle(tmp, now=T0, types=(SCALING_TYPE,), identities=(PUBLISHER,),
                                 rng=rng, epoch_length=10 * 365 * 86_400.0)  # fmt: skip
@@ -224,9 +233,11 @@ def run_once(kit: ProfileKit, p: ScalingParams, n_brokers: int, rate: float,
     if not (isinstance(rate, int | float) and rate > 0 and math.isfinite(rate)):
         raise ValidationError("rate must be a positive number")
     tree = p.tree(n_brokers)
-    gc.collect(1)  # the previous run's young garbage is not this run's cost
     sim = ScalingSim(tree, kit.broker_schemes, cost=cost or p.cost, latency=p.latency,
-                     seed=p.seed * 1_000_003 + run_seed)  # fmt: skip
+                     seed=p.seed * 1_000_003 + run_seed, publisher_batch=kit.batch)  # fmt: skip
+    # virtual time never goes back for a kit's clients (their permits, replay counters and
+    # caches carry timestamps), so each run starts after the previous one ended
+    sim.now = kit.clock
     leaves = tree.leaves
     sim.add_client(PUBLISHER, tree.root, kit.publisher)
     sim.add_processor(PUBLISHER, "publisher")
@@ -235,11 +246,11 @@ def run_once(kit: ProfileKit, p: ScalingParams, n_brokers: int, rate: float,
         sim.add_client(name, leaves[j % len(leaves)], kit.subs[j])
         sim.add_processor(name, "subscriber")
         for t in mine:
-            sim.subscribe(name, Filter.parse(f'topic = "{t}"'), sub_id=f"{name}.{t}", at=T0)
+            sim.subscribe(name, Filter.parse(f'topic = "{t}"'), sub_id=f"{name}.{t}")
     if kit.base == "eventguard":  # eventguard.txt §4.3: advertise before publishing
         for t in p.workload.names():
-            sim.advertise(PUBLISHER, Filter.parse(f'topic = "{t}"'), at=T0)
-    start = T0 + SETUP_S
+            sim.advertise(PUBLISHER, Filter.parse(f'topic = "{t}"'))
+    start = kit.clock + SETUP_S
     sim.run(until=start)
     topics = p.workload.stream(p.publications, random.Random(p.seed + 7))
     body = b"\x00" * p.workload.payload
@@ -248,14 +259,25 @@ def run_once(kit: ProfileKit, p: ScalingParams, n_brokers: int, rate: float,
         sim.offer(PUBLISHER, ev, start + i / rate)
     last = start + (p.publications - 1) / rate
     dt = p.observe_every / rate if observe else None
-    sim.run_offered(math.inf, observe=dt, observe_until=last)
+    # one heap holds every entity's objects here, whereas each was its own process in the
+    # papers: a full collection would land its pause on one random message, so the collector
+    # is off while messages are timed (young garbage is collected before)
+    gc.collect(1)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        sim.run_offered(math.inf, observe=dt, observe_until=last)
+    finally:
+        if enabled:
+            gc.enable()
+    kit.clock = sim.now + 1.0
     return sim.stats(rate, p.publications)
 
 
 def max_throughput(run: Callable[[float], RunStats], *, bisect: int, q0: float = 1.0
                    ) -> tuple[float, float, RunStats | None, int]:  # fmt: skip
     """Both papers' search: a probe at ``q0`` gives a utilisation-law estimate; ``q`` starts at
-    half of it, doubles until some processor saturates (halves while it does), then ``bisect``
+    80% of it, doubles until some processor saturates (halves while it does), then ``bisect``
     steps. Returns (largest unsaturated q, smallest saturated q, that run, runs made)."""
     probe = run(q0)
     runs = 1
@@ -269,9 +291,9 @@ def max_throughput(run: Callable[[float], RunStats], *, bisect: int, q0: float =
                 lo = q
                 break
             hi, hi_run, q = q, r, q / 2
-    else:  # double until saturated, from half the utilisation-law estimate
+    else:  # double until saturated, from just under the utilisation-law estimate
         lo, est = q0, probe.capacity_estimate()
-        q = max(2 * q0, est / 2) if math.isfinite(est) else 2 * q0
+        q = max(2 * q0, START_FRACTION * est) if math.isfinite(est) else 2 * q0
         for _ in range(MAX_DOUBLINGS):
             r = run(q)
             runs += 1
@@ -314,15 +336,16 @@ def run_scaling(
         if prof not in PROFILES:
             raise ValidationError(f"unknown profile {prof!r} (known: {', '.join(PROFILES)})")
     interests = p.workload.interests(p.subscribers, random.Random(p.seed))
-    out: dict[str, list[ScalingPoint]] = {}
+    out: dict[str, list[ScalingPoint]] = {prof: [] for prof in profiles}
     with tempfile.TemporaryDirectory(prefix="pubguard-scaling-") as tmp:
-        for prof in profiles:
-            kit = ProfileKit(prof, p, interests, f"{tmp}/{prof}")
-            out[prof] = []
-            for n in p.brokers:
+        kits = {prof: ProfileKit(prof, p, interests, f"{tmp}/{prof}") for prof in profiles}
+        # tree size outermost: every profile's search at one size runs close together in
+        # time, so a change in the machine's load falls on both sides of a ratio to plain
+        for n in p.brokers:
+            for prof in profiles:
                 if on_step is not None:
                     on_step(f"{prof} / {n} brokers")
-                out[prof].append(_point(kit, p, n, interests))
+                out[prof].append(_point(kits[prof], p, n, interests))
     return out
 
 

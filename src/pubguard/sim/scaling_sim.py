@@ -14,7 +14,9 @@ of its queue:
 - a **broker** unpacks the msgpack frame (the wire codec is always on), calls the real
   :meth:`~pubguard.broker.Broker.handle` and packs every frame it emits (forwards to brokers,
   deliveries to clients);
-- the **publisher** runs its scheme's ``protect_event`` and packs the publication;
+- the **publisher** runs its scheme's ``protect_event`` and packs the publication (with
+  ``publisher_batch`` > 1, ``protect_events`` over the offered events already waiting, one
+  signature over their Merkle root: amortised signing, batches fill only under load);
 - a **subscriber** unpacks the delivery, decodes it and runs ``open_event`` (the event is then
   "available to the subscriber in plain-text", the papers' latency end point).
 
@@ -175,11 +177,13 @@ class ScalingSim(Simulator):
     zero-cost loop (:meth:`run`); publications go through :meth:`run_offered`."""
 
     def __init__(self, tree: Tree, schemes: Any, *, cost: CostModel, latency: float,
-                 seed: int, clock: Callable[[], int] = time.process_time_ns) -> None:  # fmt: skip
+                 seed: int, clock: Callable[[], int] = time.process_time_ns,
+                 publisher_batch: int = 1) -> None:  # fmt: skip
         topo = SimTopology(tree, default_latency=latency, client_latency=latency)
         super().__init__(topo, schemes, seed=seed, wire=True)
         self.cost = cost
         self.clock = clock
+        self.publisher_batch = publisher_batch
         self.procs: dict[str, _Proc] = {b: _Proc("broker") for b in self.brokers}
         self.offered_at: dict[str, float] = {}
         self.latencies: list[float] = []
@@ -267,17 +271,33 @@ class ScalingSim(Simulator):
         return measured, len(frames), lambda done: self._emit(node, actions, frames, done)
 
     def _publisher_work(self, node: str, src: str, payload: Any, t: float) -> _Work:
-        c, (event, offered), clock = self.clients[node], payload, self.clock
+        """Protect the offered event; with ``publisher_batch`` > 1 also the events already
+        waiting (up to the batch size), under one signature over their Merkle root: batches
+        fill only when the publisher falls behind, so a light load is still single-signed."""
+        c, clock, waiting = self.clients[node], self.clock, self.procs[node].waiting
+        items = [payload]
+        while len(items) < self.publisher_batch and waiting and hasattr(c.scheme, "protect_events"):
+            items.append(waiting.popleft()[1])
+        events = [e for e, _ in items]
         t0 = clock()
-        pe = c.scheme.protect_event(event, now=t, rng=self.rng)
-        frame = msgpack.packb(
-            Publish(pe.event_id, c.scheme.profile, pe.routing, pe.body, pe.meta).to_wire()
-        )
+        batch_protect = getattr(c.scheme, "protect_events", None)
+        if len(events) > 1 and batch_protect is not None:
+            pes = batch_protect(events, now=t, rng=self.rng)
+        else:
+            pes = [c.scheme.protect_event(events[0], now=t, rng=self.rng)]
+        profile = c.scheme.profile
+        frames = [msgpack.packb(Publish(pe.event_id, profile, pe.routing, pe.body,
+                                        pe.meta).to_wire()) for pe in pes]  # fmt: skip
         measured = clock() - t0
-        self.offered_at.setdefault(pe.event_id, offered)
+        for pe, (_, offered) in zip(pes, items, strict=True):
+            self.offered_at.setdefault(pe.event_id, offered)
         lat = self.topology.client_latency
-        return measured, 1, lambda done: self._schedule(done + lat, c.broker_id, node,
-                                                        ("wire", frame))  # fmt: skip
+
+        def finish(done: float) -> None:
+            for fr in frames:
+                self._schedule(done + lat, c.broker_id, node, ("wire", fr))
+
+        return measured, len(frames), finish
 
     def _subscriber_work(self, node: str, src: str, payload: Any, t: float) -> _Work:
         c, clock = self.clients[node], self.clock
