@@ -93,6 +93,7 @@ def test_scaling_prints_a_table_and_refuses_bad_options():
         (["--brokers", "5"], "brokers must be among 1, 3, 7, 15, 31"),
         (["--brokers", "x"], "--brokers must be a comma-separated list"),
         (["--per-subscriber", "40"], "each subscriber needs 1..topics topics"),
+        (["--cost-scale", "0"], "cost scale must be a positive number"),
     ):
         res = CliRunner().invoke(_cli(), ["experiments", "scaling", *args])
         assert res.exit_code == 1, res.output

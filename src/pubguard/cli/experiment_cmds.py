@@ -554,6 +554,13 @@ def _scaling_table(doc: dict[str, Any]) -> None:
 )
 @click.option("--zipf", type=float, default=1.0, show_default=True)
 @click.option("--payload", type=int, default=64, show_default=True, help="Bytes per event.")
+@click.option(
+    "--cost-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Multiply every measured service time (e.g. 20 for a slower processor).",
+)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--quick", is_flag=True, help="Small and fast (tests): 1,3,7 brokers, short runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -561,7 +568,8 @@ def _scaling_table(doc: dict[str, Any]) -> None:
               help="Write the figure (PNG), e.g. docs/img/scaling.png.")  # fmt: skip
 def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, publications: int,
             observe_every: int, bisect: int, topics: int, per_subscriber: int, zipf: float,
-            payload: int, seed: int, quick: bool, as_json: bool, plot: Path | None) -> None:  # fmt: skip
+            payload: int, cost_scale: float, seed: int, quick: bool, as_json: bool,
+            plot: Path | None) -> None:  # fmt: skip
     """eventguard.txt Fig. 11/12, psguard.txt Fig. 9/10: throughput and latency vs brokers.
 
     A MEASURED-COST SIMULATION, not wall-clock on separate machines: every broker, the
@@ -573,7 +581,7 @@ def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, pu
     """
     import os
 
-    from pubguard.sim.scaling import PROFILES, ScalingParams, Workload, run_scaling
+    from pubguard.sim.scaling import PROFILES, MeasuredCost, ScalingParams, Workload, run_scaling
     from pubguard.sim.scaling_report import plot_scaling, scaling_doc
 
     profs = _csv(profiles, "profiles", str)
@@ -590,7 +598,7 @@ def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, pu
         publications=publications, observe_every=observe_every, bisect=bisect,
         workload=Workload(topics=topics, per_subscriber=per_subscriber, zipf=zipf,
                           payload=payload),
-        seed=seed,
+        cost=MeasuredCost(cost_scale), seed=seed,
     )  # fmt: skip
     t0 = time.perf_counter()
     with progress() as bar:

@@ -126,6 +126,7 @@ def scaling_doc(series: dict[str, list[ScalingPoint]], p: ScalingParams, *, seco
             "topics_per_subscriber": w.per_subscriber,
             "zipf": w.zipf,
             "payload": w.payload,
+            "cost_scale": getattr(p.cost, "scale", None),
             "seed": p.seed,
             "quick": quick,
         },

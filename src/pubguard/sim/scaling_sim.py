@@ -87,7 +87,7 @@ class MeasuredCost:
     scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.scale, int | float) and self.scale > 0):
+        if not (isinstance(self.scale, int | float) and 0 < self.scale <= 1e6):
             raise ValidationError("cost scale must be a positive number")
 
     def service(self, kind: str, node: str, measured: float, outputs: int) -> float:
