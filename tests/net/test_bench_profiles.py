@@ -65,3 +65,11 @@ def test_psguard_reports_the_papers_brokers_and_default_headlines_its_merkle_for
     assert d["throughput_ratio"] == 0.9 and d["signing"].startswith("Merkle root per")
     assert d["single_signed"]["throughput_ratio"] == 0.2 and "merkle_batch" not in d
     assert validation_cost("psguard-paper", 9) >= 0
+
+
+def test_core_cost_delivers_every_publication() -> None:
+    from pubguard.net.bench_costs import core_cost
+
+    # core_cost raises unless each publication reaches exactly one subscriber
+    assert core_cost("psguard-paper", 24, run=8, subscribers=4) > 0
+    assert core_cost("default", 24, batch=8, subscribers=4) > 0

@@ -9,8 +9,10 @@ process, best of three slices, because the machine is shared.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+from collections.abc import Iterator
 from typing import Any, Final
 
 from pubguard.broker.messages import Publish
@@ -24,6 +26,7 @@ __all__ = [
     "PUBLISHER",
     "SIGNING_PROFILES",
     "client_costs",
+    "core_cost",
     "validation_cost",
     "validation_costs",
 ]
@@ -91,6 +94,96 @@ def validation_cost(
                     raise RuntimeError(f"{profile}: a valid publication was dropped ({reason})")
             best = min(best, (time.process_time() - t0) / len(part))
         return round(best * 1e6, 1)
+
+
+def core_cost(
+    profile: str,
+    n: int = 768,
+    *,
+    batch: int = 1,
+    run: int = 0,
+    subscribers: int = 32,
+    seed: int = 1,
+    slices: int = 3,
+) -> float:
+    """CPU microseconds one broker core spends per publication of ``profile``: admission
+    (decoding, duplicate window, guards), matching against ``subscribers`` subscriptions
+    ``topic = "s<j>"`` and routing (each event to one of them), fed as wire dicts the way the
+    network hands them over. ``batch``: publications per signature (Merkle roots);
+    ``run``: handle ``run`` publications per ``Broker.handle_batch`` call (0: one ``handle``
+    call each). Best of ``slices`` slices (the machine is shared)."""
+    from pubguard.broker import DeliverTo
+
+    with _core_setup(profile, n, batch=batch, subscribers=subscribers, seed=seed) as (core, wires):
+        now = time.time()
+        link = "c:" + PUBLISHER
+        k = max(1, n // slices)
+        best = float("inf")
+        for s in range(slices):
+            part = wires[s * k : (s + 1) * k]
+            if not part:
+                continue
+            t0 = time.process_time()
+            if run:
+                acts = [a for i in range(0, len(part), run)
+                        for a in core.handle_batch(part[i : i + run], link, now)]  # fmt: skip
+            else:
+                acts = [a for w in part for a in core.handle(w, link, now)]
+            dt = time.process_time() - t0
+            if sum(type(a) is DeliverTo for a in acts) != len(part):
+                raise RuntimeError(f"{profile}: not every publication was delivered once")
+            best = min(best, dt / len(part))
+        return round(best * 1e6, 1)
+
+
+@contextlib.contextmanager
+def _core_setup(
+    profile: str, n: int, *, batch: int = 1, subscribers: int = 32, seed: int = 1
+) -> Iterator[tuple[Any, list[dict[str, Any]]]]:
+    """A broker core serving ``profile`` with ``subscribers`` subscriptions and ``n``
+    publications as wire dicts (for :func:`core_cost` and profiling)."""
+    import tempfile as _tf
+
+    from pubguard.broker import Broker
+    from pubguard.broker.messages import Advertise, Subscribe
+    from pubguard.schemes.plain import PlainScheme
+
+    now = time.time()
+    rng = random.Random(seed)
+    with _tf.TemporaryDirectory(prefix="pubguard-core-") as tmp:
+        topics = [f"s{j}" for j in range(subscribers)]
+        if profile == "plain":
+            scheme: Any = PlainScheme()
+            pub: Any = scheme
+            subs: list[Any] = [scheme] * subscribers
+        else:
+            bundle = KeyBundle(tmp, now=now, types=(BENCH_TYPE,), identities=(PUBLISHER,),
+                               rng=random.Random(seed))  # fmt: skip
+            pub = bundle.client(profile, PUBLISHER, topics=tuple(topics), now=now)
+            subs = [bundle.client(profile, f"bench-sub{j}", topics=(t,), now=now)
+                    for j, t in enumerate(topics)]  # fmt: skip
+            scheme = make_broker_scheme(profile, bundle.broker_keys(narada=profile == "narada"),
+                                        now=now)  # fmt: skip
+        core = Broker("b0", [scheme])
+        core.add_link("c:" + PUBLISHER, LinkKind.CLIENT, PUBLISHER)
+        for j, t in enumerate(topics):
+            core.add_link(f"c:s{j}", LinkKind.CLIENT, f"bench-sub{j}")
+            pf = subs[j].protect_filter(Filter.parse(f'topic = "{t}"'), now=now)
+            core.handle(Subscribe(f"q{j}", profile, pf.filter, pf.meta), f"c:s{j}", now)
+            if profile == "eventguard":
+                pa = pub.protect_advertisement(Filter.parse(f'topic = "{t}"'), now=now)
+                core.handle(Advertise(f"a{j}", profile, pa.filter, pa.meta), "c:" + PUBLISHER,
+                            now)  # fmt: skip
+        evs = [Event({"topic": rng.choice(topics)}, id=f"c{i}", type=BENCH_TYPE.name,
+                     payload=b"\0" * 16) for i in range(n)]  # fmt: skip
+        protect = getattr(pub, "protect_events", None)
+        pes: list[Any] = []
+        for i in range(0, n, batch):
+            chunk = evs[i : i + batch]
+            pes += protect(chunk, now=now) if protect and batch > 1 else [
+                pub.protect_event(e, now=now) for e in chunk]  # fmt: skip
+        yield core, [Publish(pe.event_id, profile, pe.routing, pe.body, pe.meta).to_wire()
+                     for pe in pes]  # fmt: skip
 
 
 def client_costs(profile: str, n: int = 200, *, seed: int = 1) -> dict[str, float]:

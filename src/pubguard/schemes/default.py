@@ -77,7 +77,9 @@ from pubguard.schemes.psguard_wire import (
     TokenFilter,
     TokenRouting,
     parse_filter,
+    parse_routing,
     record_from_wire,
+    signed_from_wire,
 )
 from pubguard.store import Database
 
@@ -197,6 +199,11 @@ def leaf_digest(rec: ProtectedRecord, seq: int, permit_blob: bytes) -> bytes:
     return H(pack_fields(LEAF_TAG, DEFAULT, rec.message(), seq, H(permit_blob)))
 
 
+def _leaf_of(signed: bytes, seq: int, permit_digest: bytes) -> bytes:
+    """:func:`leaf_digest` from the record's signed bytes and the permit's digest."""
+    return H(pack_fields(LEAF_TAG, DEFAULT, signed, seq, permit_digest))
+
+
 def withdrawal_digest(op: str, permit: AuthorityPermit, ts: int, seq: int) -> bytes:
     """What a subscriber (publisher) signs to withdraw the subscription (advertisement) its
     permit authorised. Sub ids are hop-scoped, so the permit's ident names it."""
@@ -233,6 +240,12 @@ def parse_publication(
     """A publication's record and default-profile fields (ValidationError if malformed);
     ``te``: the routing part already decoded."""
     rec = record_from_wire(event_id, routing, body, meta, te=te)
+    pm, seq, index, size, path = _batch_meta(meta)
+    return _Publication(rec, seq, pm, index, size, path)
+
+
+def _batch_meta(meta: Mapping[str, Any]) -> tuple[bytes, int, int, int, tuple[bytes, ...]]:
+    """``(permit blob, sequence, Merkle index, size, path)`` of a publication's meta."""
     pm = meta.get("pm")
     if pm is not None and type(pm) is not bytes:
         raise ValidationError("default permit must be bytes")
@@ -247,7 +260,7 @@ def parse_publication(
         seq = _int(seq, "sequence")
     if not (type(index) is int and 0 <= index < 2**63):
         index = _int(index, "Merkle index")
-    return _Publication(rec, seq, pm or b"", index, size, path)
+    return pm or b"", seq, index, size, path
 
 
 class _PerBroker:
@@ -303,6 +316,7 @@ class DefaultBroker(TokenRouting):
         self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay)
         self._permits: TTLCache[bytes, AuthorityPermit] = TTLCache()
         self._keys: dict[bytes, VerifyKey] = {}
+        self._permit_digests: dict[bytes, bytes] = {}  # permit blob -> H(blob), for leaves
         self._strike_args = (strikes, strike_window, ban)
         self.ban_brokers = ban_brokers
         self._state: dict[str, _PerBroker] = {}
@@ -371,25 +385,32 @@ class DefaultBroker(TokenRouting):
         return k
 
     def _check_publish(self, m: Any, ctx: CheckContext) -> DropReason | None:
-        now = ctx.now
-        pub = parse_publication(m.event_id, m.routing, m.body, m.meta,
-                                te=self.decoded(m.routing))  # fmt: skip
-        rec = pub.rec
-        if not pub.permit_blob:
+        now, meta, routing = ctx.now, m.meta, m.routing
+        # parse_publication's checks without building the record (the broker needs only its
+        # signed bytes): ValidationError -> MALFORMED before any other check, as before
+        te = self.decoded(routing) or parse_routing(routing)
+        publisher, ts, epoch, signed, sig = signed_from_wire(m.event_id, te, routing, m.body,
+                                                             meta)  # fmt: skip
+        blob, seq, index, size, path = _batch_meta(meta)
+        if not blob:
             return DropReason.UNAUTHORISED
-        p = self.permit(pub.permit_blob, now)
+        p = self.permit(blob, now)
         bad = self._valid(p, PUBLISH, now)
         if bad is not None:
             return bad
-        if p.subject != rec.publisher or p.epoch != rec.epoch:
+        if p.subject != publisher or p.epoch != epoch:
             return DropReason.UNAUTHORISED
-        stale = self.window.check(rec.ts / 1000.0, now)
+        stale = self.window.check(ts / 1000.0, now)
         if stale is not None:
             return stale
-        leaf = leaf_digest(rec, pub.seq, pub.permit_blob)
-        self.roots.verify(self._key(p.key), leaf, rec.sig, now=now, index=pub.index,
-                          size=pub.size, path=pub.path)  # fmt: skip
-        return self.replay.check_and_accept(ctx.broker_id, p.key, rec.ts, pub.seq)
+        pd = self._permit_digests.get(blob)
+        if pd is None:
+            if len(self._permit_digests) >= 4096:
+                self._permit_digests.clear()
+            pd = self._permit_digests[blob] = H(blob)
+        self.roots.verify(self._key(p.key), _leaf_of(signed, seq, pd), sig, now=now,
+                          index=index, size=size, path=path)  # fmt: skip
+        return self.replay.check_and_accept(ctx.broker_id, p.key, ts, seq)
 
     def _check_filter(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:
         pf = parse_filter(m.filter)

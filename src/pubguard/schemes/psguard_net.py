@@ -54,7 +54,6 @@ from pubguard.schemes.psguard import (
     ProtectedFilterRows,
     ProtectedRecord,
     Publisher,
-    check_record,
     verify_record,
     with_sig,
 )
@@ -75,6 +74,7 @@ from pubguard.schemes.psguard_wire import (
     parse_routing,
     record_from_wire,
     record_to_wire,
+    signed_from_wire,
 )
 
 __all__ = [
@@ -163,23 +163,24 @@ class PSGuardBroker(TokenRouting):
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         if message.op != "publish":
             return None  # psguard.txt: keys, not brokers, enforce who may subscribe
-        meta = message.meta
-        rec = record_from_wire(message.event_id, message.routing, message.body, meta,
-                               te=self.decoded(message.routing))  # fmt: skip
-        now_ms = int(ctx.now * 1000)
-        if "mn" not in meta:  # one signature per record
-            return check_record(rec, self.publishers, now_ms=now_ms,
-                                max_delay_ms=self.max_delay_ms)  # fmt: skip
-        index, size, path = batch_fields(meta)
-        key = self.publishers.get(rec.publisher)
-        if key is None:
-            return DropReason.FORGED
-        try:
-            self.roots.verify(key, H(rec.message()), rec.sig, now=ctx.now, index=index,
-                              size=size, path=path)  # fmt: skip
-        except InvalidToken:
-            return DropReason.FORGED
-        return DropReason.STALE if abs(now_ms - rec.ts) > self.max_delay_ms else None
+        meta, routing = message.meta, message.routing
+        te = self.decoded(routing) or parse_routing(routing)
+        pub, ts, _, signed, sig = signed_from_wire(message.event_id, te, routing, message.body,
+                                                   meta)  # fmt: skip
+        key = self.publishers.get(pub)
+        if "mn" not in meta:  # one signature per record (check_record: forged, then stale)
+            if key is None or not key.is_valid(sig, signed):
+                return DropReason.FORGED
+        else:
+            index, size, path = batch_fields(meta)
+            if key is None:
+                return DropReason.FORGED
+            try:
+                self.roots.verify(key, H(signed), sig, now=ctx.now, index=index, size=size,
+                                  path=path)  # fmt: skip
+            except InvalidToken:
+                return DropReason.FORGED
+        return DropReason.STALE if abs(int(ctx.now * 1000) - ts) > self.max_delay_ms else None
 
 
 def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:

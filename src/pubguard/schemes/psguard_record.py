@@ -38,6 +38,7 @@ __all__ = [
     "decode_secrets",
     "encode_secrets",
     "signed_message",
+    "signed_message_packed",
     "verify_record",
     "with_sig",
 ]
@@ -185,6 +186,24 @@ def signed_message(
     """Canonical bytes the publisher signs (length-prefixed fields, tokens as int64)."""
     toks = struct.pack(f">{len(tokens)}q", *tokens)
     sec = encode_secrets(secrets) if secrets else b""
+    return signed_message_packed(event_id, publisher, ts, epoch, mode, nonce, toks, hint, sec,
+                                 payload)  # fmt: skip
+
+
+def signed_message_packed(
+    event_id: str,
+    publisher: str,
+    ts: int,
+    epoch: int,
+    mode: str,
+    nonce: bytes,
+    toks: bytes,
+    hint: bytes,
+    sec: bytes,
+    payload: bytes,
+) -> bytes:
+    """:func:`signed_message` from the packed forms a broker receives: ``toks`` the tokens as
+    big-endian int64s, ``sec`` the canonical secrets blob (:func:`encode_secrets`, or empty)."""
     e, p, m = event_id.encode(), publisher.encode(), mode.encode()
     u32 = _U32
     return b"".join(

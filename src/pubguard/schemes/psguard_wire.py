@@ -41,12 +41,13 @@ from typing import Any, Final
 from pubguard.crypto import AesPrf
 from pubguard.errors import ValidationError
 from pubguard.schemes.base import CheckContext, Matcher, ProtectedEvent
-from pubguard.schemes.psguard import (
+from pubguard.schemes.psguard_record import (
     ProtectedFilterRows,
     ProtectedRecord,
     broker_match,
     decode_secrets,
     encode_secrets,
+    signed_message_packed,
 )
 from pubguard.schemes.tokens import NONCE_BYTES, TOKEN_BYTES, match_randomized, tok64
 
@@ -62,6 +63,7 @@ __all__ = [
     "parse_routing",
     "record_from_wire",
     "record_to_wire",
+    "signed_from_wire",
 ]
 
 MAX_FILTER_TOKENS: Final = 4096  # tokens one subscription may carry (bounded broker memory)
@@ -119,24 +121,73 @@ class TokenEvent:
 
 
 _ROUTING_KEYS: Final = frozenset({"m", "n", "t"})
+_FLAT_TYPES: Final = (dict, MappingProxyType)  # the core's wire forms: no ABC check needed
+_UNPACK_CACHED: Final = 64  # tag counts whose unpacker is kept
+
+
+_UNPACK: dict[int, Callable[[bytes], tuple[int, ...]]] = {}  # tag count -> int64 unpacker
+
+
+def _unpacker(n: int) -> Callable[[bytes], tuple[int, ...]]:
+    f = _UNPACK.get(n)
+    if f is None:
+        f = _UNPACK[n] = struct.Struct(f">{n}q").unpack
+    return f
 
 
 def parse_routing(routing: Mapping[str, Any]) -> TokenEvent:
-    if not isinstance(routing, Mapping) or routing.keys() != _ROUTING_KEYS:
+    if type(routing) not in _FLAT_TYPES and not isinstance(routing, Mapping):
+        raise ValidationError("psguard routing is exactly {m, n, t}")
+    if routing.keys() != _ROUTING_KEYS:
         raise ValidationError("psguard routing is exactly {m, n, t}")
     m = routing["m"]
-    mode = _MODE_NAME.get(m) if isinstance(m, str) else None
+    mode = _MODE_NAME.get(m) if type(m) is str else None
     if mode is None:
         raise ValidationError("psguard routing mode must be 'r' or 'd'")
-    nonce = _bytes(routing["n"], "nonce")
+    nonce = routing["n"]
+    if type(nonce) is not bytes:
+        nonce = _bytes(nonce, "nonce")
     if len(nonce) != (NONCE_BYTES if mode == "randomized" else 0):
         raise ValidationError("psguard nonce has the wrong length for its mode")
-    raw = _bytes(routing["t"], "tags")
+    raw = routing["t"]
+    if type(raw) is not bytes:
+        raw = _bytes(raw, "tags")
     n, odd = divmod(len(raw), 8)
     if odd or n > MAX_EVENT_TAGS:
         raise ValidationError("psguard tags must be whole int64 values, at most 4096")
-    tags = struct.unpack(f">{n}q", raw)
+    tags = _unpacker(n)(raw) if n <= _UNPACK_CACHED else struct.unpack(f">{n}q", raw)
     return TokenEvent(mode, nonce, tags, frozenset(tags))
+
+
+def signed_from_wire(
+    event_id: str,
+    te: TokenEvent,
+    routing: Mapping[str, Any],
+    body: bytes,
+    meta: Mapping[str, Any],
+) -> tuple[str, int, int, bytes, bytes]:
+    """``(publisher, ts, epoch, signed message, signature)`` of a publication whose routing part
+    decoded to ``te``, with :func:`record_from_wire`'s checks (ValidationError on the same
+    deviations) but without building the record: ``record_from_wire(...).message()`` from the
+    packed tags as they arrived (a broker's guard path)."""
+    if type(meta) not in _FLAT_TYPES and not isinstance(meta, Mapping):
+        raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
+    if not meta.keys() >= _RECORD_META:
+        raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
+    pub = meta["p"]
+    if not isinstance(pub, str) or not pub:
+        raise ValidationError("psguard publisher must be a non-empty string")
+    epoch = _int(meta["e"], "epoch")
+    if epoch < 0:
+        raise ValidationError("psguard epoch must be >= 0")
+    ts = _int(meta["ts"], "timestamp")
+    sec = _bytes(meta["s"], "secrets")
+    if sec:  # canonical form, as the record re-encodes its decoded secrets
+        sec = encode_secrets(decode_secrets(sec))
+    msg = signed_message_packed(event_id, pub, ts, epoch, te.mode, te.nonce,
+                                _bytes(routing["t"], "tags"), _bytes(meta["h"], "hint"), sec,
+                                _bytes(body, "body"))  # fmt: skip
+    return pub, ts, epoch, msg, _bytes(meta["sig"], "signature")
 
 
 def record_from_wire(
@@ -223,7 +274,8 @@ _first64 = struct.Struct(">q").unpack_from  # tok64 of a PRF output block
 class TokenMatcher:
     """Filter index over :class:`TokenFilter` (see the module docstring for the two stages)."""
 
-    __slots__ = ("_anchor", "_by64", "_clauses", "_filters", "_post", "_prf", "evaluations")
+    __slots__ = ("_alist", "_anchor", "_by64", "_clauses", "_filters", "_post", "_prf",
+                 "evaluations")  # fmt: skip
 
     #: randomized events in a batch below which :meth:`match_batch` matches them one by one
     #: (measured: with kept AES contexts, ``match`` costs about 25 us per event against 32
@@ -241,12 +293,14 @@ class TokenMatcher:
         # parsed nonces (16 bytes each, checked by parse_routing)
         self._prf: dict[bytes, Callable[[bytes], bytes]] = {}
         self.evaluations = 0  # F_T(r) evaluations (AES calls in single-event matching)
+        self._alist: list[tuple[Callable[[bytes], bytes], frozenset[Clause], bool]] | None = None
 
     def __len__(self) -> int:
         return len(self._filters)
 
     def add(self, key: Hashable, pf: TokenFilter) -> None:
         self.remove(key)
+        self._alist = None
         self._filters[key] = pf
         for i, groups in enumerate(pf.scopes):
             c = (key, i)
@@ -265,6 +319,7 @@ class TokenMatcher:
         pf = self._filters.pop(key, None)
         if pf is None:
             return
+        self._alist = None
         for i, groups in enumerate(pf.scopes):
             c = (key, i)
             a, _ = self._clauses.pop(c)
@@ -282,29 +337,50 @@ class TokenMatcher:
     def match(self, pe: TokenEvent) -> set[Hashable]:
         if pe.mode == "deterministic":
             return self._match_det(pe)
-        cache: dict[bytes, bool] = {}
-        nonce, tags, prf = pe.nonce, pe.tagset, self._prf
+        nonce, tags = pe.nonce, pe.tagset
         if len(nonce) != NONCE_BYTES:
             raise ValidationError("psguard nonce has the wrong length for its mode")
+        out: set[Hashable] = set()
+        rest: list[frozenset[Clause]] = []
+        # stage 1: the anchor tokens (psguard.txt §4.1 F_T(r), one kept AES context each), in
+        # one tight loop: a token's tag is the first 64 bits of its PRF block
+        for prf, clauses, single in self._anchor_list():
+            if _first64(prf(nonce))[0] in tags:
+                if single:  # every clause of this anchor has one group (a topic filter)
+                    out.update(c[0] for c in clauses)
+                else:
+                    rest.append(clauses)
+        self.evaluations += len(self._anchor)
+        if not rest:
+            return out
+        cache: dict[bytes, bool] = {}
+        prfs = self._prf
 
         def met(t: bytes) -> bool:
             hit = cache.get(t)
             if hit is None:
                 self.evaluations += 1
-                hit = cache[t] = _first64(prf[t](nonce))[0] in tags
+                hit = cache[t] = _first64(prfs[t](nonce))[0] in tags
             return hit
 
-        out: set[Hashable] = set()
-        for t, clauses in self._anchor.items():
-            # stage 1: the anchor tokens (psguard.txt §4.1 F_T(r), one kept AES context each)
-            if met(t):
-                for c in clauses:
-                    a, groups = self._clauses[c]
-                    if len(groups) == 1 or all(
-                        any(met(x) for x in g) for j, g in enumerate(groups) if j != a
-                    ):
-                        out.add(c[0])
+        for clauses in rest:  # stage 2: the other groups of clauses whose anchor met
+            for c in clauses:
+                a, groups = self._clauses[c]
+                if len(groups) == 1 or all(
+                    any(met(x) for x in g) for j, g in enumerate(groups) if j != a
+                ):
+                    out.add(c[0])
         return out
+
+    def _anchor_list(self) -> list[tuple[Callable[[bytes], bytes], frozenset[Clause], bool]]:
+        """``(F_T, clauses, all single-group)`` per anchor token, rebuilt after a change."""
+        al = self._alist
+        if al is None:
+            al = self._alist = [
+                (self._prf[t], frozenset(cs), all(len(self._clauses[c][1]) == 1 for c in cs))
+                for t, cs in self._anchor.items()
+            ]
+        return al
 
     def _match_det(self, pe: TokenEvent) -> set[Hashable]:
         met: dict[Clause, set[int]] = {}
