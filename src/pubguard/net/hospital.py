@@ -285,8 +285,8 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
                                  keyservice=True, kdc=kdc) as cluster:  # fmt: skip
         say(f"{len(cfg.brokers)} brokers up in 3 domains (mutual TLS; they hold public keys only:"
             f" {cluster.keys_path.name})")  # fmt: skip
-        say(f"key service (PSGuard KDC, default authority) up on port {cluster.keyservice_port}:"
-            " clients fetch tokens, keys and permits over mutual TLS in their own name")  # fmt: skip
+        say(f"key service (KDC, authority) on port {cluster.keyservice_port}: every client "
+            "fetches its own keys over mutual TLS")  # fmt: skip
         clients: list[Client] = []
         subs: dict[str, list[Subscription]] = {}
         ref = ReferenceMatcher()
