@@ -4,11 +4,12 @@ and spliced into its forwards and deliveries; the bytes decode to exactly ``to_w
 from __future__ import annotations
 
 import msgpack
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pubguard.broker.messages import Deliver, Publish, Subscribe, decode_message, publish_wire
 from pubguard.net.batching import _packed
+from pubguard.net.framing import coalesce_frames, encode_message_frame, encode_run, pack
 
 ids = st.text(min_size=1, max_size=12)
 scalar = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=8)
@@ -49,3 +50,12 @@ def test_a_received_wire_with_empty_fields_decodes_the_same() -> None:
 def test_other_messages_are_packed_whole() -> None:
     sub = Subscribe("s1", "plain", {"topic": "x"})
     assert _unpack(_packed(sub, {})) == sub.to_wire()
+
+
+@settings(max_examples=60)
+@given(st.integers(1, 2**40), st.lists(st.binary(min_size=1, max_size=40_000), max_size=30),
+       st.integers(1, 8))  # fmt: skip
+def test_encode_run_equals_coalescing_message_frames(first, bodies, max_count) -> None:
+    packed = [pack({"b": b}) for b in bodies]
+    frames = [(first + i, encode_message_frame(first + i, p)) for i, p in enumerate(packed)]
+    assert encode_run(first, packed, max_count) == coalesce_frames(frames, max_count)

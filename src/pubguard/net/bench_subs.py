@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.errors import TransportError
+from pubguard.net import io_loop
 
 if TYPE_CHECKING:
     from pubguard.net.client import Client, Delivery
@@ -147,7 +148,7 @@ class _Arrivals:
 
 
 def _child_main(cluster: LocalCluster, specs: list[SubscriberSpec], conn: Connection) -> None:
-    asyncio.run(_child(cluster, specs, conn))
+    io_loop.run(_child(cluster, specs, conn))  # uvloop when installed (net/io_loop.py)
 
 
 async def _child(cluster: LocalCluster, specs: list[SubscriberSpec], conn: Connection) -> None:

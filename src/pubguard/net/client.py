@@ -59,7 +59,13 @@ from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.net import protocol
 from pubguard.net.client_link import ClientLink
-from pubguard.net.framing import coalesce_frames, encode_frame
+from pubguard.net.framing import (
+    MAX_FRAME_SIZE,
+    encode_frame,
+    encode_message_frame,
+    encode_run,
+    pack,
+)
 from pubguard.net.io_conn import FrameConnection
 from pubguard.net.subscription import Delivery, Handler, Subscription
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
@@ -130,7 +136,8 @@ class Client(ClientLink):
         self._ack_timer: asyncio.TimerHandle | None = None
         self._ids = itertools.count(1)
         self._writer: FrameConnection | None = None
-        self._out: list[tuple[int, bytes]] = []  # (sequence, frame) queued this iteration
+        self._out: list[bytes] = []  # packed messages queued this iteration, consecutive
+        self._out_first = 0  # the sequence number of _out[0]
         self._flush_scheduled = False
         self._pending_frames: list[dict[str, Any]] = []  # decoded after the broker's hello
         self._connected = asyncio.Event()
@@ -311,12 +318,17 @@ class Client(ClientLink):
             await self._credit.wait()
         if self._closing:
             raise TransportError("client closed")
+        packed = pack(msg)  # FrameError here, before the message takes a sequence number
+        if len(packed) > MAX_FRAME_SIZE - 64:
+            encode_message_frame(self._tx_next, packed)  # raises unless its frame fits
         seq = self._tx_next
         self._tx_next += 1
         self._unacked[seq] = msg
         w = self._writer
         if w is not None:
-            self._out.append((seq, encode_frame(protocol.message(seq, msg))))
+            if not self._out:
+                self._out_first = seq
+            self._out.append(packed)
             if not self._flush_scheduled:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush_out)
@@ -333,7 +345,7 @@ class Client(ClientLink):
             out, self._out = self._out, []
             w = self._writer
             if w is not None:  # consecutive messages as batch frames (protocol.py, ``mb``)
-                w.write(b"".join(coalesce_frames(out, protocol.MAX_BATCH)))
+                w.write(b"".join(encode_run(self._out_first, out, protocol.MAX_BATCH)))
 
     def _write(self, env: dict[str, Any]) -> None:
         w = self._writer

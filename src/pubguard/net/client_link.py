@@ -86,7 +86,7 @@ class ClientLink:
     _acked_rx: int
     _ack_timer: asyncio.TimerHandle | None
     _writer: FrameConnection | None
-    _out: list[tuple[int, bytes]]
+    _out: list[bytes]
     _connected: asyncio.Event
     _credit: asyncio.Event
     _status: dict[int, asyncio.Future[dict[str, Any]]]

@@ -44,6 +44,7 @@ __all__ = [
     "encode_frame",
     "encode_batch_frame",
     "encode_message_frame",
+    "encode_run",
     "pack",
 ]
 
@@ -132,6 +133,25 @@ def encode_batch_frame(first: int, packed_msgs: list[bytes]) -> bytes:
 
 
 BATCH_BYTES: Final = 256 * 1024  # message bytes coalesced into one batch frame at most
+
+
+def encode_run(first: int, packed_msgs: list[bytes], max_count: int = 4096) -> list[bytes]:
+    """The frames of messages ``first, first + 1, ...`` given packed (``pack(msg)`` each):
+    what :func:`coalesce_frames` makes of their message frames, without building those first
+    (a client queues packed messages and frames them once per loop iteration)."""
+    out: list[bytes] = []
+    i, n = 0, len(packed_msgs)
+    while i < n:
+        j, size = i, 0
+        while j < n and j - i < max_count and (j == i or size + len(packed_msgs[j]) <= BATCH_BYTES):
+            size += len(packed_msgs[j])
+            j += 1
+        if j - i == 1:
+            out.append(encode_message_frame(first + i, packed_msgs[i]))
+        else:
+            out.append(encode_batch_frame(first + i, packed_msgs[i:j]))
+        i = j
+    return out
 
 
 def coalesce_frames(items: list[tuple[int, bytes]], max_count: int = 4096) -> list[bytes]:
