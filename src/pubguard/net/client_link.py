@@ -41,7 +41,6 @@ __all__ = [
     "BACKOFF_MAX",
     "BACKOFF_MIN",
     "CONNECT_TIMEOUT",
-    "READ_CHUNK",
     "ClientLink",
 ]
 
@@ -50,7 +49,6 @@ log = logging.getLogger("pubguard.net.client")
 CONNECT_TIMEOUT: Final = 10.0
 BACKOFF_MIN: Final = 0.05
 BACKOFF_MAX: Final = 2.0
-READ_CHUNK: Final = 1 << 16
 ACK_EVERY: Final = 128  # unacknowledged deliveries that trigger an ack at once
 # seconds a delivery waits at most for its cumulative ack: with deliveries spread over many
 # subscribers each one gets a delivery every few ms even at 20,000 events/s, so 2 ms meant one

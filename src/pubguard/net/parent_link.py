@@ -29,12 +29,11 @@ from pubguard.net.config import BrokerConfig
 from pubguard.net.io_conn import FrameConnection, open_frame_connection
 from pubguard.net.links import Link
 
-__all__ = ["BACKOFF_MAX", "BACKOFF_MIN", "HANDSHAKE_TIMEOUT", "READ_CHUNK", "ParentLink"]
+__all__ = ["BACKOFF_MAX", "BACKOFF_MIN", "HANDSHAKE_TIMEOUT", "ParentLink"]
 
 log = logging.getLogger("pubguard.net.server")
 
 HANDSHAKE_TIMEOUT: Final = 10.0
-READ_CHUNK: Final = 1 << 16
 BACKOFF_MIN: Final = 0.05
 BACKOFF_MAX: Final = 2.0
 
