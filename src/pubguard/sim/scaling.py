@@ -24,11 +24,14 @@ result), as the papers' overlapping interests do, and the per-delivery work at t
 what more brokers spread out.
 
 Throughput (both papers' method): the publisher is offered ``q`` publications per second for
-``publications`` events; every ``observe_every`` publications' worth of time each processor's
-outstanding messages are sampled; one that grows for five consecutive observations is
-saturated and the run is aborted. A probe run at a low rate gives a utilisation-law estimate
-(1 / the largest service time per publication at any processor); ``q`` starts at 80% of it, doubles until saturation and is then bisected ``bisect`` times; the
-largest unsaturated ``q`` is the maximum throughput. Latency (offered -> opened at the
+``publications`` events; every ``observe_every`` publications' worth of time the outstanding
+messages of every broker and of the publisher are sampled; one that grows for five
+consecutive observations is saturated and the run is aborted (subscribers are processors too,
+in the latency, but as in the papers their queues do not define the throughput;
+``subscriber_utilisation`` reports the busiest one at the maximum). A probe run at a low rate
+gives a utilisation-law estimate (1 / the largest service time per publication at a watched
+processor); ``q`` starts at 80% of it, doubles until saturation and is then bisected
+``bisect`` times; the largest unsaturated ``q`` is the maximum throughput. Latency (offered -> opened at the
 subscriber, all hops included) is the p50/p99 of a run at 80% of that maximum.
 
 Profiles: ``plain`` (the baseline, run in the same process), ``psguard``, ``eventguard`` (one
@@ -194,6 +197,7 @@ class ScalingPoint:
     mean_fanout: float  # deliveries per publication in the latency run
     runs: int
     busy_us: dict[str, float]  # service microseconds per publication, top processors
+    subscriber_utilisation: float  # busiest subscriber's busy fraction at max_throughput
     drops: dict[str, int]
 
 
@@ -360,6 +364,7 @@ def _point(kit: ProfileKit, p: ScalingParams, n: int, interests: list[list[str]]
                    run_seed=next(counter)) if lo > 0 else None  # fmt: skip
     busy = lat.busy_per_event if lat else {}
     top = sorted(busy.items(), key=lambda kv: -kv[1])[:4]
+    subs = [v for k, v in busy.items() if k.startswith("s")]  # subscriber names: s<j>
     delivered = sum(len(v) for v in lat.deliveries.values()) if lat else 0
     return ScalingPoint(
         profile=kit.profile,
@@ -372,5 +377,6 @@ def _point(kit: ProfileKit, p: ScalingParams, n: int, interests: list[list[str]]
         mean_fanout=delivered / p.publications,
         runs=runs + (1 if lat else 0),
         busy_us={k: round(v * 1e6, 1) for k, v in top},
+        subscriber_utilisation=round(lo * max(subs, default=0.0), 3),
         drops=dict(lat.drops) if lat else {},
     )

@@ -83,6 +83,7 @@ def _row(pt: ScalingPoint, base: ScalingPoint | None) -> dict[str, Any]:
         "latency_p50_ms": pt.latency_p50_ms,
         "latency_p99_ms": pt.latency_p99_ms,
         "mean_fanout": round(pt.mean_fanout, 2),
+        "subscriber_utilisation": pt.subscriber_utilisation,
         "runs": pt.runs,
         "service_us_per_publication": pt.busy_us,
         "drops": pt.drops,

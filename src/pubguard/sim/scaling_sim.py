@@ -26,9 +26,13 @@ becomes the message's service time, so virtual time advances by measured cost. T
 parallelism are simulated, the work per message is real and timed. Tests inject
 :class:`FixedCost` to get exact, machine-independent service times.
 
-Saturation (both papers' method): every ``observe`` seconds each processor's outstanding
-messages (waiting + in service) are sampled; one whose count increased for
-:data:`SATURATION_RUN` consecutive observations is saturated and the run stops there.
+Saturation (both papers' method): every ``observe`` seconds the outstanding messages (waiting
++ in service) of every broker ("every node", the papers' words) and of the publisher are
+sampled (:data:`WATCH`); one whose count increased for :data:`SATURATION_RUN` consecutive
+observations is saturated and the run stops there. Subscribers are processors too (their
+service times delay deliveries, so they are in the latency) but, as in the papers, their
+queues do not define the network's throughput; ``RunStats.busy_per_event`` shows how loaded
+they are.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from pubguard.sim.topology import SimTopology
 
 __all__ = [
     "SATURATION_RUN",
+    "WATCH",
     "CostModel",
     "FixedCost",
     "MeasuredCost",
@@ -62,6 +67,9 @@ __all__ = [
 ]
 
 SATURATION_RUN: Final = 5  # eventguard.txt §6.2.2: "five consecutive observations"
+#: whose queues decide saturation: the papers monitor "every node" (the brokers) and the
+#: publisher must sustain the offered rate; subscribers are measured but not watched
+WATCH: Final = frozenset({"broker", "publisher"})
 _DONE: Final = "\x00done"  # end of a service (no link id contains NUL)
 _OFFER: Final = "\x00offer"  # the application hands the publisher an event
 _OBSERVE: Final = "\x00observe"
@@ -159,9 +167,13 @@ class RunStats:
     deliveries: dict[str, list[str]]  # subscriber -> event ids, in order
     drops: dict[str, int]
 
+    watched: frozenset[str] = frozenset()  # processors whose queues decide saturation
+
     def capacity_estimate(self) -> float:
-        """Utilisation law: 1 / the largest service seconds per publication at a processor."""
-        worst = max(self.busy_per_event.values(), default=0.0)
+        """Utilisation law: 1 / the largest service seconds per publication at a watched
+        processor."""
+        worst = max((v for k, v in self.busy_per_event.items() if k in self.watched),
+                    default=0.0)  # fmt: skip
         return 1.0 / worst if worst > 0 else float("inf")
 
     def bottleneck(self) -> str | None:
@@ -178,12 +190,14 @@ class ScalingSim(Simulator):
 
     def __init__(self, tree: Tree, schemes: Any, *, cost: CostModel, latency: float,
                  seed: int, clock: Callable[[], int] = time.process_time_ns,
-                 publisher_batch: int = 1) -> None:  # fmt: skip
+                 publisher_batch: int = 1,
+                 watch: frozenset[str] = WATCH) -> None:  # fmt: skip
         topo = SimTopology(tree, default_latency=latency, client_latency=latency)
         super().__init__(topo, schemes, seed=seed, wire=True)
         self.cost = cost
         self.clock = clock
         self.publisher_batch = publisher_batch
+        self.watch = watch
         self.procs: dict[str, _Proc] = {b: _Proc("broker") for b in self.brokers}
         self.offered_at: dict[str, float] = {}
         self.latencies: list[float] = []
@@ -243,6 +257,8 @@ class ScalingSim(Simulator):
 
     def _observe(self) -> None:
         for name, p in self.procs.items():
+            if p.kind not in self.watch:
+                continue
             n = p.outstanding()
             p.rising = p.rising + 1 if n > p.last else 0
             p.last = n
@@ -343,6 +359,7 @@ class ScalingSim(Simulator):
                 if self.procs.get(n, _Proc("")).kind == "subscriber"
             },  # fmt: skip
             drops=drops,
+            watched=frozenset(n for n, p in self.procs.items() if p.kind in self.watch),
         )
 
 
