@@ -98,3 +98,15 @@ def test_bad_parameters_are_refused():
         FixedCost(broker=0.0)
     with pytest.raises(ValidationError):
         run_scaling(ScalingParams(brokers=(1,)), ["nope"])
+
+
+def test_subscribers_are_measured_but_brokers_and_publisher_define_saturation():
+    # subscribers twice as slow as the broker: the network's capacity is still the broker's
+    # (the papers watch "every node"); the busiest subscriber is reported as overloaded
+    cost = FixedCost(broker=0.010, subscriber=0.020)
+    p = ScalingParams(brokers=(1,), subscribers=4, workload=SMALL, publications=60,
+                      observe_every=10, bisect=4, cost=cost)  # fmt: skip
+    (pt,) = run_scaling(p, ["plain"])["plain"]
+    assert 95.0 <= pt.max_throughput <= 115.0 and pt.bottleneck == "b0"
+    assert pt.subscriber_utilisation > 1.0
+    assert pt.latency_p99_ms > pt.latency_p50_ms > 140.0  # subscriber queueing is in latency
