@@ -228,3 +228,18 @@ def test_deliver_fast_decode_equals_the_constructor(sub_ids: object) -> None:
     got = decode_message(wire)
     assert got == want and got.to_wire() == want.to_wire()
     assert type(got.sub_ids) is tuple  # type: ignore[attr-defined]
+
+
+def test_decode_publish_is_decode_message_for_the_common_shape() -> None:
+    from pubguard.broker.messages import decode_publish
+
+    wire = {"op": "publish", "event_id": "e1", "profile": "plain", "routing": {"a": 1},
+            "body": b"x", "meta": {"ts": 1.5}}  # fmt: skip
+    fast = decode_publish(wire)
+    assert fast is not None and fast == decode_message(wire) and fast.wire is wire
+    # anything else is left to decode_message (which words the errors)
+    assert decode_publish({**wire, "extra": 1}) is None
+    assert decode_publish({**wire, "routing": {"a": [1]}}) is None
+    assert decode_publish({**wire, "op": "subscribe"}) is None
+    assert decode_publish({k: v for k, v in wire.items() if k != "routing"}) is None
+    assert decode_publish({**wire, "event_id": ""}) is None

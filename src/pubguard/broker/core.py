@@ -73,6 +73,7 @@ from pubguard.broker.messages import (
     Unadvertise,
     Unsubscribe,
     decode_message,
+    decode_publish,
 )
 from pubguard.broker.publishing import PublicationRouting, _Admitted
 from pubguard.broker.state import BrokerState
@@ -280,6 +281,9 @@ class Broker(PublicationRouting, AdvertisementRouting):
         """The message, decoded from its wire dict if need be, or the actions of its drop."""
         if type(message) is not dict and isinstance(message, _MESSAGE_TYPES):
             return message
+        pub = decode_publish(message)  # the common publication: one call
+        if pub is not None:
+            return pub
         op = message.get("op") if isinstance(message, Mapping) else None
         op = op[:40] if isinstance(op, str) else None
         if op is not None and op not in KNOWN_OPS:

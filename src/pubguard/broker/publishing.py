@@ -114,7 +114,15 @@ class PublicationRouting(CoreHooks):
         out: list[Action] = []
         src = link.link_id
         delivered = 0
-        if keys:
+        if len(keys) == 1:  # the common case (fan-out one): no grouping, no sorting
+            ((lk, sid),) = keys
+            if self.links[lk].kind is LinkKind.CLIENT:
+                if lk != src or self.echo:
+                    out.append(DeliverTo(lk, Deliver.trusted(msg, (sid,))))
+                    delivered = 1
+            elif lk != src:
+                out.append(Forward(lk, msg))
+        elif keys:
             by_link: dict[str, list[str]] = {}
             for lk, sid in keys:
                 sids = by_link.get(lk)
