@@ -73,3 +73,16 @@ def test_core_cost_delivers_every_publication() -> None:
     # core_cost raises unless each publication reaches exactly one subscriber
     assert core_cost("psguard-paper", 24, run=8, subscribers=4) > 0
     assert core_cost("default", 24, batch=8, subscribers=4) > 0
+
+
+def test_process_cpu_reads_proc() -> None:
+    import os
+    import time
+
+    from pubguard.net.bench import _proc_cpu_s
+
+    t0 = _proc_cpu_s(os.getpid())
+    end = time.process_time() + 0.05
+    while time.process_time() < end:  # burn 50 ms of CPU
+        pass
+    assert _proc_cpu_s(os.getpid()) >= t0 + 0.03

@@ -31,17 +31,26 @@ Security profiles (issue 5, Performance): the brokers serve ``profile`` from pub
 material and the clients take their keys from an in-process
 :class:`~pubguard.schemes.registry.KeyBundle` (topics are PSGuard topic-kind attributes,
 EventGuard topics with advertisements, Narada KMC topics). A non-plain profile is run beside
-plain in the same invocation (``throughput_ratio``, ``latency_p50_ratio``). EventGuard and the
-default profile are measured twice: one signature per publication (faithful to the papers) and
-Merkle batches (one signature over ``MERKLE_BATCH`` publications, verified once per batch per
-broker). :func:`validation_cost` times a broker's per-message work (decode + guards) in
-process, which is what narada's Table 2 broker cost and EventGuard's 1.7 ms verify measure.
+plain in the same invocation (``throughput_ratio``, ``latency_p50_ratio``). The signing
+profiles (eventguard, default, psguard) are measured twice: one signature per publication
+(faithful to the papers) and Merkle batches (one signature over ``MERKLE_BATCH``
+publications, verified once per batch per broker); the default profile's headline is its
+Merkle form (its design signs batches), the others' the single-signed one; psguard also runs
+``psguard-paper`` (psguard.txt §2's honest-but-curious brokers, which verify nothing), the
+configuration the paper's 2.2% was measured in. Every other run is in ``variants`` with its
+own ratios. Because wall-clock throughput on a shared machine swings by several times, each
+run also reports ``broker_cpu_us_per_event``: the broker processes' CPU time
+(``/proc/<pid>/stat``) per publication at a fixed offered rate (``CPU_RATE``, or 80% of the
+run's maximum if lower), and ``broker_cpu_ratio`` against plain's. :func:`validation_cost`
+times a broker's per-message work (decode + guards) in process, which is what narada's
+Table 2 broker cost and EventGuard's 1.7 ms verify measure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import statistics
 import tempfile
@@ -84,6 +93,8 @@ OBSERVE_S: Final = 0.1
 SATURATION_RUN: Final = 5  # consecutive increases (eventguard.txt §6.2.2)
 GROWTH_MIN: Final = 100  # ... adding up to at least this many messages (not ack jitter)
 RUN_S: Final = 1.5
+CPU_RATE: Final = 1000.0  # events/s offered while broker CPU per event is measured
+CPU_S: Final = 4.0  # seconds of that run (CPU clock ticks are 10 ms)
 TICK_S: Final = 0.005
 PAPER_NOTE: Final = (
     "EventGuard Fig. 11 (Siena, 550 MHz PIII, LAN): plain throughput grows with nodes until "
@@ -184,6 +195,7 @@ class _Net:
     def __init__(self, cluster: LocalCluster, pub: Client, subs: RemoteSubscribers,
                  sink: _Sink) -> None:  # fmt: skip
         self.cluster, self.pub, self.subs, self.sink = cluster, pub, subs, sink
+        self.sent = 0  # publications the last step sent
 
 
 async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) -> _Net:
@@ -296,7 +308,30 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
         net.sink.sent.clear()
         if not record:
             net.sink.lat.clear()
+    net.sent = sent
     return saturated
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc/<pid>/stat``, Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _broker_cpu_per_event(net: _Net, rate: float, payload: int, seconds: float,
+                                rng: random.Random, batch: int) -> float | None:  # fmt: skip
+    """CPU microseconds the broker processes spend per publication at a fixed offered
+    ``rate`` (below saturation): a figure that survives the machine's load far better than
+    wall-clock throughput. None for in-process brokers or without ``/proc``."""
+    st = await net.cluster.statuses()
+    pids = [int(v["pid"]) for v in st.values()]
+    if not pids or os.getpid() in pids or not os.path.exists(f"/proc/{pids[0]}/stat"):
+        return None
+    c0 = sum(_proc_cpu_s(p) for p in pids)
+    await _run_at(net, rate, payload, seconds, rng, batch=batch)
+    c1 = sum(_proc_cpu_s(p) for p in pids)
+    return round((c1 - c0) / max(1, net.sent) * 1e6, 1)
 
 
 def _growing(lat: list[float]) -> bool:
@@ -326,6 +361,7 @@ async def measure_network(
     batch: int = 1,
     run_s: float = RUN_S,
     bisections: int = 4,
+    cpu_rate: float | None = CPU_RATE,
 ) -> dict[str, Any]:
     """Max sustained throughput and latency for one (profile, tree size, payload); ``batch``:
     publications per signature (Merkle batches) for profiles that sign batches."""
@@ -369,6 +405,10 @@ async def measure_network(
         lat = sorted(sink.lat)
         await _run_at(net, 100, payload, run_s * 2 / 3, rng, record=True, batch=batch)
         idle = sorted(sink.lat)
+        cpu = None
+        if cpu_rate:
+            cpu = await _broker_cpu_per_event(net, min(cpu_rate, max(good * 0.8, 10)), payload,
+                                              CPU_S, rng, batch)  # fmt: skip
         drops = await cluster.statuses()
     finally:
         for c in clients:
@@ -389,6 +429,7 @@ async def measure_network(
         "latency_samples": len(lat),
         "in_process": in_process,
         "drops": {n: st["drops"] for n, st in drops.items() if st["drops"]},
+        "broker_cpu_us_per_event": cpu,
     }
 
 
@@ -428,7 +469,9 @@ async def run_network_bench(
         say(f"{profile}: broker validation and client costs per message")
         valid = validation_costs(profile, 30 if quick else validation_messages)
         clients = client_costs(profile, 30 if quick else 200)
-    knobs: dict[str, Any] = {"max_rate": 2000, "run_s": 0.3, "bisections": 1} if quick else {}
+    knobs: dict[str, Any] = (
+        {"max_rate": 2000, "run_s": 0.3, "bisections": 1, "cpu_rate": None} if quick else {}
+    )
     with tempfile.TemporaryDirectory(prefix="pubguard-bench-") as tmp:
         for n in brokers:
             for size in payloads:
@@ -505,7 +548,8 @@ def _report(profile: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, 
             "batch": MERKLE_BATCH if tag.endswith("-merkle") else 1,
             "max_throughput_eps": v["max_throughput_eps"],
             "latency_p50_ms": v["latency_p50_ms"], "latency_p99_ms": v["latency_p99_ms"],
-            "max_throughput_runs_eps": v["max_throughput_runs_eps"], **_versus(v, base),
+            "max_throughput_runs_eps": v["max_throughput_runs_eps"],
+            "broker_cpu_us_per_event": v.get("broker_cpu_us_per_event"), **_versus(v, base),
         })  # fmt: skip
     r["variants"] = variants
     if profile in SIGNING_PROFILES:
@@ -526,13 +570,18 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ranked = sorted(runs, key=lambda x: x["max_throughput_eps"] or 0.0)
     out = dict(ranked[(len(ranked) - 1) // 2])
     out["max_throughput_runs_eps"] = [x["max_throughput_eps"] for x in ranked]
+    out["broker_cpu_runs_us"] = sorted(x["broker_cpu_us_per_event"] for x in ranked
+                                       if x.get("broker_cpu_us_per_event") is not None)  # fmt: skip
     return out
 
 
 def _versus(r: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     tr = _ratio(r["max_throughput_eps"], base["max_throughput_eps"])
     lr = _ratio(r["latency_p50_ms"], base["latency_p50_ms"])
+    cr = _ratio(r.get("broker_cpu_us_per_event"), base.get("broker_cpu_us_per_event"))
     return {
+        "baseline_broker_cpu_us_per_event": base.get("broker_cpu_us_per_event"),
+        "broker_cpu_ratio": cr,
         "baseline_max_throughput_eps": base["max_throughput_eps"],
         "throughput_ratio": tr,
         "latency_p50_ratio": lr,
