@@ -544,6 +544,13 @@ def _scaling_table(doc: dict[str, Any]) -> None:
     help="Publications' worth of time between queue observations.",
 )
 @click.option("--bisect", type=int, default=4, show_default=True, help="Bisection steps.")
+@click.option(
+    "--repeat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Searches per (profile, size), interleaved; the median is reported.",
+)
 @click.option("--topics", type=int, default=16, show_default=True)
 @click.option(
     "--per-subscriber",
@@ -567,8 +574,8 @@ def _scaling_table(doc: dict[str, Any]) -> None:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the figure (PNG), e.g. docs/img/scaling.png.")  # fmt: skip
 def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, publications: int,
-            observe_every: int, bisect: int, topics: int, per_subscriber: int, zipf: float,
-            payload: int, cost_scale: float, seed: int, quick: bool, as_json: bool,
+            observe_every: int, bisect: int, repeat: int, topics: int, per_subscriber: int,
+            zipf: float, payload: int, cost_scale: float, seed: int, quick: bool, as_json: bool,
             plot: Path | None) -> None:  # fmt: skip
     """eventguard.txt Fig. 11/12, psguard.txt Fig. 9/10: throughput and latency vs brokers.
 
@@ -595,14 +602,14 @@ def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, pu
         publications, observe_every, bisect = min(publications, 60), min(observe_every, 10), 2
     params = ScalingParams(
         brokers=sizes, subscribers=subscribers, latency=latency_ms / 1000.0,
-        publications=publications, observe_every=observe_every, bisect=bisect,
+        publications=publications, observe_every=observe_every, bisect=bisect, repeat=repeat,
         workload=Workload(topics=topics, per_subscriber=per_subscriber, zipf=zipf,
                           payload=payload),
         cost=MeasuredCost(cost_scale), seed=seed,
     )  # fmt: skip
     t0 = time.perf_counter()
     with progress() as bar:
-        task = bar.add_task("scaling", total=len(profs) * len(sizes))
+        task = bar.add_task("scaling", total=len(profs) * len(sizes) * repeat)
 
         def step(label: str) -> None:
             bar.update(task, description=f"scaling: {label}")

@@ -148,11 +148,12 @@ class _Proc:
     busy: bool = False
     busy_time: float = 0.0  # virtual seconds of service
     served: int = 0
+    in_service: int = 0  # messages (or offered events of a Merkle batch) being served
     last: int = 0  # outstanding at the previous observation
     rising: int = 0  # consecutive increases
 
     def outstanding(self) -> int:
-        return len(self.waiting) + int(self.busy)
+        return len(self.waiting) + (self.in_service if self.busy else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +248,7 @@ class ScalingSim(Simulator):
             if proc is None or (src != _DONE and not _is_work(proc.kind, src, payload)):
                 self._at_client(self.clients[dst], payload, t)  # acks and errors: no cost
             elif src == _DONE:
-                proc.busy = False
+                proc.busy, proc.in_service = False, 0
                 if proc.waiting:
                     self._serve(dst, proc, *proc.waiting.popleft(), t)
             elif proc.busy:
@@ -274,6 +275,7 @@ class ScalingSim(Simulator):
         dt = self.cost.service(proc.kind, node, measured_ns / 1e9, outputs)
         done = t + dt
         proc.busy, proc.busy_time, proc.served = True, proc.busy_time + dt, proc.served + 1
+        proc.in_service = max(1, outputs) if proc.kind == "publisher" else 1
         self._seq += 1
         heapq.heappush(self._queue, (done, self._seq, node, _DONE, None))
         finish(done)
