@@ -8,8 +8,10 @@ in on one listening socket (mutual TLS 1.3: the peer's certificate must be issue
 project CA and name the identity it claims in its ``hello``; hermes §2.4 assumes TLS between
 brokers); the link to the parent is dialled by this broker and redialled with back-off.
 
-Reading never stops (so acknowledgements always get through); reliable messages go to the
-link's ``inbox`` and are processed in batches. A batch runs in one SQLite transaction: the core
+Reading never stops (so acknowledgements always get through): each connection is a
+:class:`~pubguard.net.io_conn.FrameConnection` whose ``data_received`` decodes frames and calls
+:meth:`BrokerServer._on_frames` directly. Reliable messages go to the link's ``inbox`` and are
+processed in batches. A batch runs in one SQLite transaction: the core
 writes its routing tables through, new outgoing frames of durable links go to their outboxes
 and each source link's ``rx_seq`` is recorded; only after the commit are frames written and the
 batch acknowledged (``store/broker_state.py``). Hence ``kill -9`` loses no acknowledged message.
