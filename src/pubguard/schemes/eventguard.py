@@ -46,6 +46,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from pubguard.crypto import H, VerifyKey, aad_for
@@ -179,8 +180,13 @@ def unpack_items(blob: Any, what: str, n: int) -> tuple[bytes, ...]:
     return tuple(out)
 
 
+_FLAT_TYPES: Final = (dict, MappingProxyType)  # the core's wire forms: no ABC check needed
+
+
 def parse_tokens(routing: Mapping[str, Any]) -> tuple[bytes, ...]:
-    if not isinstance(routing, Mapping) or routing.keys() != _ROUTING_KEYS:
+    if type(routing) not in _FLAT_TYPES and not isinstance(routing, Mapping):
+        raise ValidationError("eventguard routing is exactly {tokens: T(w_1) || ...}")
+    if routing.keys() != _ROUTING_KEYS:
         raise ValidationError("eventguard routing is exactly {tokens: T(w_1) || ...}")
     blob = routing["tokens"]
     if type(blob) is not bytes or len(blob) % TOKEN_BYTES:
@@ -197,9 +203,16 @@ def pack_tokens(tokens: Sequence[bytes]) -> bytes:
     return b"".join(tokens)
 
 
-def parse_publication(routing: Mapping[str, Any], meta: Mapping[str, Any]) -> PublicationFields:
-    """Strictly parse a publication's routing + meta; ValidationError when malformed."""
-    tokens = parse_tokens(routing)
+def parse_publication(
+    routing: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    *,
+    tokens: tuple[bytes, ...] | None = None,
+) -> PublicationFields:
+    """Strictly parse a publication's routing + meta; ValidationError when malformed.
+    ``tokens``: ``parse_tokens(routing)`` when the caller already has it (decode once)."""
+    if tokens is None:
+        tokens = parse_tokens(routing)
     n = len(tokens)
     p, e, ts, sig = meta.get("p"), meta.get("e"), meta.get("ts"), meta.get("sig")
     if not isinstance(p, str) or not p:
@@ -297,7 +310,14 @@ class EventGuardBroker:
         return tok
 
     def decode_event(self, routing: Mapping[str, Any]) -> tuple[bytes, ...]:
-        return parse_tokens(routing)
+        tokens = parse_tokens(routing)
+        if type(routing) is MappingProxyType:  # immutable: the core's frozen wire form
+            self._last_decoded = (routing, tokens)
+        return tokens
+
+    #: the last frozen routing part decoded and its tokens: the core decodes a publication's
+    #: routing just before its guards run, which then need it again (decode once)
+    _last_decoded: tuple[Any, tuple[bytes, ...] | None] = (None, None)
 
     def covers(self, f1: bytes, f2: bytes) -> bool:
         return f1 == f2  # tokens are opaque: only equal ones cover each other
@@ -357,7 +377,8 @@ class EventGuardBroker:
 
     def _check_publish(self, m: Any, ctx: CheckContext) -> DropReason | None:
         now = ctx.now
-        f = parse_publication(m.routing, m.meta)
+        last, toks = self._last_decoded
+        f = parse_publication(m.routing, m.meta, tokens=toks if last is m.routing else None)
         stale = self.window.check(f.ts, now)
         if stale is not None:
             return stale
