@@ -279,6 +279,8 @@ def register(cli: click.Group) -> None:
                                                              **PAPER[profile]})  # fmt: skip
             return
         console.print(_bench_table(profile, subscribers, results))
+        for line in _bench_legend(profile, results):
+            console.print(f"[dim]{line}[/dim]")
         for k, v in PAPER[profile].items():
             if k in ("paper", "goal"):
                 console.print(f"{k}: {v}")
@@ -292,29 +294,48 @@ def register(cli: click.Group) -> None:
 
 
 def _bench_table(profile: str, subscribers: int, results: list[dict[str, Any]]) -> Table:
+    """One row per run: the headline (labelled with its signing form) and every variant the
+    bench ran beside it (Merkle batches, single-signed, psguard's paper configuration), each
+    with its own ratios to plain and the broker CPU per event at a fixed rate."""
     t = Table(title=f"bench network ({profile}, {subscribers} subscribers)")
-    cols = ["brokers", "payload B", "signing", "max ev/s", "p50 ms @80%", "p99 ms @80%",
-            "idle p50 ms"]  # fmt: skip
+    cols = ["brokers", "payload B", "run", "max ev/s", "p50 ms @80%", "p99 ms @80%",
+            "idle p50 ms", "broker CPU us/ev"]  # fmt: skip
+    # run: the profile, or a variant's short name (legend printed below the table)
     if profile != "plain":
-        cols += ["plain ev/s", "thr ratio", "p50 ratio"]
+        cols += ["plain ev/s", "thr ratio", "p50 ratio", "CPU ratio"]
     for col in cols:
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="left" if col == "run" else "right", no_wrap=col == "run")
 
-    def row(r: dict[str, Any], signing: str) -> list[str]:
-        cells = [str(r["brokers"]), str(r["payload"]), signing,
+    def cpu(v: Any) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    def row(r: dict[str, Any], run: str) -> list[str]:
+        cells = [str(r["brokers"]), str(r["payload"]), run,
                  f"{r['max_throughput_eps']:.0f}", str(r["latency_p50_ms"]),
-                 str(r.get("latency_p99_ms")), str(r.get("latency_idle_p50_ms", "-"))]  # fmt: skip
+                 str(r.get("latency_p99_ms")), str(r.get("latency_idle_p50_ms", "-")),
+                 cpu(r.get("broker_cpu_us_per_event"))]  # fmt: skip
         if profile != "plain":
             cells += [f"{r['baseline_max_throughput_eps']:.0f}", str(r["throughput_ratio"]),
-                      str(r["latency_p50_ratio"])]  # fmt: skip
+                      str(r["latency_p50_ratio"]), str(r.get("broker_cpu_ratio") or "-")]  # fmt: skip
         return cells
 
     for r in results:
-        t.add_row(*row(r, "1 per event" if "merkle_batch" in r else "-"))
-        mb = r.get("merkle_batch")
-        if mb:
-            t.add_row(*row({**r, **mb, "latency_idle_p50_ms": "-"}, f"Merkle x{mb['batch']}"))
+        head = f"{profile}-merkle" if profile == "default" else profile
+        t.add_row(*row(r, head))
+        for v in r.get("variants", ()):
+            t.add_row(*row({**r, **v, "latency_idle_p50_ms": "-"}, v["variant"]))
     return t
+
+
+def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
+    """What each short run name in the table stands for."""
+    seen: dict[str, str] = {}
+    for r in results:
+        if "label" in r:
+            seen[f"{profile}-merkle" if profile == "default" else profile] = r["label"]
+        for v in r.get("variants", ()):
+            seen[v["variant"]] = v["label"]
+    return [f"{k}: {v}" for k, v in seen.items()]
 
 
 def _show_status(state: Path, as_json: bool) -> None:
