@@ -243,3 +243,49 @@ def test_decode_publish_is_decode_message_for_the_common_shape() -> None:
     assert decode_publish({**wire, "op": "subscribe"}) is None
     assert decode_publish({k: v for k, v in wire.items() if k != "routing"}) is None
     assert decode_publish({**wire, "event_id": ""}) is None
+
+
+_val = (
+    st.none()
+    | st.integers(-3, 3)
+    | st.text(max_size=3)
+    | st.binary(max_size=3)
+    | st.lists(st.integers(0, 2), max_size=2)
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(
+        st.sampled_from(["event_id", "profile", "routing", "body", "meta", "x"]),
+        _val | st.dictionaries(st.text(max_size=2), _val, max_size=2),
+        max_size=6,
+    ),
+    st.lists(st.text(max_size=3) | st.integers(0, 1), max_size=3) | _val,
+    st.booleans(),
+)
+def test_decode_fast_paths_agree_with_decode_message(ev, sub_ids, extra) -> None:
+    from pubguard.broker.messages import decode_deliver, decode_publish
+
+    for wire, fast in (
+        ({"op": "deliver", "sub_ids": sub_ids, "event": ev}, decode_deliver),
+        ({"op": "publish", **ev}, decode_publish),
+    ):
+        if extra:
+            wire["y"] = 1
+        got = fast(wire)
+        if got is not None:  # the fast path never accepts what the general decoder refuses
+            assert got == decode_message(wire)
+
+
+def test_decode_deliver_is_decode_message_for_the_common_shape() -> None:
+    from pubguard.broker.messages import decode_deliver
+
+    ev = {"event_id": "e1", "profile": "plain", "routing": {"a": 1}, "body": b"x"}
+    wire = {"op": "deliver", "sub_ids": ["s1", "s2"], "event": ev}
+    fast = decode_deliver(wire)
+    assert fast is not None and fast == decode_message(wire)
+    assert decode_deliver({**wire, "sub_ids": []}) is None
+    assert decode_deliver({**wire, "sub_ids": [""]}) is None
+    assert decode_deliver({**wire, "event": {**ev, "x": 1}}) is None
+    assert decode_deliver({**wire, "event": {**ev, "routing": {"a": [1]}}}) is None

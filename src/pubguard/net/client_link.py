@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from pubguard.broker.messages import Deliver, Error, decode_message
+from pubguard.broker.messages import Deliver, Error, decode_deliver, decode_message
 from pubguard.errors import FrameError, PubguardError, TransportError
 from pubguard.model.filters import Filter
 from pubguard.net import protocol
@@ -246,7 +246,7 @@ class ClientLink:
             self._write(protocol.ack(self._rx_seq))
 
     def _on_message(self, wire: dict[str, Any]) -> None:
-        msg = decode_message(wire)
+        msg = decode_deliver(wire) or decode_message(wire)  # the common delivery: one call
         if isinstance(msg, Deliver):
             self.delivers += 1
             ev = msg.event
