@@ -98,6 +98,7 @@ T0: Final = 1_800_000_000.0  # virtual epoch (seconds): key epochs and certifica
 SETUP_S: Final = 2.0  # subscriptions and advertisements settle before the first publication
 LATENCY_LOAD: Final = 0.8  # latency is measured at 80% of the maximum throughput
 MAX_DOUBLINGS: Final = 24
+SATURATION_OBS: Final = 5  # eventguard.txt §6.2.2: "five consecutive observations"
 START_FRACTION: Final = 0.8  # the search starts at this fraction of the probe's estimate
 
 
@@ -181,9 +182,6 @@ class ScalingParams:
 
     def tree(self, n: int) -> Tree:
         return ary_tree(2, DEPTHS[n])
-
-
-SATURATION_OBS: Final = 5
 
 
 @dataclass(frozen=True, slots=True)

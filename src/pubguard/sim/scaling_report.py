@@ -8,6 +8,7 @@ number of brokers per profile (the shape of eventguard.txt Fig. 11/12, psguard.t
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Final
 
@@ -79,7 +80,7 @@ def _row(pt: ScalingPoint, base: ScalingPoint | None) -> dict[str, Any]:
         "brokers": pt.brokers,
         "max_throughput_eps": round(pt.max_throughput, 1),
         "max_throughput_runs_eps": list(pt.throughput_runs),
-        "saturated_at_eps": round(pt.saturated_at, 1),
+        "saturated_at_eps": round(pt.saturated_at, 1) if math.isfinite(pt.saturated_at) else None,
         "bottleneck": pt.bottleneck,
         "latency_p50_ms": pt.latency_p50_ms,
         "latency_p99_ms": pt.latency_p99_ms,
