@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from pubguard.cli import experiment_cmds
@@ -55,13 +56,14 @@ def test_bench_kmc_oft_small_json():
     assert join["depth"] <= 9 and join["updates"] <= 2 * 10 and join["ours_us"] > 0
 
 
+@pytest.mark.slow  # two profiles x two trees of real crypto, and matplotlib
 def test_scaling_quick_json_fields_and_png(tmp_path):
     png = tmp_path / "scaling.png"
     res = CliRunner().invoke(
         _cli(),
         ["experiments", "scaling", "--quick", "--profiles", "eventguard-nosig", "--brokers",
-         "1,3", "--subscribers", "8", "--topics", "6", "--per-subscriber", "2", "--json",
-         "--plot", str(png)],
+         "1,3", "--subscribers", "8", "--topics", "6", "--per-subscriber", "2",
+         "--publications", "36", "--observe-every", "6", "--json", "--plot", str(png)],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[-1])
