@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pubguard.net.links as links_mod
+import pubguard.net.io_conn as io_conn
 import pubguard.net.server as server_mod
 from pubguard.net.broker_main import serve
 from pubguard.net.config import load_broker_config
@@ -39,6 +39,10 @@ def install_profiles(keys: BrokerKeys, profiles: list[str], state_dir: Path) -> 
 
 
 def install_capture(state_dir: Path) -> None:
+    """Tee what every link of this broker reads and writes after TLS decryption: frames as
+    decoded (re-encoded, so ``capture.in`` reads back with ``FrameDecoder``) and the bytes
+    written to each connection (``capture.out``). Both go through ``net/io_conn.py``'s
+    :class:`FrameConnection`, which every broker link (clients, children, the parent) uses."""
     fin = (state_dir / "capture.in").open("ab", buffering=0)
     fout = (state_dir / "capture.out").open("ab", buffering=0)
 
@@ -49,14 +53,14 @@ def install_capture(state_dir: Path) -> None:
                 fin.write(b"".join(encode_frame(f) for f in frames))
             return frames
 
-    def tee_encode(msg: dict[str, Any]) -> bytes:
-        b = encode_frame(msg)
-        fout.write(b)
-        return b
+    write = io_conn.FrameConnection.write
 
-    server_mod.FrameDecoder = TeeDecoder  # type: ignore[misc]
-    server_mod.encode_frame = tee_encode
-    links_mod.encode_frame = tee_encode
+    def tee_write(self: io_conn.FrameConnection, data: bytes) -> None:
+        fout.write(bytes(data))
+        write(self, data)
+
+    io_conn.FrameDecoder = TeeDecoder  # type: ignore[misc]
+    io_conn.FrameConnection.write = tee_write  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,6 +219,7 @@ def test_canary_reaches_authorised_subscribers_and_no_broker(net: Net) -> None:
     kinds = {p.name for p in everything}
     assert {"broker.log", "broker.db", "replay.db", "capture.in", "capture.out"} <= kinds
     assert sum(b"e35" in data for p, data in everything.items() if p.name == "capture.in") >= 3
+    assert sum(b"e35" in data for p, data in everything.items() if p.name == "capture.out") >= 3
     leaks = [str(p) for p, data in everything.items() if CANARY.encode() in data]
     assert leaks == []
     topic = [str(p) for p, d in everything.items() if b"cardio" in d and "capture" in p.name]
