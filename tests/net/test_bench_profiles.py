@@ -3,13 +3,15 @@ in-process per-message cost probes (real crypto, no sockets). Timings are not as
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from pubguard.cli.main import cli
-from pubguard.net.bench import client_costs, validation_cost
+from pubguard.net.bench import client_costs, measure_network, validation_cost
 
 
 @pytest.mark.parametrize("profile", ["psguard", "eventguard", "narada", "default"])
@@ -86,3 +88,16 @@ def test_process_cpu_reads_proc() -> None:
     while time.process_time() < end:  # burn 50 ms of CPU
         pass
     assert _proc_cpu_s(os.getpid()) >= t0 + 0.03
+
+
+@pytest.mark.slow
+def test_a_search_names_what_saturated(tmp_path: Path) -> None:
+    """The doubling search stops at the first saturated rate and says which rule fired (a
+    node's queue, the publisher falling behind, the drain time or rising latency)."""
+    r = asyncio.run(measure_network("plain", 1, 16, state_dir=tmp_path, in_process=True,
+                                    subscribers=2, run_s=0.3, bisections=0, cpu_rate=None))  # fmt: skip
+    assert 0 < r["max_throughput_eps"] < 200_000
+    assert isinstance(r["saturated_by"], str)
+    assert r["saturated_by"].startswith(
+        ("queue of", "publisher fell", "backlog took", "latency rose")
+    )

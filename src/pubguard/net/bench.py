@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import random
 import statistics
@@ -195,6 +196,7 @@ class _Net:
     def __init__(self, cluster: LocalCluster, pub: Client, subs: RemoteSubscribers,
                  sink: _Sink) -> None:  # fmt: skip
         self.cluster, self.pub, self.subs, self.sink = cluster, pub, subs, sink
+        self.why = ""  # what declared the last saturated run saturated
         self.sent = 0  # publications the last step sent
 
 
@@ -225,7 +227,8 @@ async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) 
 
 async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: random.Random,
                   record: bool = False, batch: int = 1) -> bool:  # fmt: skip
-    """Publish at ``rate`` for ``seconds``; True if some node saturated."""
+    """Publish at ``rate`` for ``seconds``; True if some node saturated (what did: ``net.why``)."""
+    net.why = ""
     syms = [spec[2] for spec in net.subs.specs]
     # the publisher protects this step's events before the clock starts (publishers are
     # other machines in a deployment; client_costs() reports what protecting costs)
@@ -240,6 +243,11 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
         else:
             pes += [net.pub.scheme.protect_event(e, now=time.time()) for e in chunk]
     pool = iter(pes)
+    # the pre-protected events stand for what another machine would send: move them out of
+    # the cyclic collector's reach, so its full collections (which grow with the live heap:
+    # secure events are several objects each) do not pause the publisher mid-run
+    gc.collect()
+    gc.freeze()
     history: dict[str, list[int]] = {}
     saturated = False
     stop = False
@@ -263,6 +271,7 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
                     and tail[-1] - tail[0] >= GROWTH_MIN
                 ):
                     saturated = True
+                    net.why = net.why or f"queue of {node} grew {SATURATION_RUN} times"
 
     await net.subs.begin()
     t0 = time.perf_counter()
@@ -287,6 +296,7 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
                     await asyncio.sleep(0)  # let the observer and the subscribers run
             if (time.perf_counter() - t0) * rate - sent > rate * 0.5:
                 saturated = True  # the publisher cannot even submit at this rate
+                net.why = net.why or "publisher fell behind the offered rate"
             await asyncio.sleep(TICK_S)
         t_end = time.perf_counter()
         with contextlib.suppress(TimeoutError):
@@ -295,11 +305,15 @@ async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: ran
         net.sink.join(await net.subs.collect(sent, timeout=10))
         net.sink.count += net.subs.count
         # a backlog that takes longer than five observation periods to drain was growing
-        if time.perf_counter() - t_end > SATURATION_RUN * OBSERVE_S + 0.1:
+        drain = time.perf_counter() - t_end
+        if drain > SATURATION_RUN * OBSERVE_S + 0.1:
             saturated = True
+            net.why = net.why or f"backlog took {drain:.2f} s to drain"
         if _growing(net.sink.lat):
             saturated = True  # queueing delay rose over six consecutive windows
+            net.why = net.why or "latency rose over six consecutive windows"
     finally:
+        gc.unfreeze()
         stop = True
         obs_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -386,10 +400,11 @@ async def measure_network(
         clients = [net.pub]
         say = on_step or (lambda s: None)
         good, bad, rate = 0.0, None, 1000.0
+        why = ""  # what saturated the lowest saturated rate
         while bad is None and rate <= max_rate:  # doubling phase
             say(f"{brokers} brokers, {payload} B: {rate:.0f} ev/s")
             if await _run_at(net, rate, payload, run_s, rng, batch=batch):
-                bad = rate
+                bad, why = rate, net.why
             else:
                 good, rate = rate, rate * 2
         hi = bad if bad is not None else max_rate
@@ -397,7 +412,7 @@ async def measure_network(
             mid = (good + hi) / 2
             say(f"{brokers} brokers, {payload} B: {mid:.0f} ev/s")
             if await _run_at(net, mid, payload, run_s, rng, batch=batch):
-                hi = mid
+                hi, why = mid, net.why
             else:
                 good = mid
         await _run_at(net, max(good * 0.8, 10), payload, run_s * 4 / 3, rng, record=True,
@@ -430,6 +445,7 @@ async def measure_network(
         "in_process": in_process,
         "drops": {n: st["drops"] for n, st in drops.items() if st["drops"]},
         "broker_cpu_us_per_event": cpu,
+        "saturated_by": why or None,
     }
 
 
@@ -549,7 +565,8 @@ def _report(profile: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, 
             "max_throughput_eps": v["max_throughput_eps"],
             "latency_p50_ms": v["latency_p50_ms"], "latency_p99_ms": v["latency_p99_ms"],
             "max_throughput_runs_eps": v["max_throughput_runs_eps"],
-            "broker_cpu_us_per_event": v.get("broker_cpu_us_per_event"), **_versus(v, base),
+            "broker_cpu_us_per_event": v.get("broker_cpu_us_per_event"),
+            "saturated_by": v.get("saturated_by"), **_versus(v, base),
         })  # fmt: skip
     r["variants"] = variants
     if profile in SIGNING_PROFILES:
