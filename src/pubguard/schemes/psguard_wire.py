@@ -170,16 +170,7 @@ def signed_from_wire(
     decoded to ``te``, with :func:`record_from_wire`'s checks (ValidationError on the same
     deviations) but without building the record: ``record_from_wire(...).message()`` from the
     packed tags as they arrived (a broker's guard path)."""
-    if type(meta) not in _FLAT_TYPES and not isinstance(meta, Mapping):
-        raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
-    if not meta.keys() >= _RECORD_META:
-        raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
-    pub = meta["p"]
-    if not isinstance(pub, str) or not pub:
-        raise ValidationError("psguard publisher must be a non-empty string")
-    epoch = _int(meta["e"], "epoch")
-    if epoch < 0:
-        raise ValidationError("psguard epoch must be >= 0")
+    pub, epoch = _meta_head(meta)
     ts = _int(meta["ts"], "timestamp")
     sec = _bytes(meta["s"], "secrets")
     if sec:  # canonical form, as the record re-encodes its decoded secrets
@@ -188,6 +179,22 @@ def signed_from_wire(
                                 _bytes(routing["t"], "tags"), _bytes(meta["h"], "hint"), sec,
                                 _bytes(body, "body"))  # fmt: skip
     return pub, ts, epoch, msg, _bytes(meta["sig"], "signature")
+
+
+def _meta_head(meta: Any) -> tuple[str, int]:
+    """A record's ``meta`` has every field and names its publisher and epoch (ValidationError
+    otherwise)."""
+    if (type(meta) not in _FLAT_TYPES and not isinstance(meta, Mapping)) or not (
+        meta.keys() >= _RECORD_META
+    ):
+        raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
+    pub = meta["p"]
+    if not isinstance(pub, str) or not pub:
+        raise ValidationError("psguard publisher must be a non-empty string")
+    epoch = _int(meta["e"], "epoch")
+    if epoch < 0:
+        raise ValidationError("psguard epoch must be >= 0")
+    return pub, epoch
 
 
 def record_from_wire(
@@ -203,14 +210,7 @@ def record_from_wire(
     routing part just before its guards run)."""
     if te is None:
         te = parse_routing(routing)
-    if not isinstance(meta, Mapping) or not meta.keys() >= _RECORD_META:
-        raise ValidationError("psguard meta needs p, ts, e, h, s, sig")
-    pub = meta["p"]
-    if not isinstance(pub, str) or not pub:
-        raise ValidationError("psguard publisher must be a non-empty string")
-    epoch = _int(meta["e"], "epoch")
-    if epoch < 0:
-        raise ValidationError("psguard epoch must be >= 0")
+    pub, epoch = _meta_head(meta)
     sec = _bytes(meta["s"], "secrets")
     return ProtectedRecord(
         event_id, pub, _int(meta["ts"], "timestamp"), epoch, te.mode, te.nonce, te.tags,
