@@ -23,7 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.broker_bench_cmds",
     "pubguard.cli.workload_cmds",  # workload generate
     "pubguard.cli.keys_cmds",  # keys ..., bench keys
-    "pubguard.cli.experiment_cmds",  # experiments ..., bench kmc-oft
+    "pubguard.cli.experiment_cmds",  # experiments psguard-cost-ratio, bench kmc-oft
+    "pubguard.cli.scaling_cmds",  # experiments scaling
     "pubguard.cli.net_cmds",  # broker, cluster, publish, subscribe, status, bench network
     "pubguard.cli.pipeline_cmds",  # pipeline ..., spark-cluster, bench pipeline
     "pubguard.cli.demo_cmd",  # demo

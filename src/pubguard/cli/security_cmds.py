@@ -226,7 +226,10 @@ def _print(doc: dict[str, Any], variants: list[str]) -> None:
         console.print(f"[dim]- {n}[/dim]")
 
 
-@click.command("flood")
+@click.command(
+    "flood",
+    short_help="Throughput under a flooding attack, with and without the routing guard (eventguard Fig 13).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("out/experiments/flood.png"), show_default=True,
