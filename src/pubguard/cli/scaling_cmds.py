@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich import box
 from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json, progress
@@ -37,19 +38,21 @@ def _scaling_table(doc: dict[str, Any]) -> None:
     from pubguard.sim.scaling_report import PAPER
 
     t = Table(title="experiments scaling: max throughput and latency vs brokers "
-                    "(measured-cost simulation, one processor per entity)")  # fmt: skip
+                    "(measured-cost simulation, one processor per entity)",
+              box=box.SIMPLE_HEAD, padding=(0, 0), collapse_padding=True)  # fmt: skip
     cols = ("profile", "brokers", "max/s", "x plain", "drop%", "p50 ms", "p99 ms", "lat+%",
-            "bottleneck", "fan-out")  # fmt: skip
+            "bottleneck")  # fmt: skip
     for c in cols:
         left = c in ("profile", "bottleneck")
-        t.add_column(c, justify="left" if left else "right", no_wrap=left)
+        t.add_column(c, justify="left" if left else "right", no_wrap=True)
     for r in doc["rows"]:
         t.add_row(r["profile"], str(r["brokers"]), _fmt(r["max_throughput_eps"], ".0f"),
                   _fmt(r.get("throughput_ratio"), ".3f"), _fmt(r.get("throughput_drop_pct")),
                   _fmt(r["latency_p50_ms"]), _fmt(r["latency_p99_ms"]),
-                  _fmt(r.get("latency_increase_pct"), ".2f"), str(r["bottleneck"]),
-                  _fmt(r["mean_fanout"], ".2f"))  # fmt: skip
+                  _fmt(r.get("latency_increase_pct"), ".2f"), str(r["bottleneck"]))  # fmt: skip
     console.print(t)
+    fan = sorted({round(r["mean_fanout"], 2) for r in doc["rows"]})
+    console.print(f"mean fan-out (deliveries per publication): {', '.join(map(str, fan))}")
     for prof in doc["paper"]:
         g = doc["throughput_growth"].get(prof)
         console.print(f"[bold]{prof}[/bold]: growth {_fmt(g, '.2f')}x; paper: "
