@@ -58,8 +58,8 @@ from pubguard.net.keyservice import _field, _Refused
 from pubguard.schemes.default import filter_digest
 from pubguard.schemes.default_client import DefaultAuthority
 from pubguard.schemes.psguard import FilterKeys, ProtectedFilterRows, Schema
+from pubguard.schemes.psguard_keytree import spec_tree
 from pubguard.schemes.psguard_net import DEFAULT_EPOCH_LENGTH, filter_to_wire, parse_filter
-from pubguard.schemes.tokens import attr_kind
 
 __all__ = ["EPOCH_SKEW", "KdcConfig", "KdcService", "keys_to_wire", "rows_to_wire"]
 
@@ -68,11 +68,6 @@ EPOCH_SKEW: Final = 60.0
 #: (peer, digest) pairs remembered for subscribe permits
 MAX_ISSUED: Final = 65536
 MAX_FILTER_TEXT: Final = 4096
-
-
-def _tree(kind: str) -> str:
-    # psguard.py's tree of an attribute kind: plain (equality) values live in category trees
-    return "category" if kind == "plain" else kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +182,7 @@ def keys_to_wire(fk: FilterKeys, schema: Schema) -> list[dict[str, Any]]:
             ta = schema.topic_attr(tname)
             for spec in schema.types[tname].routable:
                 if spec.name != ta and spec.name not in sk.keys:
-                    tree = _tree(attr_kind(spec))
+                    tree = spec_tree(spec)
                     if (tree, spec.name) not in roots:
                         roots[(tree, spec.name)] = sk.root(tree, spec.name)
         out.append({

@@ -29,6 +29,7 @@ from pubguard.schemes.psguard_keytree import (
     _spec_key,
     _tree,
     _xor,
+    spec_tree,
 )
 from pubguard.schemes.psguard_record import (
     PAYLOAD_ATTR,
@@ -173,9 +174,7 @@ class Authority:
                         self._absent.clear()
                     x = self._absent[(g.scope, tname)] = _absent_all(tk, et, ta)
                 for a in g.key_nodes:
-                    x = _xor(
-                        x, _absent_key(tk.root(_tree(attr_kind(self.schema.spec(tname, a))), a))
-                    )
+                    x = _xor(x, _absent_key(tk.root(spec_tree(self.schema.spec(tname, a)), a)))
                 agg[tname] = SecretBytes(x)
             scopes[g.scope] = _ScopeKeys(
                 SecretBytes(raw(tk.root_key("category", SCOPE_NODE))),
@@ -240,7 +239,7 @@ class FilterKeys:
                     raise InvalidToken()
                 x = _xor(x, self._below(spec, grants, attrs[a]))
             elif a in attrs:  # unconstrained and present: from the root
-                root = sk.root(_tree(attr_kind(spec)), a)
+                root = sk.root(spec_tree(spec), a)
                 kind = attr_kind(spec)
                 node = NodeGrant(_tree(kind), a, () if kind in ("category", "plain") else "")
                 leaf = _derive(kind, spec, node, SecretBytes(root), attrs[a])

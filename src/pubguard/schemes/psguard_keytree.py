@@ -27,7 +27,7 @@ from pubguard.schemes.tokens import (
     typed_value,
 )
 
-__all__: list[str] = []  # helpers of the psguard modules only
+__all__ = ["spec_tree"]  # the rest: helpers of the psguard modules only
 
 
 def _component(tk: TopicKeys, spec: AttributeSpec, v: Any) -> bytes:
@@ -49,6 +49,12 @@ def _tree(kind: str) -> str:
     return "category" if kind == "plain" else kind
 
 
+def spec_tree(spec: AttributeSpec) -> str:
+    """The key tree that holds an attribute's keys (plain equality values live in category
+    trees, psguard.txt §3.1)."""
+    return _tree(attr_kind(spec))
+
+
 def _absent_key(root: bytes) -> bytes:
     """Key of the reserved *absent* node below an attribute's tree root: held by whoever holds
     the root (the attribute is unconstrained), by no cover node below the root."""
@@ -64,7 +70,7 @@ def _absent_all(tk: TopicKeys, et: EventType, topic_attr: str | None) -> bytes:
     x = bytes(32)
     for spec in et.routable:
         if spec.name != topic_attr:
-            x = _xor(x, _absent_key(tk.root(_tree(attr_kind(spec)), spec.name)))
+            x = _xor(x, _absent_key(tk.root(spec_tree(spec), spec.name)))
     return x
 
 

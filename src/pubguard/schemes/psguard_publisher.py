@@ -23,8 +23,8 @@ from pubguard.schemes.psguard_keytree import (
     _event_key,
     _hint_aad,
     _hint_key,
-    _tree,
     _xor,
+    spec_tree,
 )
 from pubguard.schemes.psguard_record import (
     PAYLOAD_ATTR,
@@ -36,7 +36,6 @@ from pubguard.schemes.psguard_record import (
 )
 from pubguard.schemes.tokens import (
     NONCE_BYTES,
-    attr_kind,
     event_attr_tokens,
     randomize,
     tok64,
@@ -106,7 +105,7 @@ class Publisher:
         for spec in et.routable:
             if spec.name != ta and spec.name in event.attrs:
                 leaf = _component(tk, spec, event.attrs[spec.name])
-                absent = _absent_key(tk.root(_tree(attr_kind(spec)), spec.name))
+                absent = _absent_key(tk.root(spec_tree(spec), spec.name))
                 x = _xor(x, _xor(absent, leaf))
         k_e = _event_key(scope_key, x)
         if self.mode == "randomized":
