@@ -320,8 +320,7 @@ def _bench_table(profile: str, subscribers: int, results: list[dict[str, Any]]) 
         return cells
 
     for r in results:
-        head = f"{profile}-merkle" if profile == "default" else profile
-        t.add_row(*row(r, head))
+        t.add_row(*row(r, r.get("variant", profile)))
         for v in r.get("variants", ()):
             t.add_row(*row({**r, **v, "latency_idle_p50_ms": "-"}, v["variant"]))
     return t
@@ -332,7 +331,7 @@ def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
     seen: dict[str, str] = {}
     for r in results:
         if "label" in r:
-            seen[f"{profile}-merkle" if profile == "default" else profile] = r["label"]
+            seen[r["variant"]] = r["label"]
         for v in r.get("variants", ()):
             seen[v["variant"]] = v["label"]
     return [f"{k}: {v}" for k, v in seen.items()]

@@ -551,7 +551,7 @@ def _report(profile: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, 
         return r
     base = _median_run(series["plain"])
     r.update(_versus(r, base))
-    r["label"] = LABELS.get(head, profile)
+    r["variant"], r["label"] = head, LABELS.get(head, profile)
     r["baseline_latency_p50_ms"] = base["latency_p50_ms"]
     r["baseline_max_throughput_runs_eps"] = base["max_throughput_runs_eps"]
     variants = []
