@@ -93,11 +93,14 @@ def test_process_cpu_reads_proc() -> None:
 @pytest.mark.slow
 def test_a_search_names_what_saturated(tmp_path: Path) -> None:
     """The doubling search stops at the first saturated rate and says which rule fired (a
-    node's queue, the publisher falling behind, the drain time or rising latency)."""
+    node's queue, the publisher falling behind, the drain time or rising latency); a search
+    that reached ``max_rate`` without saturating names nothing."""
     r = asyncio.run(measure_network("plain", 1, 16, state_dir=tmp_path, in_process=True,
                                     subscribers=2, run_s=0.3, bisections=0, cpu_rate=None))  # fmt: skip
-    assert 0 < r["max_throughput_eps"] < 200_000
-    assert isinstance(r["saturated_by"], str)
-    assert r["saturated_by"].startswith(
-        ("queue of", "publisher fell", "backlog took", "latency rose")
-    )
+    found = r["max_throughput_eps"] * 2 <= 200_000  # without bisection: the next rate saturated
+    assert r["max_throughput_eps"] > 0
+    assert (r["saturated_by"] is not None) == found
+    if found:
+        assert r["saturated_by"].startswith(
+            ("queue of", "publisher fell", "backlog took", "latency rose")
+        )
