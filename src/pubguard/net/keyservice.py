@@ -28,6 +28,11 @@ refused with ``unauthorised`` (eventguard.txt §4.2-4.3: the MS authenticates S 
 issuing permits in their names). The MS itself stays stateless (§3.2), so replicas behind
 several endpoints remain interchangeable.
 
+Revocation. With a KDC hosted, an identity the authority revoked (``authority_revoke``,
+:mod:`pubguard.net.keyservice_kdc`) is refused every op but ``info`` and
+``authority_revocations`` with ``revoked``: no more permits, tokens or keys, whatever the
+profile; the public keys eventguard publishers advertise are noted for the revocation list.
+
 Frames. A request is ``{"op": str, "id": int, ...fields}``; a response is ``{"id", "ok": {...}}``
 or ``{"id", "error": code, "message": str}`` with ``code`` one of :data:`ERROR_CODES`. Fields
 are checked strictly (types, lengths); a frame that cannot be decoded at all gets one
@@ -91,6 +96,10 @@ IDLE_TIMEOUT: Final = 300.0
 CALL_TIMEOUT: Final = 10.0
 ERROR_CODES: Final = ("malformed", "unknown_op", "invalid", "invalid_token", "unauthorised",
                       "revoked", "unavailable")  # fmt: skip
+
+
+#: what a revoked identity may still ask for
+_OPEN_TO_REVOKED: Final = frozenset({"info", "authority_revocations"})
 
 
 class _Refused(Exception):
@@ -194,6 +203,8 @@ class KeyServiceCore:
             fn = self._ops.get(op)
             if fn is None:
                 raise _Refused("unknown_op", f"unknown op {op[:40]!r}")
+            if op not in _OPEN_TO_REVOKED and self.kdc is not None and self.kdc.is_revoked(peer):
+                raise _Refused("revoked", "the caller's identity is revoked")
             out = fn(req, peer, peer_role, now, rng)
         except _Refused as exc:
             return self._refuse(rid, op, peer, exc.code, exc.message)
@@ -246,6 +257,8 @@ class KeyServiceCore:
     def _advertise(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
         self._subject(req, peer)
         pk = VerifyKey.from_bytes(_field(req, "pk", bytes))
+        if self.kdc is not None:  # revoking the identity revokes this key at eventguard brokers
+            self.kdc.note_key(peer, pk.to_bytes(), now)
         return _ad_grant(self._mine().advertise(peer, pk, _field(req, "w", str), now=now, rng=rng))
 
     def _unsubscribe(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip

@@ -31,6 +31,14 @@ certificate whose role is not ``client``: a broker, even under an open policy, g
   permit is signed only for the digest of a token set this service issued to ``peer`` by
   ``kdc_authorise`` (bounded memory), so nobody gets a permit for tokens it was not given.
 - ``authority_revoked {}``: the revoked publisher keys.
+- ``authority_revoke {identity}`` or ``{key}`` (administrators only: the certificate CNs the
+  policy's ``admins`` names; everyone else gets ``unauthorised``): revoke an identity and every
+  public key it presented for a permit, or one key. Persisted and idempotent
+  (:mod:`pubguard.net.keyservice_revocation`); the answer carries the list's new serial.
+- ``authority_revocations {}``: the revocation list signed by the authority with its serial
+  and issue time (:class:`~pubguard.schemes.revocation_list.SignedRevocations`), for any
+  authenticated caller; brokers poll it (:mod:`pubguard.net.revocation`). A revoked identity
+  gets nothing else from the service (``revoked``; :class:`~pubguard.net.keyservice.KeyServiceCore`).
 
 Epochs (psguard.txt §3.2): keys are served for the previous, the current and, within
 :data:`EPOCH_SKEW` seconds of its start, the next epoch only, so a subscriber whose rights are
@@ -48,13 +56,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pubguard.crypto import SecretBytes, VerifyKey
+from pubguard.crypto import SecretBytes, SigningKey, VerifyKey
 from pubguard.crypto.secret import raw
 from pubguard.crypto.x509 import Role
 from pubguard.errors import ConfigError, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import EventType, Filter
 from pubguard.net.keyservice import _field, _Refused
+from pubguard.net.keyservice_revocation import RevocationRegistry
 from pubguard.schemes.default import filter_digest
 from pubguard.schemes.default_client import DefaultAuthority
 from pubguard.schemes.psguard import FilterKeys, ProtectedFilterRows, Schema
@@ -75,8 +84,9 @@ class KdcConfig:
     """What a KDC / authority is made of: the master secret and the public policy.
 
     ``subscribers`` / ``publishers``: as :class:`~pubguard.schemes.psguard_net.PSGuardKeyService`
-    (None: allow all). :meth:`policy_json` / :meth:`from_policy` carry everything but the
-    master (which travels only through a child's environment)."""
+    (None: allow all). ``admins``: certificate CNs allowed to revoke (none by default).
+    :meth:`policy_json` / :meth:`from_policy` carry everything but the master (which travels
+    only through a child's environment)."""
 
     master: SecretBytes = field(repr=False)
     types: tuple[EventType, ...]
@@ -85,6 +95,7 @@ class KdcConfig:
     publishers: Mapping[str, Iterable[str]] | None = None
     epoch_length: float = DEFAULT_EPOCH_LENGTH
     origin: float = 0.0
+    admins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(raw(self.master)) < 16:
@@ -99,6 +110,9 @@ class KdcConfig:
         if pubs is not None:
             pubs = {n: tuple(s) for n, s in pubs.items()}
         object.__setattr__(self, "types", tuple(self.types))
+        if isinstance(self.admins, str) or not all(isinstance(a, str) and a for a in self.admins):
+            raise ValidationError("admins is a list of certificate names")
+        object.__setattr__(self, "admins", tuple(self.admins))
         object.__setattr__(self, "subscribers", subs)
         object.__setattr__(self, "publishers", pubs)
 
@@ -126,6 +140,7 @@ class KdcConfig:
             {n: list(s) for n, s in self.publishers.items()},
             "epoch_length": self.epoch_length,
             "origin": self.origin,
+            "admins": list(self.admins),
         }  # fmt: skip
 
     @classmethod
@@ -141,6 +156,7 @@ class KdcConfig:
                 None if pubs is None else {str(n): tuple(map(str, s)) for n, s in pubs.items()},
                 float(d.get("epoch_length", DEFAULT_EPOCH_LENGTH)),
                 float(d.get("origin", 0.0)),
+                tuple(d.get("admins") or ()),
             )  # fmt: skip
         except (ValidationError, TypeError, ValueError, KeyError, AttributeError) as exc:
             raise ConfigError(f"KDC policy: invalid ({type(exc).__name__})") from None
@@ -201,9 +217,15 @@ def keys_to_wire(fk: FilterKeys, schema: Schema) -> list[dict[str, Any]]:
 class KdcService:
     """Server side of the KDC / authority ops (see the module docstring)."""
 
-    def __init__(self, config: KdcConfig) -> None:
+    def __init__(self, config: KdcConfig, *, revocations: RevocationRegistry | Path | None = None
+                 ) -> None:  # fmt: skip
+        """``revocations``: the registry or its SQLite file (None: in memory, lost on exit)."""
         self.config = config
         self.authority = config.authority()
+        if not isinstance(revocations, RevocationRegistry):
+            revocations = RevocationRegistry(revocations, _authority_signer(self.authority))
+        self.revocations = revocations
+        self.authority.revoked.update(revocations.keys)
         self.keys = self.authority.keys
         self._kdc = KDC(config.master)
         pubs = config.publishers
@@ -217,7 +239,8 @@ class KdcService:
         return {"kdc_authorise": self.authorise, "kdc_publisher": self.publisher,
                 "kdc_scope": self.scope, "authority_publish_permit": self.publish_permit,
                 "authority_subscribe_permit": self.subscribe_permit,
-                "authority_revoked": self.revoked}  # fmt: skip
+                "authority_revoked": self.revoked, "authority_revoke": self.revoke,
+                "authority_revocations": self.revocation_list}  # fmt: skip
 
     def info(self) -> dict[str, Any]:
         c = self.config
@@ -301,6 +324,7 @@ class KdcService:
         if asked and asked != serial:
             raise _Refused("unauthorised", "the serial is not the caller's certificate's")
         p = self.authority.publish_permit(peer, key, now=now, serial=serial or 0, rng=rng)
+        self.note_key(peer, key.to_bytes(), now)
         return {"permit": p.encode()}
 
     def subscribe_permit(self, req: dict[str, Any], peer: str, role: Any, now: float,
@@ -311,8 +335,46 @@ class KdcService:
         if (peer, digest) not in self._issued:
             raise _Refused("unauthorised", "no token set with this digest was issued to the caller")
         p = self.authority.subscribe_permit(peer, key, digest, now=now, rng=rng)
+        self.note_key(peer, key.to_bytes(), now)
         return {"permit": p.encode()}
 
     def revoked(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
                 serial: int | None = None) -> dict[str, Any]:  # fmt: skip
         return {"keys": sorted(self.authority.revoked)}
+
+    # -- revocation (docs/keyservice.md) ------------------------------------------------------
+    def is_revoked(self, identity: str) -> bool:
+        return self.revocations.is_revoked(identity)
+
+    def note_key(self, identity: str, key: bytes, now: float) -> None:
+        """``identity`` got a permit for ``key`` (or advertised it to the MS)."""
+        self.revocations.note_key(identity, key, now=now)
+        self.authority.revoked.update(self.revocations.keys)
+
+    def revoke(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
+               serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+        if role != Role.CLIENT.value or peer not in self.config.admins:
+            raise _Refused("unauthorised", "only an administrator named by the policy may revoke")
+        ident, key = req.get("identity"), req.get("key")
+        if (ident is None) == (key is None):
+            raise _Refused("malformed", "give exactly one of 'identity' and 'key'")
+        if ident is not None:
+            changed = self.revocations.revoke(_field(req, "identity", str), by=peer, now=now)
+        else:
+            k = _field(req, "key", bytes)
+            if len(k) != 32:
+                raise _Refused("invalid", "a key is a 32-byte Ed25519 public key")
+            changed = self.revocations.revoke_key(k, now=now)
+        self.authority.revoked.update(self.revocations.keys)
+        return {"serial": self.revocations.serial, "changed": changed,
+                "keys": len(self.revocations.keys)}  # fmt: skip
+
+    def revocation_list(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
+                        serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+        return {"list": self.revocations.signed(now).encode()}
+
+
+def _authority_signer(authority: DefaultAuthority) -> SigningKey:
+    """The authority's signing key: the revocation list is signed with the key brokers already
+    hold as ``authority_key`` (under its own tag, so it cannot pass for a permit)."""
+    return authority._sk  # one key, one owner: DefaultAuthority derives it from the master
