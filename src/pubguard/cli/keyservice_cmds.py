@@ -16,7 +16,15 @@ With ``--kdc-policy`` the same process also serves the PSGuard KDC and the defau
 authority (:mod:`pubguard.net.keyservice_kdc`): the policy file holds the event types and who
 may subscribe to / publish on what (:meth:`~pubguard.net.keyservice_kdc.KdcConfig.policy_json`),
 the KDC master comes from ``PUBGUARD_KDC_MASTER`` (base64) and the authority's public key is
-added to ``ms-key.json``.
+added to ``ms-key.json``. Revocations persist in ``<state>/keyservice-revocations.db``.
+
+``pubguard keyservice revoke --identity NAME`` (an administrator named by the policy's
+``admins``, ``--as``, default ``admin``) revokes an identity at the running service found
+through ``<state>/ms-key.json`` (or ``--keyservice host:port``); brokers polling the
+authority-signed revocation list drop its publications from then on (docs/keyservice.md)::
+
+    $ pubguard keyservice revoke --state ./net --identity ward-laptop
+    revoked ward-laptop: revocation list serial 1, 1 key(s) revoked in all
 """
 
 from __future__ import annotations
@@ -56,17 +64,17 @@ def _master(env: str = MASTER_ENV) -> bytes | None:
 
 
 def _kdc(policy: Path | None) -> object:
-    """The KDC service of ``--kdc-policy`` (None without it); one-line errors if bad."""
+    """The KDC configuration of ``--kdc-policy`` (None without it); one-line errors if bad."""
     if policy is None:
         return None
     from pubguard.crypto import random_bytes
-    from pubguard.net.keyservice_kdc import KdcConfig, KdcService
+    from pubguard.net.keyservice_kdc import KdcConfig
 
     master = _master(KDC_MASTER_ENV)
     if master is None:
         err_console.print(f"[yellow]no {KDC_MASTER_ENV}: a random KDC master lives in this "
                           "process[/]")  # fmt: skip
-    return KdcService(KdcConfig.load_policy(policy, master or random_bytes(32)))
+    return KdcConfig.load_policy(policy, master or random_bytes(32))
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
@@ -108,7 +116,13 @@ async def _serve(
         from pubguard.keys.discovery import TopicDiscoveryNode
 
         tdn = TopicDiscoveryNode(load_certificate(tdn_ca))
-    core = KeyServiceCore(ms, tdn=tdn, kdc=kdc)  # type: ignore[arg-type]
+    svc = None
+    if kdc is not None:  # revocations persist beside the CA (public material only)
+        from pubguard.net.keyservice_kdc import KdcService
+        from pubguard.net.keyservice_revocation import REVOCATIONS_DB
+
+        svc = KdcService(kdc, revocations=state / REVOCATIONS_DB)  # type: ignore[arg-type]
+    core = KeyServiceCore(ms, tdn=tdn, kdc=svc)
     server = KeyServiceServer(core, ctx, host=host, port=port)
     bound = await server.start()
     key_b64 = base64.b64encode(ms.public_key.to_bytes()).decode()
@@ -131,6 +145,58 @@ async def _serve(
         if watcher is not None:
             watcher.cancel()
         await server.stop()
+
+
+def _endpoint(state: Path, keyservice: str | None) -> tuple[str, int]:
+    from pubguard.errors import ConfigError
+
+    if keyservice is None:
+        f = state / "ms-key.json"
+        try:
+            d = json.loads(f.read_text())
+            return str(d["host"]), int(d["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ConfigError(f"{f}: no running key service recorded (give --keyservice)",
+                              key="keyservice") from None  # fmt: skip
+    host, _, port = keyservice.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--keyservice {keyservice!r} is not host:port", key="keyservice")
+    return host, int(port)
+
+
+def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
+            key: str | None) -> None:  # fmt: skip
+    from pubguard.errors import ConfigError, DropError, RevokedError
+    from pubguard.net.keyservice_client import KeyServiceClient
+    from pubguard.net.pki import ClusterPki
+
+    if (identity is None) == (key is None):
+        raise ConfigError("give exactly one of --identity and --key", key="identity")
+    fields: dict[str, object] = {"identity": identity}
+    if key is not None:
+        try:
+            k = bytes.fromhex(key)
+        except ValueError:
+            k = b""
+        if len(k) != 32:
+            raise ConfigError("--key is a 64-hex-digit Ed25519 public key", key="key")
+        fields = {"key": k}
+    host, port = _endpoint(state, keyservice)
+    pki = ClusterPki(state / "pki")
+    if not (pki.root / as_ / f"{as_}.pem").exists():
+        raise ConfigError(f"no certificate for {as_!r} in {pki.root}", key="as")
+    with KeyServiceClient(host, port, pki.client_context(as_)) as ks:
+        try:
+            out = ks.call("authority_revoke", **fields)
+        except DropError:
+            raise ConfigError(f"{as_!r} is not an administrator of the key service "
+                              "(refused: unauthorised)", key="as") from None  # fmt: skip
+        except RevokedError:
+            raise ConfigError(f"{as_!r} is itself revoked", key="as") from None
+    what = identity if identity is not None else f"key {key}"
+    verb = "revoked" if out.get("changed") else "already revoked:"
+    click.echo(f"{verb} {what}: revocation list serial {out.get('serial')}, "
+               f"{out.get('keys')} key(s) revoked in all")  # fmt: skip
 
 
 def register(cli: click.Group) -> None:
@@ -199,3 +265,31 @@ def register(cli: click.Group) -> None:
             load_certificate(tdn_ca)
         state.mkdir(parents=True, exist_ok=True)
         asyncio.run(_serve(state, host, port, epoch_length, origin, parent_pid, tdn_ca, kdc))
+
+    @group.command("revoke")
+    @click.option(
+        "--state",
+        type=click.Path(path_type=Path),
+        default=Path("pubguard-cluster"),
+        show_default=True,
+        help="State folder (CA and identities in <state>/pki).",
+    )
+    @click.option("--identity", default=None, help="The identity to revoke (and its keys).")
+    @click.option("--key", default=None, help="Or one Ed25519 public key (hex).")
+    @click.option(
+        "--as",
+        "as_",
+        default="admin",
+        show_default=True,
+        help="The administrator identity (certificate) to act as.",
+    )
+    @click.option(
+        "--keyservice",
+        default=None,
+        help="host:port of the key service (default: <state>/ms-key.json).",
+    )
+    def revoke(state: Path, identity: str | None, key: str | None, as_: str,
+               keyservice: str | None) -> None:  # fmt: skip
+        """Revoke an identity (or one key) at the running key service; brokers learn it
+        from the authority-signed revocation list they poll."""
+        _revoke(state, keyservice, as_, identity, key)

@@ -24,6 +24,11 @@ beside the TLS CA; every broker's ``keys`` points there. :meth:`LocalCluster.con
 key-service process over mutual TLS (:mod:`pubguard.net.keyservice_launch`: the EventGuard MS
 always; the PSGuard KDC / default authority when the cluster knows its
 :class:`~pubguard.net.keyservice_kdc.KdcConfig`, i.e. it made the bundle or got ``kdc=``).
+Such a cluster also wires revocation: every broker polls the authority's signed revocation
+list from the key service (``[revocation] keyservice_file = "<state>/ms-key.json"``, every
+``revocation_poll`` seconds; :mod:`pubguard.net.revocation`), so ``pubguard keyservice revoke``
+(an administrator of the policy; ``admin`` when the cluster made the KDC) takes effect at
+every broker within a poll.
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ STOP_TIMEOUT: Final = 5.0
 CLUSTER_FILE: Final = "cluster.json"
 KEYSERVICE: Final = "keyservice"  # the key-service process and its TLS identity
 KEYS_FILE: Final = "broker-keys.json"  # in <state>/pki, beside the CA
+ENDPOINT_FILE: Final = "ms-key.json"  # the key service's public keys and address, in <state>
+#: the revocation list's max_age, in polls (a broker whose list is older reports it stale)
+MAX_AGE_POLLS: Final = 30
 RECORD_FILE: Final = "seen.msgpack"  # a recording broker's log, in <state>/<name>
 
 
@@ -76,13 +84,15 @@ class LocalCluster:
 
     def __init__(self, config: ClusterConfig, *, in_process: bool = False,
                  bundle: KeyBundle | None = None, detached: bool = False,
-                 keyservice: bool = False, kdc: KdcConfig | None = None) -> None:  # fmt: skip
+                 keyservice: bool = False, kdc: KdcConfig | None = None,
+                 revocation_poll: float = 2.0) -> None:  # fmt: skip
         """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
         broker stops by itself when this process exits, even on SIGKILL. ``keyservice``: also
         run the bundle's key services as their own process (:meth:`start_keyservice`).
         ``kdc``: the PSGuard KDC / default authority (master and policy) the bundle was made
         from; without ``bundle`` the cluster makes one from it (or from a random master and
-        an open policy), and only then can the key service serve the KDC."""
+        an open policy, ``admin`` its administrator), and only then can the key service serve
+        the KDC and brokers poll its revocation list (every ``revocation_poll`` seconds)."""
         self.config = config
         self.detached = detached
         self.state_dir = config.state_dir.resolve()
@@ -96,6 +106,7 @@ class LocalCluster:
         self._keyservice = keyservice
         self.keyservice_port: int | None = None
         self.kdc = kdc
+        self.revocation_poll = revocation_poll
         #: whether clients get psguard / default keys from the key service process
         self.keyservice_kdc = False
 
@@ -124,7 +135,7 @@ class LocalCluster:
         """The deployment's key services (created on first use; trusted, in memory)."""
         if self._bundle is None:
             if self.kdc is None:
-                self.kdc = KdcConfig(SecretBytes(random_bytes(32)), (HOSPITAL,))
+                self.kdc = KdcConfig(SecretBytes(random_bytes(32)), (HOSPITAL,), admins=("admin",))
             self._bundle = KeyBundle(self.state_dir / "pki" / "keys", now=time.time(),
                                      identities=self.config.publishers,
                                      **self.kdc.bundle_kwargs())  # fmt: skip
@@ -134,6 +145,11 @@ class LocalCluster:
         """Write the public material brokers need (public keys, certificates, CRL)."""
         self.bundle.broker_keys(narada="narada" in self.config.served).save(self.keys_path)
         return self.keys_path
+
+    @property
+    def revocation_wired(self) -> bool:
+        """Whether brokers poll the key service's revocation list (see the module docstring)."""
+        return self._keyservice and self.secure and self.kdc is not None
 
     def write_configs(self) -> None:
         """Issue certificates (first use) and write every broker's TOML file."""
@@ -172,6 +188,13 @@ class LocalCluster:
                     f"name = {_toml_str(parent)}",
                     f"host = {_toml_str(self.config.host)}",
                     f"port_file = {_toml_str(self.broker_dir(parent) / 'port')}",
+                ]
+            if self.revocation_wired:
+                lines += [
+                    "[revocation]",
+                    f"keyservice_file = {_toml_str(self.state_dir / ENDPOINT_FILE)}",
+                    f"poll = {self.revocation_poll!r}",
+                    f"max_age = {MAX_AGE_POLLS * self.revocation_poll!r}",
                 ]
             self.broker_dir(name).mkdir(parents=True, exist_ok=True)
             self.config_path(name).write_text("\n".join(lines) + "\n")
@@ -358,6 +381,7 @@ async def run_local_cluster(
     bundle: KeyBundle | None = None,
     keyservice: bool = False,
     kdc: KdcConfig | None = None,
+    revocation_poll: float = 2.0,
 ) -> AsyncIterator[LocalCluster]:
     """Start a cluster (``topology``: config, TOML path, or None for the 7-broker default),
     yield it, and tear every broker down on exit, whatever happens. ``keyservice``: also run
@@ -368,7 +392,7 @@ async def run_local_cluster(
     else:
         cfg = load_cluster_config(topology, state_dir=Path(state_dir))
     cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle, keyservice=keyservice,
-                           kdc=kdc)  # fmt: skip
+                           kdc=kdc, revocation_poll=revocation_poll)  # fmt: skip
     try:
         await cluster.start()
         yield cluster

@@ -29,6 +29,11 @@ One broker (``broker.toml``)::
     host = "127.0.0.1"
     port = 7001                 # or port_file = "state/b0/port"
 
+    [revocation]                # poll the authority's signed revocation list (needs keys)
+    keyservice = "127.0.0.1:7443"   # or keyservice_file = "state/ms-key.json" ({host, port})
+    poll = 2.0                  # seconds between fetches
+    max_age = 60.0              # a list older than this (issue time) is reported stale
+
 A cluster (``cluster.toml``)::
 
     state_dir = "cluster-state"
@@ -66,6 +71,7 @@ __all__ = [
     "BrokerConfig",
     "ClusterConfig",
     "ParentLink",
+    "RevocationSource",
     "TlsFiles",
     "load_broker_config",
     "load_cluster_config",
@@ -94,6 +100,17 @@ class ParentLink:
 
 
 @dataclass(frozen=True, slots=True)
+class RevocationSource:
+    """Where a broker fetches the authority's revocation list (``[revocation]``)."""
+
+    host: str | None = None
+    port: int | None = None
+    endpoint_file: Path | None = None  # JSON with "host" and "port" (the key service writes it)
+    poll: float = 2.0
+    max_age: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerConfig:
     name: str
     state_dir: Path
@@ -111,6 +128,7 @@ class BrokerConfig:
     keys: Path | None = None  # BrokerKeys JSON (public material only)
     domain: str | None = None
     record: Path | None = None  # append every message seen here (msgpack stream)
+    revocation: RevocationSource | None = None
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -285,6 +303,9 @@ def parse_broker_config(
         if (parent.port is None) == (parent.port_file is None):
             raise pt.fail("port", "give exactly one of port and port_file")
         pt.done()
+    revocation = _revocation(r.table("revocation"), base)
+    if revocation is not None and keys is None:
+        raise r.fail("revocation", "needs the broker keys (keys = ...): the authority's key")
     children = r.get("children", list, [])
     for i, c in enumerate(children):
         if not isinstance(c, str) or not c:
@@ -310,9 +331,32 @@ def parse_broker_config(
         keys=_path(base, keys) if keys else None,
         domain=domain,
         record=_path(base, record) if record else None,
+        revocation=revocation,
     )
     r.done()
     return cfg
+
+
+def _revocation(t: _Reader | None, base: Path) -> RevocationSource | None:
+    if t is None:
+        return None
+    ks = t.get("keyservice", str, None)
+    kf = t.get("keyservice_file", str, None)
+    if (ks is None) == (kf is None):
+        raise t.fail("keyservice", "give exactly one of keyservice and keyservice_file")
+    host = port = None
+    if ks is not None:
+        h, _, p = ks.rpartition(":")
+        if not h or not p.isdigit() or not 0 < int(p) < 65536:
+            raise t.fail("keyservice", f"{ks!r} is not host:port")
+        host, port = h, int(p)
+    poll = t.positive("poll", (int, float), 2.0)
+    max_age = t.positive("max_age", (int, float), 60.0)
+    if max_age <= poll:
+        raise t.fail("max_age", "must be greater than poll")
+    t.done()
+    return RevocationSource(host, port, _path(base, kf) if kf else None, float(poll),
+                            float(max_age))  # fmt: skip
 
 
 def _load_toml(path: Path | str) -> dict[str, Any]:
@@ -393,7 +437,7 @@ def _broker_defaults(d: _Reader | None, prefix: str, path: str | None, base: Pat
     if d is None:
         return {}
     out = dict(d.data)
-    for k in ("name", "parent", "children", "tls", "port", "state_dir", "keys"):
+    for k in ("name", "parent", "children", "tls", "port", "state_dir", "keys", "revocation"):
         if k in out:
             raise d.fail(k, "is set per broker by the cluster, not in the cluster config")
     if "record" in out:

@@ -25,6 +25,11 @@ one loses the excess deliveries (``overload`` drops, counted).
 
 A malformed frame closes only its link, with the reason logged; the broker keeps serving.
 
+Revocation: with ``[revocation]`` in its configuration the broker polls the authority's signed
+revocation list (:mod:`pubguard.net.revocation`) and revokes newly listed keys in its schemes
+while it runs; publications dropped as ``revoked`` are logged (the first per link, then every
+:data:`REVOKED_LOG_EVERY` th) and counted in the status.
+
 Batch processing and back-pressure live in :mod:`pubguard.net.batching`, the parent dialler
 and heartbeats in :mod:`pubguard.net.parent_link` (mixins of :class:`BrokerServer`).
 """
@@ -43,8 +48,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pubguard.broker.actions import Drop
 from pubguard.broker.core import Broker
-from pubguard.errors import ConfigError, FrameError, PubguardError, TransportError
+from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
 from pubguard.net import protocol
 from pubguard.net.batching import BatchProcessing
 from pubguard.net.config import BrokerConfig
@@ -53,14 +59,19 @@ from pubguard.net.io_conn import FrameConnection, PeerClosed
 from pubguard.net.links import BROKER_WINDOW, Link
 from pubguard.net.parent_link import HANDSHAKE_TIMEOUT, ParentLink
 from pubguard.net.pki import peer_identity
+from pubguard.net.revocation import RevocationWatcher
 from pubguard.schemes.base import LinkKind, SchemeRegistry
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
+from pubguard.schemes.revocation_list import RevocationFeed
 from pubguard.store.broker_state import BrokerStore, LinkRow
 
-__all__ = ["HANDSHAKE_TIMEOUT", "BrokerServer", "run_broker", "schemes_for"]
+__all__ = ["HANDSHAKE_TIMEOUT", "REVOKED_LOG_EVERY", "BrokerServer", "run_broker", "schemes_for"]
 
 log = logging.getLogger(__name__)
+
+#: a link's ``revoked`` drops are logged for the first and then every this many
+REVOKED_LOG_EVERY = 100
 
 
 class _PeerClosed(Exception):
@@ -129,7 +140,38 @@ class BrokerServer(BatchProcessing, ParentLink):
         self._scheduled = False
         self._closing = False
         self.session = secrets.token_hex(8)
+        self.revocation: RevocationWatcher | None = None
+        self._revoked_seen = 0
+        self._revoked_by_link: Counter[str] = Counter()
+        if config.revocation is not None:
+            self._watch_revocations()
         self._restore()
+
+    def _watch_revocations(self) -> None:
+        cfg = self.config
+        assert cfg.revocation is not None and cfg.keys is not None
+        ak = BrokerKeys.load(cfg.keys).authority_key
+        if ak is None:
+            raise ConfigError("[revocation] needs the authority key in the broker keys",
+                              key="revocation")  # fmt: skip
+        feed = RevocationFeed(ak, max_age=cfg.revocation.max_age)
+        self.revocation = RevocationWatcher(self.name, cfg.revocation, feed, self.core.schemes,
+                                            self.ssl_client, state_dir=cfg.state_dir)  # fmt: skip
+        self.revocation.restore()
+
+    def _apply(self, actions: list[Any]) -> None:
+        n = self.core.drops.get(DropReason.REVOKED, 0)
+        if n != self._revoked_seen:  # only when this batch dropped something as revoked
+            self._revoked_seen = n
+            for a in actions:
+                if isinstance(a, Drop) and a.reason is DropReason.REVOKED:
+                    k = self._revoked_by_link[a.link]
+                    self._revoked_by_link[a.link] += 1
+                    if k % REVOKED_LOG_EVERY == 0:
+                        log.warning("broker %s: dropped %s %s from %s: revoked (%d so far)",
+                                    self.name, a.op or "message", a.message_id, a.link,
+                                    k + 1)  # fmt: skip
+        super()._apply(actions)
 
     # -- state -----------------------------------------------------------------------------
 
@@ -207,6 +249,8 @@ class BrokerServer(BatchProcessing, ParentLink):
         tmp.write_text(str(self.port))
         os.replace(tmp, cfg.state_dir / "port")
         self._spawn(self._heartbeats())
+        if self.revocation is not None:
+            self._spawn(self.revocation.run())
         if cfg.parent is not None:
             self._spawn(self._dial_parent())
         log.info("broker %s listening on %s:%d", self.name, cfg.host, self.port)
@@ -439,6 +483,8 @@ class BrokerServer(BatchProcessing, ParentLink):
         st["transport"] = dict(self.stats)
         st["profiles"] = list(self.config.served)
         st["domain"] = self.config.domain
+        if self.revocation is not None:
+            st["revocation"] = self.revocation.status()
         return st
 
 
