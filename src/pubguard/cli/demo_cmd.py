@@ -9,6 +9,11 @@ curious cloud broker every event crosses holds tokens, ciphertext and signatures
 demo prints the two views side by side and scans the cloud broker's recorded messages, SQLite
 files and log for every published plaintext string.
 
+Its last act (default profile): a ward laptop's identity is stolen; the hospital's
+administrator revokes it at the key service while the network runs; every broker takes the
+authority-signed revocation list within a poll, and the thief's publications are dropped as
+``revoked`` at the first broker and reach no subscriber.
+
 Part 2 (issue 6, item 4): a Spark dissemination run (``local[*]`` by default) over a generated
 psguard workload with :func:`pubguard.pipeline.run.run_pipeline`, printing the stage summary
 and a few opened deliveries beside the ciphertext the executors handled.
@@ -127,6 +132,23 @@ def _print_network(r: Any) -> None:
                   "wire form of these events.")  # fmt: skip
 
 
+def _print_revocation(act: Any) -> None:
+    before = "; ".join(f"{u}: {', '.join(ids)}" for u, ids in act.before.items() if ids)
+    learned = max(act.learned.values(), default=0.0)
+    where = ", ".join(f"{b}: {n}" for b, n in act.drops.items()) or "none"
+    leaked = sum(map(len, act.leaked.values()))
+    mark = "[green]✓[/green]" if act.ok else "[red]✗[/red]"
+    reasons = sorted({r for _, r in act.errors}) or ["none"]
+    console.print(Panel(
+        f"before the theft, {act.identity} published at {act.broker}: delivered ({before})\n"
+        f"the admin revoked {act.identity} at the key service: signed list serial {act.serial}, "
+        f"applied by {len(act.learned)} brokers within {learned:.1f} s\n"
+        f"the thief published {len(act.thief)} events as {act.identity} "
+        f"({', '.join(act.thief)}): dropped at the first broker as revoked ({where}); "
+        f"thief told: {', '.join(reasons)}; received by subscribers: {leaked} {mark}",
+        title="revocation while the network runs"))  # fmt: skip
+
+
 # -- part 2: Spark ---------------------------------------------------------------------------------
 
 
@@ -238,6 +260,8 @@ def register(cli: click.Group) -> None:
                                       in_process=in_process, say=say))  # fmt: skip
         if not as_json:
             _print_network(r)
+            if r.revocation is not None:
+                _print_revocation(r.revocation)
         out: dict[str, Any] = {"network": r.to_json()}
         if not no_spark:
             with tempfile.TemporaryDirectory(prefix="pubguard-demo-spark-") as tmp:
@@ -257,3 +281,5 @@ def register(cli: click.Group) -> None:
         assert r.curious is not None
         if not r.curious.clean:
             raise StateError(f"the curious broker holds plaintext: {r.curious.hits[:5]}")
+        if r.revocation is not None and not r.revocation.ok:
+            raise StateError("the revoked identity's publications were not all dropped")

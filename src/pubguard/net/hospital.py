@@ -25,6 +25,10 @@ and its log. :func:`scan_for_plaintext` then searches those bytes for every publ
 ``patientRecord``, payload, topic name and ``age`` value in the encodings a plaintext
 message would use (msgpack and JSON); the same scan over the plain profile's wire form of the
 same events finds every one of them (the control), so an empty result means something.
+
+A last act (default profile; :mod:`pubguard.net.hospital_revocation`): a ward laptop's
+identity is stolen, the hospital's administrator revokes it at the key service while the
+network runs, and the thief's publications are dropped as ``revoked`` at the first broker.
 """
 
 from __future__ import annotations
@@ -49,6 +53,13 @@ from pubguard.model import Event, Filter
 from pubguard.net.client import Client, Subscription
 from pubguard.net.cluster import LocalCluster, run_local_cluster
 from pubguard.net.config import ClusterConfig, parse_cluster_config
+from pubguard.net.hospital_revocation import (
+    ADMIN,
+    LAPTOP,
+    RevocationAct,
+    laptop_events,
+    revocation_act,
+)
 from pubguard.net.keyservice_kdc import KdcConfig
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
@@ -110,6 +121,8 @@ _DIAGNOSES: Final = (
 )
 _SURNAMES: Final = ("Okafor", "Lindqvist", "Moreau", "Tanaka", "Ferreira", "Novak", "Haddad")
 _AGES: Final = (4, 9, 15, 17, 22, 25, 28, 30, 35, 47, 58, 66, 71, 80, 93, 12, 26, 69)
+#: seconds between the brokers' fetches of the revocation list in the demo
+REVOCATION_POLL: Final = 0.5
 
 
 def hospital_config(state_dir: Path) -> ClusterConfig:
@@ -213,7 +226,8 @@ class HospitalDemoResult:
     refused: list[str] = field(default_factory=list)  # what the key service refused
     key_sources: dict[str, str] = field(default_factory=dict)  # client -> where its keys came from
     curious: CuriousView | None = None
-    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)  # before the last act
+    revocation: RevocationAct | None = None  # the last act (default profile)
     seconds: float = 0.0
 
     @property
@@ -246,6 +260,7 @@ class HospitalDemoResult:
                 "clean": cv.clean,
             },  # fmt: skip
             "drops": {b: s.get("drops", {}) for b, s in self.statuses.items()},
+            "revocation": None if self.revocation is None else self.revocation.to_json(),
             "seconds": round(self.seconds, 2),
         }
 
@@ -275,14 +290,16 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
     cfg = hospital_config(state)
     policy = {unit: list(filters) for unit, _, filters in UNITS}
     kdc = KdcConfig(SecretBytes(random_bytes(32)), (HOSPITAL,), subscribers=policy,
-                    publishers={PUBLISHER[0]: TOPICS})  # fmt: skip
-    bundle = KeyBundle(state / "pki" / "keys", now=time.time(), identities=[PUBLISHER[0]],
-                       **kdc.bundle_kwargs())  # fmt: skip
+                    publishers={PUBLISHER[0]: TOPICS, LAPTOP[0]: TOPICS},
+                    admins=(ADMIN,))  # fmt: skip
+    bundle = KeyBundle(state / "pki" / "keys", now=time.time(),
+                       identities=[PUBLISHER[0], LAPTOP[0]], **kdc.bundle_kwargs())  # fmt: skip
     evs = hospital_events(n, seed)
     result = HospitalDemoResult(profile, {b: cfg.settings(b).get("domain") for b in cfg.brokers},
                                 evs)  # fmt: skip
     async with run_local_cluster(cfg, state, in_process=in_process, bundle=bundle,
-                                 keyservice=True, kdc=kdc) as cluster:  # fmt: skip
+                                 keyservice=True, kdc=kdc,
+                                 revocation_poll=REVOCATION_POLL) as cluster:  # fmt: skip
         say(f"{len(cfg.brokers)} brokers up in 3 domains (mutual TLS; they hold public keys only:"
             f" {cluster.keys_path.name})")  # fmt: skip
         say(f"key service (KDC, authority) on port {cluster.keyservice_port}: every client "
@@ -329,10 +346,13 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
                         got[str(ev.id)] = ev
                 result.received[unit] = sorted(got.values(), key=lambda e: str(e.id))
             result.statuses = await cluster.statuses()
+            if profile == "default":  # psguard brokers (the paper's) have no revocation
+                result.revocation = await revocation_act(cluster, subs, profile=profile, say=say)
         finally:
             for c in clients:
                 await c.close()
-    result.curious = curious_view(cluster, CURIOUS, evs)  # its files, after it stopped
+    lap = [e for part in laptop_events() for e in part] if result.revocation else []
+    result.curious = curious_view(cluster, CURIOUS, evs + lap)  # its files, after it stopped
     result.seconds = time.perf_counter() - t0
     return result
 
