@@ -101,3 +101,23 @@ def test_a_key_seen_after_the_revocation_joins_the_list():
     assert rl.serial == 2 and rl.keys == (THIEF_KEY.to_bytes(),)
     feed = RevocationFeed(s.kdc.authority.public_key)
     assert feed.offer(rl.encode(), now=6.0).new_keys == (THIEF_KEY.to_bytes(),)
+
+
+def test_an_eventguard_advertisement_key_is_revoked_with_its_identity():
+    from pubguard.keys.ms import MetaService
+
+    ms = MetaService(SecretBytes(random.Random(13).randbytes(32)), epoch_length=1000.0)
+    kdc = KdcService(config())
+    core = KeyServiceCore(ms, kdc=kdc)
+
+    def call(peer, op, **f):
+        return core.handle({"op": op, "id": 1, **f}, peer=peer, peer_role="client", now=5.0)
+
+    assert "ok" in call("laptop", "advertise", subject="laptop", w="cardiology",
+                        pk=THIEF_KEY.to_bytes())  # fmt: skip
+    assert call("admin", "authority_revoke", identity="laptop")["ok"]["keys"] == 1
+    rl = SignedRevocations.decode(call("b0", "authority_revocations")["ok"]["list"])
+    assert rl.keys == (THIEF_KEY.to_bytes(),)
+    # and the MS no longer serves the identity
+    assert call("laptop", "advertise", subject="laptop", w="cardiology",
+                pk=THIEF_KEY.to_bytes())["error"] == "revoked"  # fmt: skip
