@@ -81,3 +81,24 @@ def test_a_kept_list_is_restored_and_a_failed_fetch_keeps_the_last_good_one(tmp_
     assert K in fresh.revoked and w2.feed.serial == 3
     older = SignedRevocations.sign(AUTH, serial=2, issued=150.0, identities=[], keys=[]).encode()
     assert w2.take(older).outcome == "rollback" and w2.feed.serial == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        ([], "exactly one of --identity and --key"),
+        (["--identity", "x", "--key", "00" * 32], "exactly one of --identity and --key"),
+        (["--key", "zz"], "64-hex-digit"),
+        (["--identity", "x"], "no running key service recorded"),
+        (["--identity", "x", "--keyservice", "nohost"], "is not host:port"),
+        (["--identity", "x", "--keyservice", "127.0.0.1:9", "--as", "nobody"], "no certificate"),
+    ],
+)
+def test_keyservice_revoke_bad_input_is_a_one_line_error(tmp_path, args, why):
+    from click.testing import CliRunner
+
+    from pubguard.cli.main import cli
+
+    r = CliRunner().invoke(cli, ["keyservice", "revoke", "--state", str(tmp_path), *args])
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1 and why in r.stderr, r.output
+    assert list(tmp_path.iterdir()) == []  # nothing created
