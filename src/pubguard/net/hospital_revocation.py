@@ -17,8 +17,10 @@ with reason ``revoked`` and answers the thief with an error; no subscriber gets 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,6 +36,7 @@ __all__ = ["ADMIN", "LAPTOP", "RevocationAct", "laptop_events", "revocation_act"
 ADMIN: Final = "hospital-admin"
 LAPTOP: Final = ("ward-laptop", "h2")  # (identity, its ward's broker)
 WAIT: Final = 20.0
+CLIENT_LOG: Final = "pubguard.net.client"  # where a client logs the errors brokers answer
 
 
 @dataclass
@@ -93,6 +96,18 @@ async def _drain(subs: dict[str, list[Subscription]]) -> dict[str, list[str]]:
     return got
 
 
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Logger ``name`` at ERROR for the block (its warnings would interleave the output)."""
+    log = logging.getLogger(name)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 async def revocation_act(
     cluster: LocalCluster,
     subs: dict[str, list[Subscription]],
@@ -142,13 +157,14 @@ async def revocation_act(
             f"list within {slowest:.1f} s (they poll every {cluster.revocation_poll} s)")  # fmt: skip
         # the thief publishes with the stolen key, certificate and (still valid) permit
         drops0 = {b: s["drops"].get("revoked", 0) for b, s in (await cluster.statuses()).items()}
-        await laptop.publish_batch(after)
-        await laptop.flush()
-        act.thief = [str(e.id) for e in after]
-        await cluster.wait_quiescent()
-        deadline = time.monotonic() + WAIT
-        while len(laptop.errors) < len(after) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        with _quiet(CLIENT_LOG):  # the act reports the thief's errors itself, in one line
+            await laptop.publish_batch(after)
+            await laptop.flush()
+            act.thief = [str(e.id) for e in after]
+            await cluster.wait_quiescent()
+            deadline = time.monotonic() + WAIT
+            while len(laptop.errors) < len(after) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
         act.errors = [(e.ref, e.reason.value) for e in laptop.errors]
         sts = await cluster.statuses()
         act.drops = {b: n for b, s in sts.items()
