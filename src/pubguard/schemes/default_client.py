@@ -60,6 +60,7 @@ from pubguard.schemes.psguard_net import (
     parse_filter,
     record_to_wire,
 )
+from pubguard.schemes.verified import VerifiedCredentials
 
 __all__ = ["DefaultAuthority", "DefaultClient"]
 
@@ -158,6 +159,10 @@ class DefaultClient:
         self._pm_blob = b""
         self._last = (-1, -1)
         self._roots = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
+        #: publish permits verified once per (authority key, permit) (schemes/verified.py)
+        self._permits: VerifiedCredentials[AuthorityPermit] = VerifiedCredentials(
+            lambda p: p.not_after
+        )
 
     def __repr__(self) -> str:
         return f"DefaultClient({self.name!r}, subs={len(self._subs)})"
@@ -165,6 +170,12 @@ class DefaultClient:
     @property
     def verify_key(self) -> VerifyKey:
         return self._sk.public
+
+    @property
+    def signature_checks(self) -> int:
+        """Ed25519 verifications this client performed on receipt (credentials and
+        publications; cached roots and credentials cost none)."""
+        return self._roots.verifications + self._permits.verifications
 
     def _stamp(self, now: float) -> tuple[int, int]:
         """(ms timestamp, sequence), strictly increasing over this client's messages."""
@@ -265,10 +276,11 @@ class DefaultClient:
         any failure, including a delivery this client's keys do not cover)."""
         try:
             pub = parse_publication(event_id, routing, body, meta)
-            p = AuthorityPermit.decode(pub.permit_blob)
         except (ValidationError, TypeError, KeyError):
             raise InvalidToken() from None
-        p.verify(self.authority.public_key)
+        ak = self.authority.public_key
+        p = self._permits.check(ak.to_bytes(), pub.permit_blob,
+                                lambda: _verified_permit(pub.permit_blob, ak), now=now)  # fmt: skip
         if p.kind != PUBLISH or p.subject != pub.rec.publisher or p.epoch != pub.rec.epoch:
             raise InvalidToken()
         if p.key in self.authority.revoked:
@@ -277,3 +289,13 @@ class DefaultClient:
                            pub.permit_blob), pub.rec.sig, now=now, index=pub.index,
                            size=pub.size, path=pub.path)  # fmt: skip
         return self._ps.open_record(pub.rec, now=now)
+
+
+def _verified_permit(blob: bytes, authority: VerifyKey) -> AuthorityPermit:
+    """Decode a publish permit and check the authority's signature (InvalidToken if not)."""
+    try:
+        p = AuthorityPermit.decode(blob)
+    except (ValidationError, TypeError, KeyError):
+        raise InvalidToken() from None
+    p.verify(authority)
+    return p

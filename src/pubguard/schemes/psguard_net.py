@@ -243,7 +243,9 @@ class PSGuardClient:
         self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
         self._pub: tuple[int, Publisher] | None = None
         self._sign_records = sign_records
+        #: verified batch roots (one Ed25519 verify per Merkle batch, psguard.txt §4 + issue 5)
         self._roots = SignedRootVerifier(ROOT_TAG, ttl=2 * DEFAULT_MAX_DELAY_MS / 1000)
+        self._record_checks = 0
 
     def __repr__(self) -> str:
         return f"PSGuardClient({self.name!r}, filters={len(self._held)})"
@@ -251,6 +253,12 @@ class PSGuardClient:
     @property
     def verify_key(self) -> VerifyKey | None:
         return None if self._sk is None else self._sk.public
+
+    @property
+    def signature_checks(self) -> int:
+        """Ed25519 verifications this client performed on receipt (single-signed records, and
+        batch roots not already verified)."""
+        return self._record_checks + self._roots.verifications
 
     # -- subscriber -----------------------------------------------------------------------------
     def authorise(self, f: Filter, *, now: float) -> ProtectedFilterRows:
@@ -316,6 +324,7 @@ class PSGuardClient:
         vk = self.publisher_keys.get(rec.publisher)
         if vk is not None:
             if batch is None:
+                self._record_checks += 1
                 if not verify_record(rec, {rec.publisher: vk}):
                     raise InvalidToken()
             else:
