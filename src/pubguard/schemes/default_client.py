@@ -51,7 +51,7 @@ from pubguard.schemes.default import (
 from pubguard.schemes.guards import SignedRootVerifier
 from pubguard.schemes.merkle import merkle_batch, signed_root
 from pubguard.schemes.plain import new_event_id
-from pubguard.schemes.psguard import Schema
+from pubguard.schemes.psguard import ProtectedRecord, Schema
 from pubguard.schemes.psguard_net import (
     DEFAULT_EPOCH_LENGTH,
     PSGuardClient,
@@ -238,22 +238,40 @@ class DefaultClient:
         """Protect a batch under one signature over its Merkle root (amortised signing)."""
         if not events:
             return []
-        _, blob = self._permit(now, rng)
+        return self.sign_prepared([self.prepare_event(e, now=now, rng=rng) for e in events],
+                                  now=now, rng=rng)  # fmt: skip
+
+    def prepare_event(
+        self, event: Event, *, now: float, rng: _random.Random | None = None
+    ) -> tuple[ProtectedRecord, int]:
+        """The first half of :meth:`protect_events`: the event's record stamped with its
+        ``(ts, seq)`` (narada §V-B), not yet signed; typed errors for a bad event here."""
+        self._permit(now, rng)
+        if event.id is None:
+            event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
         publisher = self._ps.publisher(now=now)
-        recs, seqs = [], []
-        for e in events:
-            if e.id is None:
-                e = Event(e.attrs, id=new_event_id(rng), type=e.type, payload=e.payload)
-            ts, seq = self._stamp(now)
-            recs.append(publisher.protect(e, now_ms=ts, rng=rng))
-            seqs.append(seq)
-        root, paths = merkle_batch([leaf_digest(r, q, blob) for r, q in zip(recs, seqs, strict=True)])  # fmt: skip
-        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(recs)))
+        ts, seq = self._stamp(now)
+        return publisher.protect(event, now_ms=ts, rng=rng), seq
+
+    def sign_prepared(
+        self,
+        prepared: Sequence[tuple[ProtectedRecord, int]],
+        *,
+        now: float,
+        rng: _random.Random | None = None,
+    ) -> list[ProtectedEvent]:
+        """One Ed25519 signature over the Merkle root of the prepared records, each carrying
+        the publish permit, its sequence number and its Merkle path."""
+        if not prepared:
+            return []
+        _, blob = self._permit(now, rng)
+        root, paths = merkle_batch([leaf_digest(r, q, blob) for r, q in prepared])
+        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(prepared)))
         out = []
-        for i, (r, q) in enumerate(zip(recs, seqs, strict=True)):
+        for i, (r, q) in enumerate(prepared):
             pe = record_to_wire(r)
             meta = {**pe.meta, "sig": sig, "q": q, "pm": blob,
-                    **merkle_fields(i, len(recs), paths[i])}  # fmt: skip
+                    **merkle_fields(i, len(prepared), paths[i])}  # fmt: skip
             out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
         return out
 

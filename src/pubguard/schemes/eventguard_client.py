@@ -200,7 +200,23 @@ class EventGuardClient:
         self, events: Sequence[Event], *, now: float, rng: _random.Random | None = None
     ) -> list[ProtectedEvent]:
         """Encrypt a batch and sign one Merkle root over it (amortised signing)."""
-        parts = [self._seal(ev, now, rng) for ev in events]
+        return self.sign_prepared([self._seal(ev, now, rng) for ev in events], now=now)
+
+    def prepare_event(
+        self, event: Event, *, now: float, rng: _random.Random | None = None
+    ) -> tuple[bytes, ProtectedEvent]:
+        """The first half of :meth:`protect_events`: ``(leaf digest, unsigned publication)``
+        (typed errors for a bad event, or a topic not advertised, are raised here)."""
+        return self._seal(event, now, rng)
+
+    def sign_prepared(
+        self, parts: Sequence[tuple[bytes, ProtectedEvent]], *, now: float,
+        rng: _random.Random | None = None,
+    ) -> list[ProtectedEvent]:  # fmt: skip
+        """One signature over the Merkle root of the prepared publications (a batch of one:
+        the paper's one signature per publication, no Merkle fields)."""
+        if not parts:
+            return []
         root, paths = merkle_batch([p[0] for p in parts])
         sig = self._sk.sign(signed_root(ROOT_TAG, root, len(parts)))
         out = []
