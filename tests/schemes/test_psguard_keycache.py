@@ -171,3 +171,18 @@ def test_randomize_with_kept_contexts_equals_fresh() -> None:
         randomize(toks, nonce, prfs=kept[:2])
     with pytest.raises(ValidationError):
         randomize(toks, nonce[:8], prfs=kept)
+
+
+def test_client_drops_its_publisher_cache_at_an_epoch_change() -> None:
+    """PSGuardClient builds one Publisher (and key cache) per epoch; the old one goes."""
+    from pubguard.schemes.psguard_net import PSGuardClient, PSGuardKeyService
+
+    ks = PSGuardKeyService(KDC_, SCHEMA, epoch_length=100.0)
+    c = PSGuardClient("p", ks, signing_key=SK)
+    e = Event({"topic": "w0", "age": 9}, type="ward")
+    c.protect_event(e, now=10.0)
+    p0 = c.publisher(now=10.0)
+    assert len(p0.cache) > 0 and p0.epoch == 0
+    c.protect_event(e, now=150.0)
+    p1 = c.publisher(now=150.0)
+    assert p1 is not p0 and p1.epoch == 1 and p1.cache.hits == 0 < len(p1.cache)
