@@ -19,18 +19,24 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 from pubguard.crypto import SecretBytes
 from pubguard.errors import KeyError_, ValidationError
 from pubguard.keys.nakt import derive_path
 
-__all__ = ["DEFAULT_CACHE_CAPACITY", "KeyCache"]
+__all__ = ["DEFAULT_CACHE_CAPACITY", "DEFAULT_LRU_CAPACITY", "KeyCache", "LruCache"]
 
 #: Derived keys kept per cache (32-byte keys; 2048 keys ~ the paper's 64 KB cache, §5 Fig. 11).
 DEFAULT_CACHE_CAPACITY: Final = 2048
 
+#: Entries kept by an :class:`LruCache` unless told otherwise (a publisher's per-value leaves
+#: and token contexts, a subscriber's derived ``K(e)`` components).
+DEFAULT_LRU_CAPACITY: Final = 4096
+
 Node = str | tuple[str, ...]
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 class KeyCache:
@@ -116,3 +122,49 @@ class KeyCache:
         self._derived.move_to_end(k)
         while len(self._derived) > self._capacity:
             self._derived.popitem(last=False)
+
+
+class LruCache(Generic[K, V]):
+    """A bounded LRU of derived values (keys, cipher contexts) for one key owner and one
+    epoch: the owner drops the whole cache with the epoch's keys. ``capacity`` 0 disables it
+    (every ``get`` misses, ``put`` keeps nothing), which is how tests compare cached and
+    uncached derivations. ``repr`` shows sizes only, never a key or a value."""
+
+    __slots__ = ("_d", "capacity", "hits", "misses")
+
+    def __init__(self, capacity: int = DEFAULT_LRU_CAPACITY) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValidationError(f"cache capacity must be a non-negative integer: {capacity!r}")
+        self.capacity = capacity
+        self._d: OrderedDict[K, V] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __repr__(self) -> str:
+        return f"LruCache(size={len(self._d)}, capacity={self.capacity})"
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("LruCache holds derived keys: it is not picklable")
+
+    def get(self, key: K) -> V | None:
+        v = self._d.get(key)
+        if v is None:
+            self.misses += 1
+            return None
+        self._d.move_to_end(key)
+        self.hits += 1
+        return v
+
+    def put(self, key: K, value: V) -> None:
+        if self.capacity == 0:
+            return
+        self._d[key] = value
+        self._d.move_to_end(key)
+        if len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        self._d.clear()

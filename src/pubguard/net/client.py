@@ -26,6 +26,18 @@ that persisted this link) the client resends what the broker had not processed; 
 re-subscribes every live subscription and resends unacknowledged publications (the broker's
 de-dup window drops any that had in fact been processed). The connection half (handshake,
 resumption, reconnection, read loop, heartbeats) lives in :mod:`pubguard.net.client_link`.
+
+Batch signing without the caller batching (issue 5, amortised signing). With a scheme that
+signs Merkle roots (``prepare_event`` / ``sign_prepared``: psguard, default, eventguard) and
+``batch_sign`` on (the default for those schemes), :meth:`Client.publish` protects the event
+at once (encryption, tokens, typed errors for a bad event) but leaves it unsigned in a pending
+batch; the batch is signed under one Merkle root and queued when the event loop next runs the
+client's flush callback (``call_soon``: no timer), or at once when it holds ``max_batch``
+events, or before any other message is sent, so messages keep their order. At a low rate
+every batch is one event (an ordinary single-signed publication, one loop iteration later,
+the same iteration in which the frame is written anyway); at a high rate, or when the caller
+publishes in a loop without yielding, batches grow up to ``max_batch`` and the publisher
+signs, and every broker and subscriber verifies, once per batch.
 """
 
 from __future__ import annotations
@@ -51,6 +63,7 @@ from pubguard.broker.messages import (
     publish_wire,
 )
 from pubguard.errors import (
+    PubguardError,
     StateError,
     TransportError,
     ValidationError,
@@ -69,9 +82,10 @@ from pubguard.net.framing import (
 from pubguard.net.io_conn import FrameConnection
 from pubguard.net.subscription import Delivery, Handler, Subscription
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
-from pubguard.schemes.plain import PlainScheme
+from pubguard.schemes.plain import PlainScheme, new_event_id
 
 __all__ = [
+    "DEFAULT_MAX_BATCH",
     "DEFAULT_MAX_PENDING",
     "DEFAULT_WINDOW",
     "Client",
@@ -84,6 +98,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW: Final = 2048  # unacknowledged messages a client may have in flight
+#: publications signed under one Merkle root by :meth:`Client.publish` (batch_sign)
+DEFAULT_MAX_BATCH: Final = 64
 DEFAULT_MAX_PENDING: Final = 65_536  # deliveries buffered per subscription
 HIGH_WATER: Final = 1 << 20  # bytes in the socket buffer before publish awaits drain
 
@@ -112,9 +128,13 @@ class Client(ClientLink):
         heartbeat_interval: float = 2.0,
         heartbeat_timeout: float = 10.0,
         reconnect: bool = True,
+        batch_sign: bool | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> None:
         if not identity or len(identity) > protocol.MAX_NAME:
             raise ValidationError("identity must be a non-empty name")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValidationError(f"max_batch must be a positive integer, got {max_batch!r}")
         self.host, self.port, self.identity, self.ssl = host, port, identity, ssl
         self.durable = durable
         self.scheme: ClientScheme = scheme if scheme is not None else PlainScheme()
@@ -122,6 +142,19 @@ class Client(ClientLink):
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.reconnect = reconnect
+        signs = callable(getattr(self.scheme, "prepare_event", None)) and callable(
+            getattr(self.scheme, "sign_prepared", None)
+        )
+        if batch_sign and not signs:
+            raise ValidationError(
+                f"profile {self.scheme.profile!r} does not sign Merkle batches (batch_sign)"
+            )
+        #: publish() signs the events of one loop iteration under one Merkle root
+        self.batch_sign = signs if batch_sign is None else batch_sign
+        self.max_batch = max_batch
+        self._batch: list[tuple[Any, str]] = []  # (prepared event, profile), unsigned
+        self._batch_scheduled = False
+        self.batches = 0  # Merkle batches signed by publish() (batch_sign)
         self.session = secrets.token_hex(8)
         self.broker_name: str | None = None
         self.errors: deque[Error] = deque(maxlen=100)
@@ -171,6 +204,8 @@ class Client(ClientLink):
         """Close the link; pending subscriptions end their iteration."""
         if self._closing:
             return
+        with contextlib.suppress(Exception):
+            self._sign_batch()
         self._closing = True
         with contextlib.suppress(Exception):
             if self._writer is not None and self._unacked:
@@ -203,11 +238,57 @@ class Client(ClientLink):
     async def publish(self, event: Event | Mapping[str, Any], *, profile: str | None = None) -> str:
         """Publish ``event`` (an Event or an attribute mapping); returns its event id."""
         ev = event if isinstance(event, Event) else Event(event)
-        pe = self.scheme.protect_event(ev, now=time.time())
         prof = profile or self.scheme.profile
+        if self.batch_sign:
+            return await self._publish_batched(ev, prof)
+        pe = self.scheme.protect_event(ev, now=time.time())
         msg = publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta)
         await self._send(msg)
         return pe.event_id
+
+    async def _publish_batched(self, ev: Event, prof: str) -> str:
+        """publish() with ``batch_sign``: prepare now, sign with the loop iteration's batch."""
+        await self._await_credit()
+        if ev.id is None:
+            ev = Event(ev.attrs, id=new_event_id(), type=ev.type, payload=ev.payload)
+        prepared = self.scheme.prepare_event(ev, now=time.time())  # type: ignore[attr-defined]
+        if _rough_size(ev) > MAX_FRAME_SIZE // 4:  # alone, so a FrameError reaches the caller
+            self._sign_batch()
+            (pe,) = self.scheme.sign_prepared([prepared], now=time.time())  # type: ignore[attr-defined]
+            await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
+            return pe.event_id  # type: ignore[no-any-return]
+        self._batch.append((prepared, prof))
+        if len(self._batch) >= self.max_batch:
+            self._sign_batch()
+        elif not self._batch_scheduled:
+            self._batch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._sign_batch)
+        w = self._writer
+        if w is not None and w.write_buffer_size() > HIGH_WATER:
+            with contextlib.suppress(ConnectionError):
+                await w.drain()
+        assert ev.id is not None
+        return ev.id
+
+    def _sign_batch(self) -> None:
+        """Sign the pending publications (one Merkle root per run of one profile) and queue
+        them in order; called from the loop, at ``max_batch``, and before any other message."""
+        self._batch_scheduled = False
+        pending, self._batch = self._batch, []
+        if not pending:
+            return
+        now = time.time()
+        sign = self.scheme.sign_prepared  # type: ignore[attr-defined]
+        for prof, run in itertools.groupby(pending, key=lambda p: p[1]):
+            items = [p for p, _ in run]
+            self.batches += 1
+            for pe in sign(items, now=now):
+                try:
+                    self._enqueue(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
+                except PubguardError as exc:  # (too large: sizes are checked in publish)
+                    log.warning("client %s: publication %s not sent: %s", self.identity,
+                                pe.event_id, exc)  # fmt: skip
+        self._flush_out()
 
     async def publish_protected(self, pe: ProtectedEvent, *, profile: str | None = None) -> str:
         """Send an event protected earlier by this client's scheme (a publisher may protect
@@ -220,7 +301,7 @@ class Client(ClientLink):
         """Publish several events; a profile with ``protect_events`` signs one Merkle root over
         the batch (amortised signing, issue 5), others protect each event alone."""
         batch = getattr(self.scheme, "protect_events", None)
-        if batch is None or len(events) < 2:
+        if batch is None or len(events) < 2 or self.batch_sign:
             return [await self.publish(e, profile=profile) for e in events]
         prof = profile or self.scheme.profile
         ids = []
@@ -277,6 +358,7 @@ class Client(ClientLink):
 
     async def flush(self, timeout: float | None = 10.0) -> None:
         """Wait until the broker has acknowledged everything sent so far."""
+        self._sign_batch()
         target = self._tx_next - 1
 
         async def _wait() -> None:
@@ -310,14 +392,31 @@ class Client(ClientLink):
         pf = self.scheme.protect_advertisement(f, now=time.time())
         return Advertise(aid, self.scheme.profile, pf.filter, pf.meta).to_wire()
 
-    async def _send(self, msg: dict[str, Any]) -> None:
-        while len(self._unacked) >= self.window:
+    async def _await_credit(self) -> None:
+        """Wait until one more message fits in the window beside those in flight and the
+        pending batch (which is signed and sent first: only then can it be acknowledged)."""
+        while len(self._unacked) + len(self._batch) >= self.window:
             if self._closing:
                 raise TransportError("client closed")
+            if self._batch:
+                self._sign_batch()
+                continue
             self._credit.clear()
             await self._credit.wait()
         if self._closing:
             raise TransportError("client closed")
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        await self._await_credit()
+        self._sign_batch()  # publications published before this message go out before it
+        self._enqueue(msg)
+        w = self._writer
+        if w is not None and w.write_buffer_size() > HIGH_WATER:
+            with contextlib.suppress(ConnectionError):
+                await w.drain()
+
+    def _enqueue(self, msg: dict[str, Any]) -> None:
+        """Give ``msg`` the next sequence number and queue its frame for this iteration."""
         packed = pack(msg)  # FrameError here, before the message takes a sequence number
         if len(packed) > MAX_FRAME_SIZE - 64:
             encode_message_frame(self._tx_next, packed)  # raises unless its frame fits
@@ -334,9 +433,6 @@ class Client(ClientLink):
                 asyncio.get_running_loop().call_soon(self._flush_out)
             if len(self._out) >= 256:
                 self._flush_out()
-            if w.write_buffer_size() > HIGH_WATER:
-                with contextlib.suppress(ConnectionError):
-                    await w.drain()
 
     def _flush_out(self) -> None:
         """Write the frames queued in this loop iteration with one call (fewer syscalls)."""
@@ -355,6 +451,11 @@ class Client(ClientLink):
         w.write(encode_frame(env))
 
 
+def _rough_size(ev: Event) -> int:
+    """An upper-bound-ish size of an event's attributes and payload (bytes)."""
+    return len(ev.payload) + sum(len(k) + len(str(v)) for k, v in ev.attrs.items())
+
+
 async def connect(
     url: str,
     *,
@@ -366,6 +467,8 @@ async def connect(
     reconnect: bool = True,
     heartbeat_interval: float = 2.0,
     heartbeat_timeout: float = 10.0,
+    batch_sign: bool | None = None,
+    max_batch: int = DEFAULT_MAX_BATCH,
 ) -> Client:
     """Connect to the broker at ``url`` (``tls://host:port``); TransportError if refused."""
     use_tls, host, port = parse_url(url)
@@ -382,5 +485,7 @@ async def connect(
         heartbeat_interval=heartbeat_interval,
         heartbeat_timeout=heartbeat_timeout,
         reconnect=reconnect,
+        batch_sign=batch_sign,
+        max_batch=max_batch,
     )
     return await client._start()

@@ -51,7 +51,7 @@ from pubguard.schemes.default import (
 from pubguard.schemes.guards import SignedRootVerifier
 from pubguard.schemes.merkle import merkle_batch, signed_root
 from pubguard.schemes.plain import new_event_id
-from pubguard.schemes.psguard import Schema
+from pubguard.schemes.psguard import ProtectedRecord, Schema
 from pubguard.schemes.psguard_net import (
     DEFAULT_EPOCH_LENGTH,
     PSGuardClient,
@@ -60,6 +60,7 @@ from pubguard.schemes.psguard_net import (
     parse_filter,
     record_to_wire,
 )
+from pubguard.schemes.verified import VerifiedCredentials
 
 __all__ = ["DefaultAuthority", "DefaultClient"]
 
@@ -158,6 +159,10 @@ class DefaultClient:
         self._pm_blob = b""
         self._last = (-1, -1)
         self._roots = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
+        #: publish permits verified once per (authority key, permit) (schemes/verified.py)
+        self._permits: VerifiedCredentials[AuthorityPermit] = VerifiedCredentials(
+            lambda p: p.not_after
+        )
 
     def __repr__(self) -> str:
         return f"DefaultClient({self.name!r}, subs={len(self._subs)})"
@@ -165,6 +170,12 @@ class DefaultClient:
     @property
     def verify_key(self) -> VerifyKey:
         return self._sk.public
+
+    @property
+    def signature_checks(self) -> int:
+        """Ed25519 verifications this client performed on receipt (credentials and
+        publications; cached roots and credentials cost none)."""
+        return self._roots.verifications + self._permits.verifications
 
     def _stamp(self, now: float) -> tuple[int, int]:
         """(ms timestamp, sequence), strictly increasing over this client's messages."""
@@ -227,22 +238,40 @@ class DefaultClient:
         """Protect a batch under one signature over its Merkle root (amortised signing)."""
         if not events:
             return []
-        _, blob = self._permit(now, rng)
+        return self.sign_prepared([self.prepare_event(e, now=now, rng=rng) for e in events],
+                                  now=now, rng=rng)  # fmt: skip
+
+    def prepare_event(
+        self, event: Event, *, now: float, rng: _random.Random | None = None
+    ) -> tuple[ProtectedRecord, int]:
+        """The first half of :meth:`protect_events`: the event's record stamped with its
+        ``(ts, seq)`` (narada §V-B), not yet signed; typed errors for a bad event here."""
+        self._permit(now, rng)
+        if event.id is None:
+            event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
         publisher = self._ps.publisher(now=now)
-        recs, seqs = [], []
-        for e in events:
-            if e.id is None:
-                e = Event(e.attrs, id=new_event_id(rng), type=e.type, payload=e.payload)
-            ts, seq = self._stamp(now)
-            recs.append(publisher.protect(e, now_ms=ts, rng=rng))
-            seqs.append(seq)
-        root, paths = merkle_batch([leaf_digest(r, q, blob) for r, q in zip(recs, seqs, strict=True)])  # fmt: skip
-        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(recs)))
+        ts, seq = self._stamp(now)
+        return publisher.protect(event, now_ms=ts, rng=rng), seq
+
+    def sign_prepared(
+        self,
+        prepared: Sequence[tuple[ProtectedRecord, int]],
+        *,
+        now: float,
+        rng: _random.Random | None = None,
+    ) -> list[ProtectedEvent]:
+        """One Ed25519 signature over the Merkle root of the prepared records, each carrying
+        the publish permit, its sequence number and its Merkle path."""
+        if not prepared:
+            return []
+        _, blob = self._permit(now, rng)
+        root, paths = merkle_batch([leaf_digest(r, q, blob) for r, q in prepared])
+        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(prepared)))
         out = []
-        for i, (r, q) in enumerate(zip(recs, seqs, strict=True)):
+        for i, (r, q) in enumerate(prepared):
             pe = record_to_wire(r)
             meta = {**pe.meta, "sig": sig, "q": q, "pm": blob,
-                    **merkle_fields(i, len(recs), paths[i])}  # fmt: skip
+                    **merkle_fields(i, len(prepared), paths[i])}  # fmt: skip
             out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
         return out
 
@@ -265,10 +294,11 @@ class DefaultClient:
         any failure, including a delivery this client's keys do not cover)."""
         try:
             pub = parse_publication(event_id, routing, body, meta)
-            p = AuthorityPermit.decode(pub.permit_blob)
         except (ValidationError, TypeError, KeyError):
             raise InvalidToken() from None
-        p.verify(self.authority.public_key)
+        ak = self.authority.public_key
+        p = self._permits.check(ak.to_bytes(), pub.permit_blob,
+                                lambda: _verified_permit(pub.permit_blob, ak), now=now)  # fmt: skip
         if p.kind != PUBLISH or p.subject != pub.rec.publisher or p.epoch != pub.rec.epoch:
             raise InvalidToken()
         if p.key in self.authority.revoked:
@@ -277,3 +307,13 @@ class DefaultClient:
                            pub.permit_blob), pub.rec.sig, now=now, index=pub.index,
                            size=pub.size, path=pub.path)  # fmt: skip
         return self._ps.open_record(pub.rec, now=now)
+
+
+def _verified_permit(blob: bytes, authority: VerifyKey) -> AuthorityPermit:
+    """Decode a publish permit and check the authority's signature (InvalidToken if not)."""
+    try:
+        p = AuthorityPermit.decode(blob)
+    except (ValidationError, TypeError, KeyError):
+        raise InvalidToken() from None
+    p.verify(authority)
+    return p

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random as _random
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import msgpack
@@ -56,6 +57,7 @@ from pubguard.schemes.eventguard import (
 from pubguard.schemes.guards import SignedRootVerifier
 from pubguard.schemes.merkle import merkle_batch, pack_path, signed_root
 from pubguard.schemes.plain import new_event_id
+from pubguard.schemes.verified import VerifiedCredentials
 
 __all__ = ["EventGuardClient", "MetaServiceLike", "topic_of"]
 
@@ -109,6 +111,8 @@ class EventGuardClient:
         self._subs: list[tuple[str, SubscriptionGrant]] = []  # live subscriptions
         self._ads: dict[str, list[AdvertisementGrant]] = {}  # live advertisements per topic
         self._verifier = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
+        #: MS permits verified once per (MS key, permit) (schemes/verified.py)
+        self._permits: VerifiedCredentials[Any] = VerifiedCredentials(lambda p: p.expires_at)
 
     def __repr__(self) -> str:
         return f"EventGuardClient({self.name!r}, subs={len(self._subs)})"
@@ -116,6 +120,12 @@ class EventGuardClient:
     @property
     def verify_key(self) -> VerifyKey:
         return self._sk.public
+
+    @property
+    def signature_checks(self) -> int:
+        """Ed25519 verifications this client performed on receipt (credentials and
+        publications; cached roots and credentials cost none)."""
+        return self._verifier.verifications + self._permits.verifications
 
     def _learn(self, w: str, token: bytes, epoch: int, key: SecretBytes) -> None:
         self._topics[token] = w
@@ -190,7 +200,23 @@ class EventGuardClient:
         self, events: Sequence[Event], *, now: float, rng: _random.Random | None = None
     ) -> list[ProtectedEvent]:
         """Encrypt a batch and sign one Merkle root over it (amortised signing)."""
-        parts = [self._seal(ev, now, rng) for ev in events]
+        return self.sign_prepared([self._seal(ev, now, rng) for ev in events], now=now)
+
+    def prepare_event(
+        self, event: Event, *, now: float, rng: _random.Random | None = None
+    ) -> tuple[bytes, ProtectedEvent]:
+        """The first half of :meth:`protect_events`: ``(leaf digest, unsigned publication)``
+        (typed errors for a bad event, or a topic not advertised, are raised here)."""
+        return self._seal(event, now, rng)
+
+    def sign_prepared(
+        self, parts: Sequence[tuple[bytes, ProtectedEvent]], *, now: float,
+        rng: _random.Random | None = None,
+    ) -> list[ProtectedEvent]:  # fmt: skip
+        """One signature over the Merkle root of the prepared publications (a batch of one:
+        the paper's one signature per publication, no Merkle fields)."""
+        if not parts:
+            return []
         root, paths = merkle_batch([p[0] for p in parts])
         sig = self._sk.sign(signed_root(ROOT_TAG, root, len(parts)))
         out = []
@@ -249,8 +275,9 @@ class EventGuardClient:
             key = self._keys.get((tok, f.epoch))
             if key is None:
                 continue
-            p = decode_permit(f.permits[i])
-            self.ms.public_key.verify(p.signature, p.signed_bytes())
+            mk, blob = self.ms.public_key, f.permits[i]
+            p = self._permits.check(mk.to_bytes(), blob, partial(_verified_permit, blob, mk),
+                                    now=now)  # fmt: skip
             if not isinstance(p, AdvertisementPermit) or p.token != tok:
                 raise InvalidToken()
             if p.subject != f.publisher or p.epoch != f.epoch:
@@ -268,3 +295,10 @@ class EventGuardClient:
             except (KeyError, TypeError, ValueError):
                 raise InvalidToken() from None
         raise InvalidToken()  # no key for any of its topics in this epoch
+
+
+def _verified_permit(blob: bytes, ms_key: VerifyKey) -> Any:
+    """Decode an MS permit and check the MS signature (InvalidToken if not)."""
+    p = decode_permit(blob)
+    ms_key.verify(p.signature, p.signed_bytes())
+    return p

@@ -3,18 +3,27 @@
 brokers match) and into :class:`FilterKeys` (minimal covers per constrained attribute, roots
 of unconstrained ones on demand: stateless KDC, §3.2.1). :meth:`FilterKeys.open` derives
 ``K(e)`` only when every routable value lies below one of its nodes.
+
+Key cache at the subscriber (psguard.txt §3.2.3 "Performance Enhancement", §5.2.3 "with key
+caching"): a :class:`FilterKeys` belongs to one epoch and keeps, in a bounded LRU, the hint
+key of each scope and each ``K(e)`` component it has derived, per (scope, type, attribute,
+value); a later event with the same value costs a lookup instead of the walk from the cover
+node to the leaf. Only components derived from the filter's own keys are cached, so the cache
+never opens what the keys alone would not; a renewal at an epoch change builds new
+:class:`FilterKeys` (and an empty cache). ``cache_size=0`` turns it off.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pubguard.crypto import SecretBytes, aad_for, open_
 from pubguard.crypto.secret import raw
 from pubguard.errors import InvalidToken, KeyError_, ValidationError
+from pubguard.keys.cache import DEFAULT_LRU_CAPACITY, LruCache
 from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Constraint, Event, EventType, Filter, Op
 from pubguard.schemes import tokens as tk_
@@ -219,11 +228,28 @@ class FilterKeys:
     scopes: dict[str, _ScopeKeys]
     schema: Schema
     epoch: int
+    cache_size: int = field(default=DEFAULT_LRU_CAPACITY, repr=False, compare=False)
+    _cache: LruCache[Hashable, bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._cache = LruCache(self.cache_size)
 
     def __repr__(self) -> str:
         return f"FilterKeys({self.filter.id!r}, scopes={len(self.scopes)})"
 
-    def _x(self, sk: _ScopeKeys, et: EventType, attrs: Mapping[str, Any]) -> bytes:
+    @property
+    def cache(self) -> LruCache[Hashable, bytes]:
+        """The derived-key cache of this epoch (sizes and hit counts only)."""
+        return self._cache
+
+    def _hint_key(self, scope: str, sk: _ScopeKeys) -> bytes:
+        hk = self._cache.get(("hint", scope))
+        if hk is None:
+            hk = _hint_key(raw(sk.scope_key))
+            self._cache.put(("hint", scope), hk)
+        return hk
+
+    def _x(self, scope: str, sk: _ScopeKeys, et: EventType, attrs: Mapping[str, Any]) -> bytes:
         agg = sk.aggregate.get(et.name)
         if agg is None:
             raise InvalidToken()
@@ -234,16 +260,23 @@ class FilterKeys:
             if a == ta:
                 continue
             grants = sk.keys.get(a)
-            if grants is not None:  # constrained: must be present and below a cover node
-                if a not in attrs:
-                    raise InvalidToken()
-                x = _xor(x, self._below(spec, grants, attrs[a]))
-            elif a in attrs:  # unconstrained and present: from the root
-                root = sk.root(spec_tree(spec), a)
-                kind = attr_kind(spec)
-                node = NodeGrant(_tree(kind), a, () if kind in ("category", "plain") else "")
-                leaf = _derive(kind, spec, node, SecretBytes(root), attrs[a])
-                x = _xor(x, _xor(_absent_key(root), leaf))
+            if grants is not None and a not in attrs:  # constrained: must be present
+                raise InvalidToken()
+            if a not in attrs:
+                continue
+            v = attrs[a]
+            ck = (scope, et.name, a, type(v), v)  # the exact type: True, 1 and 1.0 differ
+            d = self._cache.get(ck)
+            if d is None:
+                if grants is not None:  # constrained: the value must lie below a cover node
+                    d = self._below(spec, grants, v)
+                else:  # unconstrained and present: from the root
+                    root = sk.root(spec_tree(spec), a)
+                    kind = attr_kind(spec)
+                    node = NodeGrant(_tree(kind), a, () if kind in ("category", "plain") else "")
+                    d = _xor(_absent_key(root), _derive(kind, spec, node, SecretBytes(root), v))
+                self._cache.put(ck, d)
+            x = _xor(x, d)
         return x
 
     @staticmethod
@@ -262,9 +295,9 @@ class FilterKeys:
         eid, epoch = str(r["event_id"]), int(r["epoch"])
         if epoch != self.epoch:
             raise InvalidToken()
-        for sk in self.scopes.values():
+        for scope, sk in self.scopes.items():
             try:
-                pt = open_(_hint_key(raw(sk.scope_key)), r["hint"], aad=_hint_aad(epoch, eid))
+                pt = open_(self._hint_key(scope, sk), r["hint"], aad=_hint_aad(epoch, eid))
             except InvalidToken:
                 continue
             hint = json.loads(pt)
@@ -273,8 +306,8 @@ class FilterKeys:
                 raise InvalidToken()
             attrs: dict[str, Any] = dict(hint["a"])
             try:
-                k_e = _event_key(raw(sk.scope_key), self._x(sk, et, attrs))
-            except (KeyError_, ValidationError):
+                k_e = _event_key(raw(sk.scope_key), self._x(scope, sk, et, attrs))
+            except (KeyError_, ValidationError, TypeError):  # TypeError: unhashable value
                 raise InvalidToken() from None
             tid = et.type_id
             secrets = r["secrets"]

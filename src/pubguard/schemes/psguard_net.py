@@ -243,7 +243,9 @@ class PSGuardClient:
         self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
         self._pub: tuple[int, Publisher] | None = None
         self._sign_records = sign_records
+        #: verified batch roots (one Ed25519 verify per Merkle batch, psguard.txt §4 + issue 5)
         self._roots = SignedRootVerifier(ROOT_TAG, ttl=2 * DEFAULT_MAX_DELAY_MS / 1000)
+        self._record_checks = 0
 
     def __repr__(self) -> str:
         return f"PSGuardClient({self.name!r}, filters={len(self._held)})"
@@ -251,6 +253,12 @@ class PSGuardClient:
     @property
     def verify_key(self) -> VerifyKey | None:
         return None if self._sk is None else self._sk.public
+
+    @property
+    def signature_checks(self) -> int:
+        """Ed25519 verifications this client performed on receipt (single-signed records, and
+        batch roots not already verified)."""
+        return self._record_checks + self._roots.verifications
 
     # -- subscriber -----------------------------------------------------------------------------
     def authorise(self, f: Filter, *, now: float) -> ProtectedFilterRows:
@@ -316,6 +324,7 @@ class PSGuardClient:
         vk = self.publisher_keys.get(rec.publisher)
         if vk is not None:
             if batch is None:
+                self._record_checks += 1
                 if not verify_record(rec, {rec.publisher: vk}):
                     raise InvalidToken()
             else:
@@ -379,17 +388,33 @@ class PSGuardClient:
     ) -> list[ProtectedEvent]:
         """Protect a batch under one signature over the Merkle root of its records (amortised
         signing; a batch of one is an ordinary single-signed record)."""
-        if len(events) <= 1 or not self._sign_records:
-            return [self.protect_event(e, now=now, rng=rng) for e in events]
+        return self.sign_prepared([self.prepare_event(e, now=now, rng=rng) for e in events],
+                                  now=now)  # fmt: skip
+
+    def prepare_event(
+        self, event: Event, *, now: float, rng: Random | None = None
+    ) -> ProtectedRecord:
+        """The first half of :meth:`protect_events`: the record of ``event``, encrypted and
+        tokenised but not signed (typed errors for a bad event are raised here). A client
+        that batches publications itself (:class:`pubguard.net.client.Client`) prepares
+        each event as it is published and signs them together with :meth:`sign_prepared`."""
+        if event.id is None:
+            event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
+        return self.publisher(now=now).protect(event, now_ms=int(now * 1000), rng=rng,
+                                               sign=False)  # fmt: skip
+
+    def sign_prepared(
+        self, recs: list[ProtectedRecord], *, now: float, rng: Random | None = None
+    ) -> list[ProtectedEvent]:
+        """Sign prepared records: one signature each for a batch of one (or without record
+        signatures), else one over the Merkle root of the batch, each record carrying its
+        index, the batch size and its path (``mi``, ``mn``, ``mp``)."""
+        if len(recs) <= 1 or not self._sign_records:
+            if recs and self._signer is None:
+                raise KeyError_("this client has no signing key: it cannot publish")
+            return [record_to_wire(with_sig(r, self._signer.sign(r.message()))) for r in recs]
         if self._sk is None:
             raise KeyError_("this client has no signing key: it cannot publish")
-        pub = self.publisher(now=now)
-        now_ms = int(now * 1000)
-        recs = []
-        for e in events:
-            if e.id is None:
-                e = Event(e.attrs, id=new_event_id(rng), type=e.type, payload=e.payload)
-            recs.append(pub.protect(e, now_ms=now_ms, rng=rng, sign=False))
         root, paths = merkle_batch([H(r.message()) for r in recs])
         sig = self._sk.sign(signed_root(ROOT_TAG, root, len(recs)))
         out = []

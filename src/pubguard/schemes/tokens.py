@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pubguard.crypto import prf_aes_blocks
+from pubguard.crypto import AesPrf, prf_aes_blocks
 from pubguard.errors import ValidationError
 from pubguard.keys.kdc import TopicKeys
 from pubguard.keys.nakt import ktid, nakt_cover, nakt_depth
@@ -303,11 +303,21 @@ def constraint_tokens(tk: TopicKeys, grants: Sequence[NodeGrant]) -> list[bytes]
     return [_t(tk.node_token(g.kind, g.attr, g.node)) for g in grants]
 
 
-def randomize(tokens: Sequence[bytes], nonce: bytes) -> list[bytes]:
-    """psguard.txt §4.1: ``F_T(r)`` for each token ``T`` (AES-128 keyed by the token)."""
+def randomize(
+    tokens: Sequence[bytes], nonce: bytes, *, prfs: Sequence[AesPrf] | None = None
+) -> list[bytes]:
+    """psguard.txt §4.1: ``F_T(r)`` for each token ``T`` (AES-128 keyed by the token).
+
+    ``prfs[i]``, when given, is ``AesPrf(tokens[i])``: a publisher that keeps its tokens' AES
+    contexts for the epoch (psguard.txt §5.2.3 "with key caching") pays one block per token
+    (~0.3 us) instead of a cipher set-up (~6 us); the outputs are the same."""
     if len(nonce) != NONCE_BYTES:
         raise ValidationError(f"nonce must be {NONCE_BYTES} bytes")
-    return [prf_aes_blocks(t, nonce) for t in tokens]
+    if prfs is None:
+        return [prf_aes_blocks(t, nonce) for t in tokens]
+    if len(prfs) != len(tokens):
+        raise ValidationError("randomize: one PRF context per token")
+    return [f.unchecked(nonce) for f in prfs]  # one whole block: the nonce length is checked
 
 
 def match_randomized(
