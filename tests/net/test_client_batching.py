@@ -178,3 +178,32 @@ def test_opt_out_and_refusal(aloop: LoopThread, cluster: LocalCluster) -> None:
         Client("127.0.0.1", 1, identity="x", ssl=None, scheme=PlainScheme(), batch_sign=True)
     with pytest.raises(ValidationError):
         Client("127.0.0.1", 1, identity="x", ssl=None, max_batch=0)
+
+
+@pytest.mark.parametrize("profile", ("default", "eventguard"))
+def test_close_withdraws_with_proofs_so_no_broker_keeps_or_refuses(
+    aloop: LoopThread, cluster: LocalCluster, profile: str
+) -> None:
+    """A non-durable subscriber that closes withdraws its subscription with its own proof
+    (eventguard.txt §4.5; the default profile's signed withdrawal): the broker above its own
+    (which would refuse a withdrawal its broker sends without one, as a fake unsubscribe)
+    forgets it, and no broker counts an ``unauthorised`` drop."""
+
+    async def go() -> tuple[int, int, int, dict[str, int]]:
+        before = await cluster.statuses()
+        sub = await cluster.connect("b1", f"leaver-{profile}", profile=profile)
+        await sub.subscribe(f'topic = "leave-{profile}"')
+        await sub.flush()
+        await cluster.wait_quiescent()
+        held = (await cluster.status("b0"))["subscriptions"]
+        await sub.close()
+        await cluster.wait_quiescent()
+        after = await cluster.statuses()
+        unauth = {b: s["drops"].get("unauthorised", 0)
+                  - before[b]["drops"].get("unauthorised", 0) for b, s in after.items()}  # fmt: skip
+        return before["b0"]["subscriptions"], held, after["b0"]["subscriptions"], unauth
+
+    start, held, end, unauth = aloop.run(go(), timeout=60)
+    assert held == start + 1  # b1 forwarded the subscription up to b0
+    assert end == start  # ... and the proof-carrying withdrawal took it away again
+    assert unauth == {"b0": 0, "b1": 0}

@@ -102,6 +102,7 @@ DEFAULT_WINDOW: Final = 2048  # unacknowledged messages a client may have in fli
 DEFAULT_MAX_BATCH: Final = 64
 DEFAULT_MAX_PENDING: Final = 65_536  # deliveries buffered per subscription
 HIGH_WATER: Final = 1 << 20  # bytes in the socket buffer before publish awaits drain
+WITHDRAW_TIMEOUT: Final = 2.0  # seconds close() spends withdrawing with proofs (non-durable)
 
 
 def parse_url(url: str) -> tuple[bool, str, int]:
@@ -206,6 +207,8 @@ class Client(ClientLink):
             return
         with contextlib.suppress(Exception):
             self._sign_batch()
+            if not self.durable and self._writer is not None:
+                await asyncio.wait_for(self._withdraw_all(), WITHDRAW_TIMEOUT)
         self._closing = True
         with contextlib.suppress(Exception):
             if self._writer is not None and self._unacked:
@@ -232,6 +235,22 @@ class Client(ClientLink):
         for f in self._status.values():
             if not f.done():
                 f.set_exception(TransportError("client closed"))
+
+    async def _withdraw_all(self) -> None:
+        """A leaving non-durable client withdraws what needs its own proof to withdraw
+        (EventGuard's usb/uab permits, §4.5-4.6; the default profile's signed withdrawals).
+        Its broker forgets the link's subscriptions anyway, but cannot prove the withdrawal to
+        the brokers above it, which refuse a withdrawal without the holder's proof (a fake
+        unsubscribe) and would keep routing the subscription's events down."""
+        now = time.time()
+        for sub in list(self._subs.values()):
+            meta = withdrawal_meta(self.scheme, "unsubscribe_meta", sub.filter, now=now)
+            if meta:
+                await self._send(Unsubscribe(sub.id, self.scheme.profile, meta).to_wire())
+        for aid, f in list(self._adverts.items()):
+            meta = withdrawal_meta(self.scheme, "unadvertise_meta", f, now=now)
+            if meta:
+                await self._send(Unadvertise(aid, self.scheme.profile, meta).to_wire())
 
     # -- public API ------------------------------------------------------------------------
 
