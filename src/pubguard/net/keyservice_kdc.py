@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pubguard.crypto import SecretBytes, SigningKey, VerifyKey
+from pubguard.crypto import SecretBytes, VerifyKey
 from pubguard.crypto.secret import raw
 from pubguard.crypto.x509 import Role
 from pubguard.errors import ConfigError, ValidationError
@@ -223,7 +223,7 @@ class KdcService:
         self.config = config
         self.authority = config.authority()
         if not isinstance(revocations, RevocationRegistry):
-            revocations = RevocationRegistry(revocations, _authority_signer(self.authority))
+            revocations = RevocationRegistry(revocations, self.authority.sign_revocations)
         self.revocations = revocations
         self.authority.revoked.update(revocations.keys)
         self.keys = self.authority.keys
@@ -372,9 +372,3 @@ class KdcService:
     def revocation_list(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
                         serial: int | None = None) -> dict[str, Any]:  # fmt: skip
         return {"list": self.revocations.signed(now).encode()}
-
-
-def _authority_signer(authority: DefaultAuthority) -> SigningKey:
-    """The authority's signing key: the revocation list is signed with the key brokers already
-    hold as ``authority_key`` (under its own tag, so it cannot pass for a permit)."""
-    return authority._sk  # one key, one owner: DefaultAuthority derives it from the master

@@ -23,10 +23,10 @@ nothing and keeps the serial.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from pubguard.crypto import SigningKey
 from pubguard.errors import ValidationError
 from pubguard.schemes.revocation_list import MAX_ENTRIES, SignedRevocations
 from pubguard.store import Database, Migration
@@ -50,10 +50,12 @@ MAX_KEYS_PER_IDENTITY: Final = 64
 
 
 class RevocationRegistry:
-    """See the module docstring. ``db``: the SQLite file (None: in memory); ``signer``: the
-    authority's signing key (its public half is the brokers' ``authority_key``)."""
+    """See the module docstring. ``db``: the SQLite file (None: in memory); ``sign``: the
+    authority's list signer (:meth:`~pubguard.schemes.default_client.DefaultAuthority.
+    sign_revocations`: its key is the brokers' ``authority_key``, and stays inside it)."""
 
-    def __init__(self, db: Database | Path | str | None, signer: SigningKey) -> None:
+    def __init__(self, db: Database | Path | str | None,
+                 sign: Callable[..., SignedRevocations]) -> None:  # fmt: skip
         # the key service runs on one event loop, which tests may run in another thread
         if db is None:
             db = Database(":memory:", check_same_thread=False)
@@ -61,7 +63,7 @@ class RevocationRegistry:
             db = Database(Path(db), check_same_thread=False)
         self.db = db
         self.db.migrate(_COMPONENT, _MIGRATIONS)
-        self._signer = signer
+        self._sign = sign
         self._ids = {r["identity"] for r in db.query("SELECT identity FROM rv_identities")}
         self._keys = {bytes(r["key"]) for r in db.query("SELECT key FROM rv_keys")}
         rows = db.query("SELECT value FROM rv_meta WHERE name = 'serial'")
@@ -148,5 +150,4 @@ class RevocationRegistry:
 
     def signed(self, now: float) -> SignedRevocations:
         """The current list, signed by the authority at ``now``."""
-        return SignedRevocations.sign(self._signer, serial=self._serial, issued=now,
-                                      identities=self._ids, keys=self._keys)  # fmt: skip
+        return self._sign(serial=self._serial, issued=now, identities=self._ids, keys=self._keys)

@@ -60,6 +60,7 @@ from pubguard.schemes.psguard_net import (
     parse_filter,
     record_to_wire,
 )
+from pubguard.schemes.revocation_list import SignedRevocations
 from pubguard.schemes.verified import VerifiedCredentials
 
 __all__ = ["DefaultAuthority", "DefaultClient"]
@@ -128,6 +129,13 @@ class DefaultAuthority:
     def subscribe_permit(self, name: str, key: VerifyKey, digest: bytes, *, now: float,
                          rng: _random.Random | None = None) -> AuthorityPermit:  # fmt: skip
         return self._issue(SUBSCRIBE, name, key, digest, 0, now, rng)
+
+    def sign_revocations(self, *, serial: int, issued: float, identities: Iterable[str],
+                         keys: Iterable[bytes]) -> SignedRevocations:  # fmt: skip
+        """The revocation list with these entries, signed with the permit key brokers hold as
+        ``authority_key`` (under the list's own tag, so it cannot pass for a permit)."""
+        return SignedRevocations.sign(self._sk, serial=serial, issued=issued,
+                                      identities=identities, keys=keys)  # fmt: skip
 
     def revoke(self, key: VerifyKey | bytes) -> None:
         """No more permits for this key; hand :attr:`revoked` to the brokers."""
