@@ -37,7 +37,7 @@ subscriber, all hops included) is the p50/p99 of a run at 80% of that maximum.
 Profiles: ``plain`` (the baseline, run in the same process), ``psguard``, ``eventguard`` (one
 Ed25519 signature per publication, verified at every broker: faithful), ``eventguard-nosig``
 (the paper's EventGuard-nosig: every guard but the per-node signature check), ``default``
-(one signature per publication), ``eventguard-merkle`` / ``default-merkle`` (amortised
+(one signature per publication), ``eventguard-merkle`` / ``default-merkle`` / ``psguard-merkle`` (amortised
 signing: the publisher signs one Merkle root over the offered events already waiting, up to
 :data:`MERKLE_BATCH`, and brokers verify each root once), ``narada`` and ``psguard-paper`` (psguard.txt §2's
 honest-but-curious brokers, which match tokens and verify nothing). Keys come from one in-memory
@@ -84,12 +84,12 @@ __all__ = [
 ]
 
 PROFILES: Final = (
-    "plain", "psguard", "psguard-paper", "eventguard", "eventguard-nosig", "eventguard-merkle",
+    "plain", "psguard", "psguard-merkle", "psguard-paper", "eventguard", "eventguard-nosig", "eventguard-merkle",
     "default", "default-merkle", "narada",
 )  # fmt: skip
 MERKLE_BATCH: Final = 16  # most publications under one signature (``*-merkle`` profiles)
 _BASE: Final = {"eventguard-nosig": "eventguard", "eventguard-merkle": "eventguard",
-                "default-merkle": "default"}  # fmt: skip
+                "default-merkle": "default", "psguard-merkle": "psguard"}  # fmt: skip
 BROKER_COUNTS: Final = (1, 3, 7, 15, 31)
 DEPTHS: Final = {1: 0, 3: 1, 7: 2, 15: 3, 31: 4}
 SCALING_TYPE: Final = EventType("scaling", (AttributeSpec("topic", "str", kind="topic"),))
