@@ -274,7 +274,7 @@ _first64 = struct.Struct(">q").unpack_from  # tok64 of a PRF output block
 class TokenMatcher:
     """Filter index over :class:`TokenFilter` (see the module docstring for the two stages)."""
 
-    __slots__ = ("_alist", "_anchor", "_by64", "_clauses", "_filters", "_post", "_prf",
+    __slots__ = ("_afs", "_alist", "_anchor", "_by64", "_clauses", "_filters", "_post", "_prf",
                  "evaluations")  # fmt: skip
 
     #: randomized events in a batch below which :meth:`match_batch` matches them one by one
@@ -294,13 +294,14 @@ class TokenMatcher:
         self._prf: dict[bytes, Callable[[bytes], bytes]] = {}
         self.evaluations = 0  # F_T(r) evaluations (AES calls in single-event matching)
         self._alist: list[tuple[Callable[[bytes], bytes], frozenset[Clause], bool]] | None = None
+        self._afs: list[Callable[[bytes], bytes]] | None = None  # the anchors' F_T, in order
 
     def __len__(self) -> int:
         return len(self._filters)
 
     def add(self, key: Hashable, pf: TokenFilter) -> None:
         self.remove(key)
-        self._alist = None
+        self._alist = self._afs = None
         self._filters[key] = pf
         for i, groups in enumerate(pf.scopes):
             c = (key, i)
@@ -319,7 +320,7 @@ class TokenMatcher:
         pf = self._filters.pop(key, None)
         if pf is None:
             return
-        self._alist = None
+        self._alist = self._afs = None
         for i, groups in enumerate(pf.scopes):
             c = (key, i)
             a, _ = self._clauses.pop(c)
@@ -404,30 +405,50 @@ class TokenMatcher:
             for i in rnd:
                 out[i] = self.match(pes[i])
             return out
-        nonces = b"".join(pes[i].nonce for i in rnd)
+        nonces = b"".join([pes[i].nonce for i in rnd])
         if len(nonces) != NONCE_BYTES * len(rnd):
             raise ValidationError("psguard nonce has the wrong length for its mode")
         tags = [pes[i].tags for i in rnd]
-        anchors = list(self._anchor)
-        self.evaluations += len(anchors)
-        cand: list[set[Clause]] = [set() for _ in rnd]
-        prf = self._prf
-        for e, t in match_randomized(nonces, tags, anchors, prfs=[prf[t] for t in anchors]):
-            cand[e] |= self._anchor[anchors[t]]
-        rest = sorted({x for cs in cand for c in cs for j, g in enumerate(self._clauses[c][1])
-                       if j != self._clauses[c][0] for x in g})  # fmt: skip
+        al = self._anchor_list()
+        self.evaluations += len(al)
+        # stage 1: every anchor token over every nonce (one AES call per token), compared
+        # in one block against the events' tags
+        cand: list[list[frozenset[Clause]]] = [[] for _ in rnd]
+        for e, t in match_randomized(nonces, tags, (), prfs=self._anchor_prfs):
+            _, clauses, single = al[t]
+            if single:  # a topic filter: its clauses are met
+                out[rnd[e]].update(c[0] for c in clauses)
+            else:
+                cand[e].append(clauses)
+        if not any(cand):
+            return out
+        # stage 2: the other groups of the clauses whose anchor met
+        clauses_of = self._clauses
+        rest = sorted({x for cl in cand for cs in cl for c in cs
+                       for j, g in enumerate(clauses_of[c][1]) if j != clauses_of[c][0]
+                       for x in g})  # fmt: skip
         self.evaluations += len(rest)
         met: list[set[bytes]] = [set() for _ in rnd]
-        rest_prfs = [prf[t] for t in rest]
-        for e, t in match_randomized(nonces, tags, rest, prfs=rest_prfs) if rest else ():
+        prf = self._prf
+        for e, t in match_randomized(nonces, tags, rest, prfs=[prf[t] for t in rest]):
             met[e].add(rest[t])
-        for e, cs in enumerate(cand):
+        for e, cl in enumerate(cand):
             m = met[e]
-            for c in cs:
-                a, groups = self._clauses[c]
-                if all(not m.isdisjoint(g) for j, g in enumerate(groups) if j != a):
-                    out[rnd[e]].add(c[0])
+            for cs in cl:
+                for c in cs:
+                    a, groups = clauses_of[c]
+                    if all(not m.isdisjoint(g) for j, g in enumerate(groups) if j != a):
+                        out[rnd[e]].add(c[0])
         return out
+
+    @property
+    def _anchor_prfs(self) -> list[Callable[[bytes], bytes]]:
+        """``F_T`` of every anchor token, in :meth:`_anchor_list` order."""
+        al = self._anchor_list()
+        fs = self._afs
+        if fs is None:
+            fs = self._afs = [a[0] for a in al]
+        return fs
 
 
 def _discard(d: dict[Any, set[Any]], k: Any, v: Any) -> None:
