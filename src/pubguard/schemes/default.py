@@ -70,7 +70,7 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import MAX_BATCH, pack_path, unpack_path
+from pubguard.schemes.merkle import MAX_BATCH, check_packed_path, pack_path, unpack_path
 from pubguard.schemes.psguard import ProtectedRecord
 from pubguard.schemes.psguard_wire import (
     TokenEvent,
@@ -241,15 +241,15 @@ def parse_publication(
     ``te``: the routing part already decoded."""
     rec = record_from_wire(event_id, routing, body, meta, te=te)
     pm, seq, index, size, path = _batch_meta(meta)
-    return _Publication(rec, seq, pm, index, size, path)
+    return _Publication(rec, seq, pm, index, size, unpack_path(path))
 
 
-def _batch_meta(meta: Mapping[str, Any]) -> tuple[bytes, int, int, int, tuple[bytes, ...]]:
-    """``(permit blob, sequence, Merkle index, size, path)`` of a publication's meta."""
+def _batch_meta(meta: Mapping[str, Any]) -> tuple[bytes, int, int, int, bytes]:
+    """``(permit blob, sequence, Merkle index, size, packed path)`` of a publication's meta."""
     pm = meta.get("pm")
     if pm is not None and type(pm) is not bytes:
         raise ValidationError("default permit must be bytes")
-    path = unpack_path(meta.get("mp", b""))
+    path = check_packed_path(meta.get("mp", b""))
     size = meta.get("mn", 1)
     if type(size) is not int:
         size = _int(size, "batch size")

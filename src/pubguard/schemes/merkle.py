@@ -43,6 +43,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_PATH",
     "NodeMap",
+    "check_packed_path",
     "climb",
     "merkle_batch",
     "merkle_root",
@@ -123,6 +124,19 @@ def unpack_path(blob: object) -> tuple[bytes, ...]:
             f"a Merkle path is at most {MAX_PATH} whole {DIGEST_SIZE}-byte hashes"
         )
     return tuple(blob[i : i + DIGEST_SIZE] for i in range(0, len(blob), DIGEST_SIZE))
+
+
+def check_packed_path(blob: object) -> bytes:
+    """``blob`` if it is a packed path (:func:`pack_path`: whole hashes, at most MAX_PATH),
+    without splitting it; ValidationError otherwise (as :func:`unpack_path`)."""
+    if type(blob) is not bytes:
+        raise ValidationError("a Merkle path is one bytes value")
+    n = len(blob)
+    if n % DIGEST_SIZE or n > MAX_PATH * DIGEST_SIZE:
+        raise ValidationError(
+            f"a Merkle path is at most {MAX_PATH} whole {DIGEST_SIZE}-byte hashes"
+        )
+    return blob
 
 
 def root_from_path(leaf: bytes, index: int, path: Sequence[bytes], size: int) -> bytes:

@@ -44,7 +44,14 @@ from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, Vali
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.guards import SignedRootVerifier
-from pubguard.schemes.merkle import MAX_BATCH, merkle_batch, pack_path, signed_root, unpack_path
+from pubguard.schemes.merkle import (
+    MAX_BATCH,
+    check_packed_path,
+    merkle_batch,
+    pack_path,
+    signed_root,
+    unpack_path,
+)
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import (
     DEFAULT_MAX_DELAY_MS,
@@ -172,7 +179,7 @@ class PSGuardBroker(TokenRouting):
             if key is None or not key.is_valid(sig, signed):
                 return DropReason.FORGED
         else:
-            index, size, path = batch_fields(meta)
+            index, size, path = _batch_packed(meta)
             if key is None:
                 return DropReason.FORGED
             try:
@@ -187,6 +194,16 @@ def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:
     """psguard.txt §2/§4: an honest-but-curious broker routes on tokens and checks nothing
     else (the core has already decoded the routing part: a malformed one is MALFORMED)."""
     return None
+
+
+def _batch_packed(meta: Mapping[str, Any]) -> tuple[int, int, bytes]:
+    """:func:`batch_fields` with the path left packed (the broker's verifier reads it so)."""
+    index, size = meta.get("mi"), meta.get("mn")
+    if type(index) is not int or type(size) is not int:
+        raise ValidationError("psguard Merkle index and size must be integers")
+    if not 0 <= index < size <= MAX_BATCH:
+        raise ValidationError("psguard Merkle index/size out of range")
+    return index, size, check_packed_path(meta.get("mp"))
 
 
 def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:

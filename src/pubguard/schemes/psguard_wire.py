@@ -36,7 +36,7 @@ import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from pubguard.crypto import AesPrf
 from pubguard.errors import ValidationError
@@ -106,9 +106,10 @@ def record_to_wire(rec: ProtectedRecord) -> ProtectedEvent:
     return ProtectedEvent(rec.event_id, routing, rec.payload, meta)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    """A publication's routing part as a broker decodes it."""
+class TokenEvent(NamedTuple):
+    """A publication's routing part as a broker decodes it (an immutable named tuple rather
+    than a frozen dataclass: it is built for every publication at every broker, and a tuple
+    is built in a fraction of the time)."""
 
     mode: str
     nonce: bytes
@@ -170,6 +171,27 @@ def signed_from_wire(
     decoded to ``te``, with :func:`record_from_wire`'s checks (ValidationError on the same
     deviations) but without building the record: ``record_from_wire(...).message()`` from the
     packed tags as they arrived (a broker's guard path)."""
+    if type(meta) in _FLAT_TYPES:  # the common shape, checked inline (a broker's hot path)
+        g = meta.get
+        pub, ts, epoch, hint, sec, sig = g("p"), g("ts"), g("e"), g("h"), g("s"), g("sig")
+        toks = routing.get("t")
+        if (
+            type(pub) is str
+            and pub
+            and type(ts) is int
+            and type(epoch) is int
+            and -(2**63) <= ts < 2**63
+            and 0 <= epoch < 2**63
+            and type(hint) is bytes
+            and type(sec) is bytes
+            and not sec
+            and type(sig) is bytes
+            and type(body) is bytes
+            and type(toks) is bytes
+        ):
+            msg = signed_message_packed(event_id, pub, ts, epoch, te.mode, te.nonce, toks,
+                                        hint, sec, body)  # fmt: skip
+            return pub, ts, epoch, msg, sig
     pub, epoch = _meta_head(meta)
     ts = _int(meta["ts"], "timestamp")
     sec = _bytes(meta["s"], "secrets")
