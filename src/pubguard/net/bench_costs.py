@@ -23,15 +23,19 @@ from pubguard.schemes.registry import KeyBundle, make_broker_scheme
 __all__ = [
     "BENCH_TYPE",
     "MERKLE_BATCH",
+    "MERKLE_BATCHES",
     "PUBLISHER",
     "SIGNING_PROFILES",
     "client_costs",
     "core_cost",
+    "core_costs",
     "validation_cost",
     "validation_costs",
 ]
 
 MERKLE_BATCH: Final = 16  # publications under one signature in the amortised runs
+#: Merkle batch sizes whose per-publication broker costs every report carries
+MERKLE_BATCHES: Final = (16, 64)
 # measured single-signed and batch-signed (Merkle roots over MERKLE_BATCH publications)
 SIGNING_PROFILES: Final = ("eventguard", "default", "psguard")
 #: a topic-routed event type every profile can carry (PSGuard topic-kind attribute)
@@ -211,13 +215,52 @@ def client_costs(profile: str, n: int = 200, *, seed: int = 1) -> dict[str, floa
     return {"protect": round((t1 - t0) / n * 1e6, 1), "open": round((t2 - t1) / n * 1e6, 1)}
 
 
-def validation_costs(profile: str, n: int = 300) -> dict[str, float]:
-    """The per-message broker validation figures a profile's report carries."""
+def validation_costs(
+    profile: str, n: int = 300, *, merkle_batches: tuple[int, ...] = MERKLE_BATCHES
+) -> dict[str, float]:
+    """The per-message broker validation figures a profile's report carries: one signature
+    per publication (``per_message``) and, for the signing profiles, ``merkle_<b>`` for each
+    batch size ``b`` of ``merkle_batches`` (``n`` rounded up to whole batches per slice, so
+    every slice carries the same share of signature checks)."""
     out = {"per_message": validation_cost(profile, n)}
     if profile == "psguard":  # the paper's brokers (psguard.txt §2) verify nothing
         out["paper_brokers"] = validation_cost("psguard-paper", n)
     if profile in SIGNING_PROFILES:
-        out["merkle_batch"] = validation_cost(profile, n, batch=MERKLE_BATCH)
+        for b in merkle_batches:
+            out[f"merkle_{b}"] = validation_cost(profile, _whole(n, b), batch=b)
     if profile == "narada":
         out["without_token_cache"] = validation_cost(profile, n, token_cache=False)
     return out
+
+
+def core_costs(
+    profile: str,
+    n: int = 768,
+    *,
+    merkle_batches: tuple[int, ...] = MERKLE_BATCHES,
+    run: int = 16,
+) -> dict[str, float]:
+    """:func:`core_cost` of plain, ``profile`` (one signature per publication), psguard's
+    paper configuration (for psguard) and each Merkle batch size of a signing profile
+    (``merkle_<b>``), measured alternately in this process, each the best of two runs:
+    the broker core's whole CPU cost per publication (decode, guards, matching against 32
+    subscriptions, routing), ``run`` publications per ``handle_batch`` as a network link
+    hands them over. Divide by ``plain`` for the ratio the issue's goals are stated in."""
+    plan: list[tuple[str, str, int]] = [("plain", "plain", 1), (profile, profile, 1)]
+    if profile == "psguard":
+        plan.append(("psguard-paper", "psguard-paper", 1))
+    if profile in SIGNING_PROFILES:
+        plan += [(profile, f"merkle_{b}", b) for b in merkle_batches]
+    out: dict[str, float] = {}
+    for _ in range(2):  # alternate, so a change in the machine's load falls on every figure
+        for prof, key, b in plan:
+            if key in out and prof == "plain" and profile == "plain":
+                continue
+            c = core_cost(prof, _whole(n, b), batch=b, run=run)
+            out[key] = min(out.get(key, c), c)
+    return out
+
+
+def _whole(n: int, batch: int) -> int:
+    """``n`` rounded up to a multiple of three batches (three slices of whole batches)."""
+    return -(-n // (3 * batch)) * 3 * batch

@@ -227,17 +227,19 @@ class SignedRootVerifier:
             raise InvalidToken()
         tk = (key.to_bytes(), sig)
         tree = self._trees.get(tk)
-        if tree is not None and now > tree.expires:
-            self._drop(tk)
-            tree = None
         if tree is not None:
-            if size != tree.size:
-                raise InvalidToken()  # the signature is on another size
-            h, at, new = climb(leaf, index, size, path, tree.nodes)
-            if tree.nodes.get(at, _NONE)[0] != h:  # it stopped at an authenticated node
-                raise InvalidToken()
-            self._keep(tree, new)
-            return tree.root
+            if now > tree.expires:
+                self._drop(tk)
+            else:
+                if size != tree.size:
+                    raise InvalidToken()  # the signature is on another size
+                nodes = tree.nodes
+                h, at, new = climb(leaf, index, size, path, nodes)
+                if nodes.get(at, _NONE)[0] != h:  # it stopped at an authenticated node
+                    raise InvalidToken()
+                if new:
+                    self._keep(tree, new)
+                return tree.root
         root, at, new = climb(leaf, index, size, path, None)
         ck = (tk[0], root)
         if self._cache.get(ck, now) != sig:  # a root verified under this very signature
@@ -261,7 +263,10 @@ class SignedRootVerifier:
         """Add authenticated nodes to ``tree`` (all or none), within the node budget: the
         oldest other trees go first."""
         nodes = tree.nodes
-        add = sum(1 for k, _, _ in new if k not in nodes)
+        add = 0
+        for k, _, _ in new:
+            if k not in nodes:
+                add += 1
         if not add:
             return
         while self._nodes + add > self.max_nodes:

@@ -196,9 +196,16 @@ def climb(
         raise InvalidToken()
     sha = sha256_fast
     h = sha(_LEAF + _U32X2(index, size) + leaf).digest()
+    get = None
+    if known is not None:
+        get = known.get
+        node = get(index)  # the leaf itself (level 0): its sibling was verified before it
+        if node is not None:
+            if node[0] != h or node[1] != blob:
+                raise InvalidToken()
+            return h, index, []
     p, width, k, lvl = index, size, 0, 0
     new: list[tuple[int, bytes, bytes]] = []
-    get = known.get if known is not None else None
     while True:
         key = lvl << _LEVEL_SHIFT | p
         if get is not None:
