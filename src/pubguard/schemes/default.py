@@ -431,8 +431,7 @@ class DefaultBroker(TokenRouting):
             return DropReason.UNAUTHORISED
         if abs(now - ts / 1000.0) > self.window.max_delay:  # TimestampWindow.check, inline
             return DropReason.STALE
-        self.roots.verify(key, _leaf_of(signed, seq, pd), sig, now=now, index=index, size=size,
-                          path=path)  # fmt: skip
+        self.roots.verify_packed(key, _leaf_of(signed, seq, pd), sig, now, index, size, path)
         return self.replay.check_and_accept(ctx.broker_id, p.key, ts, seq)
 
     def _check_filter(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:

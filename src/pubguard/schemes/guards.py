@@ -223,6 +223,14 @@ class SignedRootVerifier:
             if any(type(x) is not bytes or len(x) != DIGEST_SIZE for x in path):
                 raise InvalidToken()
             path = b"".join(path)
+        return self.verify_packed(key, leaf, sig, now, index, size, path)
+
+    def verify_packed(
+        self, key: VerifyKey, leaf: bytes, sig: bytes, now: float, index: int, size: int,
+        path: bytes,
+    ) -> bytes:  # fmt: skip
+        """:meth:`verify` with positional arguments and the path packed (a broker's hot
+        path)."""
         if type(sig) is not bytes:
             raise InvalidToken()
         tk = (key.to_bytes(), sig)

@@ -74,6 +74,7 @@ def signed_root(tag: bytes, root: bytes, size: int) -> bytes:
 
 #: a node's key in a :data:`NodeMap`: ``level << 17 | position`` (positions < MAX_BATCH)
 _LEVEL_SHIFT: Final = 17
+assert DIGEST_SIZE == 32  # climb's loop spells it out
 #: authenticated nodes of one verified tree: key -> (hash, the packed path above it)
 NodeMap: TypeAlias = Mapping[int, tuple[bytes, bytes]]
 
@@ -196,39 +197,33 @@ def climb(
         raise InvalidToken()
     sha = sha256_fast
     h = sha(_LEAF + _U32X2(index, size) + leaf).digest()
-    get = None
-    if known is not None:
-        get = known.get
-        node = get(index)  # the leaf itself (level 0): its sibling was verified before it
-        if node is not None:
-            if node[0] != h or node[1] != blob:
-                raise InvalidToken()
-            return h, index, []
-    p, width, k, lvl = index, size, 0, 0
+    get = known.get if known is not None else None
+    p, width, k, key = index, size, 0, index
     new: list[tuple[int, bytes, bytes]] = []
+    # key: this level's node, (level << 17) | p; 32 is DIGEST_SIZE (a constant: hot loop)
     while True:
-        key = lvl << _LEVEL_SHIFT | p
         if get is not None:
             node = get(key)
             if node is not None:
-                if node[0] != h or node[1] != blob[k:]:
+                if node[0] != h or node[1] != (blob[k:] if k else blob):
                     raise InvalidToken()
                 return h, key, new
         if width == 1:
             if k != end:
                 raise InvalidToken()
             return h, key, new
+        lvl = key - p  # the level's bits
         if p ^ 1 < width:
-            if k >= end:
+            s = blob[k : k + 32]
+            if len(s) != 32:
                 raise InvalidToken()
-            s = blob[k : k + DIGEST_SIZE]
-            rest = blob[k + DIGEST_SIZE :]
+            k += 32
+            rest = blob[k:]
             new.append((key, h, s + rest))
-            new.append((lvl << _LEVEL_SHIFT | (p ^ 1), s, h + rest))
+            new.append((key ^ 1, s, h + rest))
             h = sha(_NODE + h + s if p & 1 == 0 else _NODE + s + h).digest()
-            k += DIGEST_SIZE
         else:  # promoted without a sibling: the same hash one level up
             new.append((key, h, blob[k:]))
         p >>= 1
         width = (width + 1) >> 1
-        lvl += 1
+        key = lvl + (1 << _LEVEL_SHIFT) + p

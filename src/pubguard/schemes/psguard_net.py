@@ -39,13 +39,14 @@ from collections.abc import Mapping
 from random import Random
 from typing import Any, Final
 
-from pubguard.crypto import H, SigningKey, VerifyKey
+from pubguard.crypto import DIGEST_SIZE, H, SigningKey, VerifyKey, sha256_fast
 from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.guards import SignedRootVerifier
 from pubguard.schemes.merkle import (
     MAX_BATCH,
+    MAX_PATH,
     check_packed_path,
     merkle_batch,
     pack_path,
@@ -118,6 +119,7 @@ TRUST: Final = {
     "none": "honest-but-curious brokers (psguard.txt §2): forgeries refused by subscribers only",
 }
 ROOT_TAG: Final = b"pubguard/psguard/root/v2\x00"  # what a batch's signature covers, then root
+_PATH_LENGTHS: Final = frozenset(range(0, MAX_PATH * DIGEST_SIZE + 1, DIGEST_SIZE))
 
 
 # -- broker face ----------------------------------------------------------------------------------
@@ -179,12 +181,15 @@ class PSGuardBroker(TokenRouting):
             if key is None or not key.is_valid(sig, signed):
                 return DropReason.FORGED
         else:
-            index, size, path = _batch_packed(meta)
+            index, size, path = meta.get("mi"), meta["mn"], meta.get("mp")
+            if not (type(index) is int and type(size) is int and 0 <= index < size <= MAX_BATCH
+                    and type(path) is bytes and len(path) in _PATH_LENGTHS):  # fmt: skip
+                index, size, path = _batch_packed(meta)  # ValidationError: MALFORMED
             if key is None:
                 return DropReason.FORGED
             try:
-                self.roots.verify(key, H(signed), sig, now=ctx.now, index=index, size=size,
-                                  path=path)  # fmt: skip
+                self.roots.verify_packed(key, sha256_fast(signed).digest(), sig, ctx.now, index,
+                                         size, path)  # fmt: skip
             except InvalidToken:
                 return DropReason.FORGED
         return DropReason.STALE if abs(int(ctx.now * 1000) - ts) > self.max_delay_ms else None
