@@ -75,7 +75,7 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import MAX_BATCH, check_packed_path, unpack_path
+from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH, check_packed_path, unpack_path
 
 __all__ = [
     "EVENTGUARD",
@@ -234,7 +234,33 @@ _Meta = tuple[str, int, float, bytes, int, int, bytes, tuple[bytes, ...], tuple[
 def _parse_meta(meta: Mapping[str, Any], n: int) -> _Meta:
     """``(publisher, epoch, ts, sig, index, size, packed path, wrapped keys, permits)`` of a
     publication carrying ``n`` tokens (parse_publication's checks; the path left packed)."""
-    p, e, ts, sig = meta.get("p"), meta.get("e"), meta.get("ts"), meta.get("sig")
+    g = meta.get
+    p, e, ts, sig, mi, mn, mp = (
+        g("p"),
+        g("e"),
+        g("ts"),
+        g("sig"),
+        g("mi", 0),
+        g("mn", 1),
+        g("mp", b""),
+    )
+    if (  # the common shape, checked with exact types (a broker's hot path)
+        type(p) is str
+        and p
+        and type(e) is int
+        and e >= 0
+        and (type(ts) is float or type(ts) is int)
+        and ts == ts
+        and type(sig) is bytes
+        and type(mi) is int
+        and type(mn) is int
+        and 0 <= mi < mn <= MAX_BATCH
+        and type(mp) is bytes
+        and len(mp) in _PATH_LENGTHS
+    ):
+        wrapped = unpack_items(g("wk"), "wrapped keys", n)
+        permits = unpack_items(g("ad"), "advertisement permits", n)
+        return p, e, float(ts), sig, mi, mn, mp, wrapped, permits
     if not isinstance(p, str) or not p:
         raise ValidationError("eventguard publisher must be a non-empty string")
     if isinstance(e, bool) or not isinstance(e, int) or e < 0:
@@ -258,9 +284,15 @@ _F64 = struct.Struct(">d").pack
 _I64 = struct.Struct(">q").pack
 
 
+_PATH_LENGTHS: Final = frozenset(range(0, MAX_PATH * 32 + 1, 32))  # a packed path's sizes
+
+
 def _lp_str(x: str) -> bytes:
     b = x.encode()
     return b"s" + _U32(len(b)) + b
+
+
+_PROFILE_LP: Final = {EVENTGUARD: _lp_str(EVENTGUARD)}
 
 
 def _leaf_fast(
@@ -275,7 +307,8 @@ def _leaf_fast(
 ) -> bytes:
     """:func:`leaf_digest` with :func:`~pubguard.schemes.guards.pack_fields`'s encoding
     written out for these field types (a broker's hot path; a test checks they agree)."""
-    parts = [LEAF_TAG, _lp_str(event_id), _lp_str(profile), _lp_str(publisher),
+    parts = [LEAF_TAG, _lp_str(event_id), _PROFILE_LP.get(profile) or _lp_str(profile),
+             _lp_str(publisher),
              b"i", _I64(epoch), b"f", _F64(ts), b"i", _I64(len(tokens))]  # fmt: skip
     for x in (*tokens, *wrapped, sha256_fast(body).digest()):
         parts += (b"b", _U32(len(x)), x)
