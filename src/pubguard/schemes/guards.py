@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from pubguard.crypto import DIGEST_SIZE, H, VerifyKey
+from pubguard.crypto import sha256_fast as _sha
 from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.schemes.guards_narada import (
     DEFAULT_CACHE_CAPACITY,
@@ -155,6 +156,7 @@ class TTLCache(Generic[K, V]):
         self._d.clear()
 
 
+_U32X2: Final = struct.Struct(">II").pack  # a leaf's index and batch size (merkle._leaf)
 #: authenticated Merkle nodes a :class:`SignedRootVerifier` keeps over all its trees
 DEFAULT_MAX_NODES: Final = 1 << 16
 _NONE: Final = (None, None)
@@ -242,6 +244,16 @@ class SignedRootVerifier:
                 if size != tree.size:
                     raise InvalidToken()  # the signature is on another size
                 nodes = tree.nodes
+                # climb's first step, inline: the leaf's own node (level 0) is authenticated
+                if type(index) is int and type(size) is int and type(leaf) is bytes:
+                    node = nodes.get(index)
+                    if node is not None and 0 <= index < size:
+                        if (
+                            node[1] != path
+                            or node[0] != _sha(b"\x00" + _U32X2(index, size) + leaf).digest()
+                        ):
+                            raise InvalidToken()
+                        return tree.root
                 h, at, new = climb(leaf, index, size, path, nodes)
                 if nodes.get(at, _NONE)[0] != h:  # it stopped at an authenticated node
                     raise InvalidToken()
