@@ -114,11 +114,18 @@ class TokenEvent(NamedTuple):
     mode: str
     nonce: bytes
     tags: tuple[int, ...]
-    tagset: frozenset[int]
+
+    @property
+    def tagset(self) -> frozenset[int]:
+        """The tags as a set (single-event matching looks them up)."""
+        return frozenset(self.tags)
 
     def as_record(self) -> ProtectedRecord:
         """Routing fields only (for :func:`~pubguard.schemes.psguard.broker_match`)."""
         return ProtectedRecord("", "", 0, 0, self.mode, self.nonce, self.tags, b"", (), b"")
+
+
+_new_token_event = tuple.__new__  # TokenEvent from a (mode, nonce, tags) tuple, no checks
 
 
 _ROUTING_KEYS: Final = frozenset({"m", "n", "t"})
@@ -157,7 +164,7 @@ def parse_routing(routing: Mapping[str, Any]) -> TokenEvent:
     if odd or n > MAX_EVENT_TAGS:
         raise ValidationError("psguard tags must be whole int64 values, at most 4096")
     tags = _unpacker(n)(raw) if n <= _UNPACK_CACHED else struct.unpack(f">{n}q", raw)
-    return TokenEvent(mode, nonce, tags, frozenset(tags))
+    return _new_token_event(TokenEvent, (mode, nonce, tags))  # type: ignore[no-any-return]
 
 
 def signed_from_wire(
