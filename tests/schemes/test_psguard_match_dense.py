@@ -66,3 +66,22 @@ def test_dense_and_sorted_paths_agree_with_the_reference(
 def test_nothing_to_match(n: int) -> None:
     assert match_randomized(b"\0" * 16 * n, [()] * n, [b"k" * 16]) == []
     assert match_randomized(b"\0" * 16, [(1,)], []) == []
+
+
+def test_tags_may_be_numpy_arrays() -> None:
+    """The Spark pipeline hands each event's tags over as a numpy array."""
+    import numpy as np
+
+    toks = [b"a" * 16, b"b" * 16]
+    nonces = b"".join(bytes([i]) * 16 for i in range(3))
+    tags = [
+        (tok64(prf_aes_blocks(toks[0], nonces[:16])), 7),
+        (),
+        (tok64(prf_aes_blocks(toks[1], nonces[32:])),),
+    ]
+    want = reference(nonces, tags, toks)
+    arrays = [np.asarray(t, dtype=np.int64) for t in tags]
+    assert set(match_randomized(nonces, arrays, toks)) == want == {(0, 0), (2, 1)}
+    one = [np.asarray(t[:1], dtype=np.int64) for t in (tags[0], tags[2])]
+    two = nonces[:16] + nonces[32:]
+    assert set(match_randomized(two, one, toks)) == {(0, 0), (1, 1)}
