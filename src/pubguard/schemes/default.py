@@ -71,7 +71,13 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import MAX_BATCH, check_packed_path, pack_path, unpack_path
+from pubguard.schemes.merkle import (
+    MAX_BATCH,
+    PACKED_PATH_LENGTHS,
+    check_packed_path,
+    pack_path,
+    unpack_path,
+)
 from pubguard.schemes.psguard import ProtectedRecord
 from pubguard.schemes.psguard_wire import (
     TokenEvent,
@@ -270,7 +276,9 @@ def _batch_meta(meta: Mapping[str, Any]) -> tuple[bytes, int, int, int, bytes]:
     pm = meta.get("pm")
     if pm is not None and type(pm) is not bytes:
         raise ValidationError("default permit must be bytes")
-    path = check_packed_path(meta.get("mp", b""))
+    path = meta.get("mp", b"")
+    if type(path) is not bytes or len(path) not in PACKED_PATH_LENGTHS:
+        path = check_packed_path(path)  # ValidationError unless a packed path
     size = meta.get("mn", 1)
     if type(size) is not int:
         size = _int(size, "batch size")

@@ -75,7 +75,7 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import MAX_BATCH, MAX_PATH, check_packed_path, unpack_path
+from pubguard.schemes.merkle import MAX_BATCH, PACKED_PATH_LENGTHS, check_packed_path, unpack_path
 
 __all__ = [
     "EVENTGUARD",
@@ -256,7 +256,7 @@ def _parse_meta(meta: Mapping[str, Any], n: int) -> _Meta:
         and type(mn) is int
         and 0 <= mi < mn <= MAX_BATCH
         and type(mp) is bytes
-        and len(mp) in _PATH_LENGTHS
+        and len(mp) in PACKED_PATH_LENGTHS
     ):
         wrapped = unpack_items(g("wk"), "wrapped keys", n)
         permits = unpack_items(g("ad"), "advertisement permits", n)
@@ -282,9 +282,6 @@ def _parse_meta(meta: Mapping[str, Any], n: int) -> _Meta:
 
 _F64 = struct.Struct(">d").pack
 _I64 = struct.Struct(">q").pack
-
-
-_PATH_LENGTHS: Final = frozenset(range(0, MAX_PATH * 32 + 1, 32))  # a packed path's sizes
 
 
 def _lp_str(x: str) -> bytes:

@@ -42,6 +42,7 @@ from pubguard.errors import InvalidToken, ValidationError
 __all__ = [
     "MAX_BATCH",
     "MAX_PATH",
+    "PACKED_PATH_LENGTHS",
     "NodeMap",
     "check_packed_path",
     "climb",
@@ -55,6 +56,8 @@ __all__ = [
 
 MAX_BATCH: Final = 1 << 16  # publications under one signed root
 MAX_PATH: Final = 16  # sibling hashes on a path (log2 MAX_BATCH)
+#: the byte lengths a packed path may have (:func:`check_packed_path` accepts exactly these)
+PACKED_PATH_LENGTHS: Final = frozenset(range(0, MAX_PATH * DIGEST_SIZE + 1, DIGEST_SIZE))
 _LEAF: Final = b"\x00"
 _NODE: Final = b"\x01"
 

@@ -39,14 +39,14 @@ from collections.abc import Mapping
 from random import Random
 from typing import Any, Final
 
-from pubguard.crypto import DIGEST_SIZE, H, SigningKey, VerifyKey, sha256_fast
+from pubguard.crypto import H, SigningKey, VerifyKey, sha256_fast
 from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.guards import SignedRootVerifier
 from pubguard.schemes.merkle import (
     MAX_BATCH,
-    MAX_PATH,
+    PACKED_PATH_LENGTHS,
     check_packed_path,
     merkle_batch,
     pack_path,
@@ -119,7 +119,6 @@ TRUST: Final = {
     "none": "honest-but-curious brokers (psguard.txt §2): forgeries refused by subscribers only",
 }
 ROOT_TAG: Final = b"pubguard/psguard/root/v2\x00"  # what a batch's signature covers, then root
-_PATH_LENGTHS: Final = frozenset(range(0, MAX_PATH * DIGEST_SIZE + 1, DIGEST_SIZE))
 
 
 # -- broker face ----------------------------------------------------------------------------------
@@ -183,7 +182,7 @@ class PSGuardBroker(TokenRouting):
         else:
             index, size, path = meta.get("mi"), meta["mn"], meta.get("mp")
             if not (type(index) is int and type(size) is int and 0 <= index < size <= MAX_BATCH
-                    and type(path) is bytes and len(path) in _PATH_LENGTHS):  # fmt: skip
+                    and type(path) is bytes and len(path) in PACKED_PATH_LENGTHS):  # fmt: skip
                 index, size, path = _batch_packed(meta)  # ValidationError: MALFORMED
             if key is None:
                 return DropReason.FORGED
