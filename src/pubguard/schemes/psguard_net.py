@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from random import Random
 from typing import Any, Final
 
-from pubguard.crypto import H, SigningKey, VerifyKey, sha256_fast
+from pubguard.crypto import H, SigningKey, VerifyKey
 from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
@@ -187,8 +187,7 @@ class PSGuardBroker(TokenRouting):
             if key is None:
                 return DropReason.FORGED
             try:
-                self.roots.verify_packed(key, sha256_fast(signed).digest(), sig, ctx.now, index,
-                                         size, path)  # fmt: skip
+                self.roots.verify_packed(key, H(signed), sig, ctx.now, index, size, path)
             except InvalidToken:
                 return DropReason.FORGED
         return DropReason.STALE if abs(int(ctx.now * 1000) - ts) > self.max_delay_ms else None
