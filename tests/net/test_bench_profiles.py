@@ -44,6 +44,10 @@ def test_bench_json_for_a_secure_profile_has_baseline_and_paper() -> None:
         obj["max_throughput_eps"] / obj["baseline_max_throughput_eps"], 3
     )
     assert obj["paper_throughput_drop_pct"] == 2.2 and not obj["drops"]
+    core, ratio = obj["broker_core_us"], obj["broker_core_ratio"]
+    assert set(ratio) == {"psguard", "psguard-paper", "merkle_16", "merkle_64"}
+    assert ratio["merkle_64"] == round(core["merkle_64"] / core["plain"], 3)
+    assert {"merkle_16", "merkle_64"} <= set(obj["broker_validation_us"])
 
 
 def _run(eps: float, p50: float) -> dict:
@@ -104,3 +108,24 @@ def test_a_search_names_what_saturated(tmp_path: Path) -> None:
         assert r["saturated_by"].startswith(
             ("queue of", "publisher fell", "backlog took", "latency rose")
         )
+
+
+def test_merkle_batch_size_reaches_the_plan_labels_and_costs() -> None:
+    from pubguard.net.bench import _plan, _report
+    from pubguard.net.bench_costs import core_costs, validation_costs
+
+    assert ("psguard", "psguard-merkle", 32) in _plan("psguard", 32)
+    d = _report("default", {"default": [_run(20, 2)], "plain": [_run(100, 1)],
+                            "default-merkle": [_run(90, 1)]}, 32)  # fmt: skip
+    assert d["label"] == "default (amortised: Merkle root per 32)"
+    assert d["signing"] == "Merkle root per 32 publications"
+    v = validation_costs("eventguard", 12, merkle_batches=(2, 4))
+    assert set(v) == {"per_message", "merkle_2", "merkle_4"} and min(v.values()) > 0
+    c = core_costs("psguard", 12, merkle_batches=(2,), run=4)
+    assert set(c) == {"plain", "psguard", "psguard-paper", "merkle_2"} and min(c.values()) > 0
+
+
+def test_bench_network_refuses_a_bad_merkle_batch() -> None:
+    for bad in ("1", "0", "70000", "x"):
+        r = CliRunner().invoke(cli, ["bench", "network", "--merkle-batch", bad])
+        assert r.exit_code == 2 and "--merkle-batch" in r.output, r.output

@@ -162,6 +162,9 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self._subs: dict[Key, _Entry] = {}
         self._advs: dict[Key, Advertise] = {}
         self._dedup = DedupWindow(dedup_window, dedup_capacity)
+        # the guards' context of the last message without a prior entry (CheckContext is
+        # frozen: a run of publications from one link at one time shares one)
+        self._last_ctx = CheckContext(0.0, LinkInfo("-", LinkKind.CLIENT), broker_id)
         if store is not None:
             self._restore(store)
 
@@ -412,7 +415,12 @@ class Broker(PublicationRouting, AdvertisementRouting):
     def _check(
         self, scheme: BrokerScheme, msg: Message, link: LinkInfo, now: float, prior: Any
     ) -> list[Action] | None:
-        ctx = CheckContext(now=now, link=link, broker_id=self.broker_id, prior=prior)
+        if prior is None:  # a publication's: the last one's when link and time are the same
+            ctx = self._last_ctx
+            if ctx.link is not link or ctx.now != now:
+                ctx = self._last_ctx = CheckContext(now, link, self.broker_id)
+        else:
+            ctx = CheckContext(now=now, link=link, broker_id=self.broker_id, prior=prior)
         try:
             reason = scheme.broker_check(msg, ctx)
         except DropError as exc:

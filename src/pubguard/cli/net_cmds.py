@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich import box
 from rich.table import Table
 
 from pubguard.cli.common import console, err_console, get_group, print_json
@@ -241,12 +242,16 @@ def register(cli: click.Group) -> None:
     @click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
                   help="Searches per configuration; the median is reported (profile and "
                        "plain alternate).")  # fmt: skip
+    @click.option("--merkle-batch", type=click.IntRange(2, 65536), default=16,
+                  show_default=True,
+                  help="Publications under one signature in the Merkle runs (the broker "
+                       "core costs are also reported at 16 and 64).")  # fmt: skip
     @click.option("--plot", "plot", type=click.Path(dir_okay=False, path_type=Path),
                   default=None, help="Also draw throughput and latency per tree size (PNG).")  # fmt: skip
     @click.option("--json", "as_json", is_flag=True)
     def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
                       subscribers: int, in_process: bool, quick: bool, repeat: int,
-                      plot: Path | None, as_json: bool) -> None:  # fmt: skip
+                      merkle_batch: int, plot: Path | None, as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
         from pubguard.net.config import PROFILES
@@ -264,7 +269,7 @@ def register(cli: click.Group) -> None:
         results = asyncio.run(run_network_bench(
             profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
             in_process=in_process, subscribers=subscribers, quick=quick, repeat=repeat,
-            on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
+            merkle_batch=merkle_batch, on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
         ))  # fmt: skip
         if plot is not None:
             from pubguard.net.bench_plot import plot_network
@@ -278,51 +283,84 @@ def register(cli: click.Group) -> None:
             print_json(results[0] if len(results) == 1 else {"results": results,
                                                              **PAPER[profile]})  # fmt: skip
             return
-        console.print(_bench_table(profile, subscribers, results))
+        for table in _bench_tables(profile, subscribers, results):
+            console.print(table)
         for line in _bench_legend(profile, results):
             console.print(f"[dim]{line}[/dim]")
         for k, v in PAPER[profile].items():
             if k in ("paper", "goal"):
                 console.print(f"{k}: {v}")
-        for key, what in (("broker_validation_us", "broker validation per message"),
-                          ("client_cost_us", "client work per event")):  # fmt: skip
-            v = results[0].get(key)
-            if v:
-                console.print(f"{what} (CPU, in process): "
-                              + ", ".join(f"{k} {x} us" for k, x in v.items()))  # fmt: skip
+        v = results[0].get("client_cost_us")
+        if v:
+            console.print("client work per event (CPU, in process): "
+                          + ", ".join(f"{k} {x} us" for k, x in v.items()))  # fmt: skip
         console.print(f"[dim]{results[0]['machine']}[/dim]")
 
 
-def _bench_table(profile: str, subscribers: int, results: list[dict[str, Any]]) -> Table:
-    """One row per run: the headline (labelled with its signing form) and every variant the
-    bench ran beside it (Merkle batches, single-signed, psguard's paper configuration), each
-    with its own ratios to plain and the broker CPU per event at a fixed rate."""
-    t = Table(title=f"bench network ({profile}, {subscribers} subscribers)")
-    cols = ["brokers", "payload B", "run", "max ev/s", "p50 ms @80%", "p99 ms @80%",
-            "idle p50 ms", "broker CPU us/ev"]  # fmt: skip
-    # run: the profile, or a variant's short name (legend printed below the table)
-    if profile != "plain":
-        cols += ["plain ev/s", "thr ratio", "p50 ratio", "CPU ratio"]
-    for col in cols:
-        t.add_column(col, justify="left" if col == "run" else "right", no_wrap=col == "run")
+def _short(profile: str, variant: str) -> str:
+    """A run's name in the tables: ``merkle`` / ``paper`` for the profile's variants."""
+    if variant == f"{profile}-merkle":
+        return "merkle"
+    return "paper" if variant == "psguard-paper" and profile == "psguard" else variant
+
+
+def _bench_tables(profile: str, subscribers: int, results: list[dict[str, Any]]) -> list[Table]:
+    """Throughput and latency, one row per run (the headline and every variant the bench ran
+    beside it: Merkle batches, single-signed, psguard's paper configuration), each with its
+    ratios to plain; then the in-process broker costs per publication. Each fits 80 columns."""
+    secure = profile != "plain"
+    thr = Table(title=f"bench network ({profile}, {subscribers} subscribers): throughput",
+                box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    lat = Table(title="latency at 80% of max throughput, and idle", box=box.SIMPLE_HEAD,
+                pad_edge=False)  # fmt: skip
+    tcols = ["brokers", "bytes", "run", "max ev/s"]
+    tcols += ["plain ev/s", "ratio", "CPU us", "CPU ratio"] if secure else ["CPU us"]
+    lcols = ["brokers", "bytes", "run", "p50 ms", "p99 ms", "idle p50"]
+    lcols += ["p50 ratio"] if secure else []
+    for t, cols in ((thr, tcols), (lat, lcols)):
+        for col in cols:
+            t.add_column(col, justify="left" if col == "run" else "right", no_wrap=True)
 
     def cpu(v: Any) -> str:
         return "-" if v is None else f"{v:.0f}"
 
-    def row(r: dict[str, Any], run: str) -> list[str]:
-        cells = [str(r["brokers"]), str(r["payload"]), run,
-                 f"{r['max_throughput_eps']:.0f}", str(r["latency_p50_ms"]),
-                 str(r.get("latency_p99_ms")), str(r.get("latency_idle_p50_ms", "-")),
-                 cpu(r.get("broker_cpu_us_per_event"))]  # fmt: skip
-        if profile != "plain":
-            cells += [f"{r['baseline_max_throughput_eps']:.0f}", str(r["throughput_ratio"]),
-                      str(r["latency_p50_ratio"]), str(r.get("broker_cpu_ratio") or "-")]  # fmt: skip
-        return cells
+    def rows(r: dict[str, Any], run: str) -> None:
+        head = [str(r["brokers"]), str(r["payload"]), run]
+        t = head + [f"{r['max_throughput_eps']:.0f}"]
+        if secure:
+            t += [f"{r['baseline_max_throughput_eps']:.0f}", str(r["throughput_ratio"])]
+        t.append(cpu(r.get("broker_cpu_us_per_event")))
+        if secure:
+            t.append(str(r.get("broker_cpu_ratio") or "-"))
+        thr.add_row(*t)
+        la = head + [str(r["latency_p50_ms"]), str(r.get("latency_p99_ms")),
+                     str(r.get("latency_idle_p50_ms", "-"))]  # fmt: skip
+        lat.add_row(*(la + [str(r["latency_p50_ratio"])] if secure else la))
 
     for r in results:
-        t.add_row(*row(r, r.get("variant", profile)))
+        rows(r, _short(profile, r.get("variant", profile)))
         for v in r.get("variants", ()):
-            t.add_row(*row({**r, **v, "latency_idle_p50_ms": "-"}, v["variant"]))
+            rows({**r, **v, "latency_idle_p50_ms": "-"}, _short(profile, v["variant"]))
+    out = [thr, lat]
+    core = results[0].get("broker_core_us") if results else None
+    if core:
+        out.append(_core_table(profile, core, results[0].get("broker_validation_us") or {}))
+    return out
+
+
+def _core_table(profile: str, core: dict[str, float], valid: dict[str, float]) -> Table:
+    """Broker CPU per publication in process: the whole core (decode, guards, matching 32
+    subscriptions, routing; ``handle_batch`` of 16) against plain's, and the guards alone."""
+    t = Table(title="broker CPU per publication, in process",
+              box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    for col in ("run", "core us", "x plain", "guards us"):
+        t.add_column(col, justify="left" if col == "run" else "right", no_wrap=True)
+    guards = {profile: valid.get("per_message"), "psguard-paper": valid.get("paper_brokers")}
+    plain = core["plain"]
+    for k, v in core.items():
+        g = valid.get(k, guards.get(k))
+        t.add_row(_short(profile, k).replace("_", " "), f"{v:.1f}", f"{v / plain:.2f}",
+                  "-" if g is None else f"{g:.1f}")  # fmt: skip
     return t
 
 
@@ -334,7 +372,12 @@ def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
             seen[r["variant"]] = r["label"]
         for v in r.get("variants", ()):
             seen[v["variant"]] = v["label"]
-    return [f"{k}: {v}" for k, v in seen.items()]
+    out = [f"{_short(profile, k)}: {v}" for k, v in seen.items()]
+    if any(r.get("broker_core_us") for r in results):
+        out.append("core us: the whole broker core per publication (decode, guards, matching, "
+                   "routing; handle_batch of 16); guards us: decode and guards alone; "
+                   "merkle <n>: one signature per <n> publications")  # fmt: skip
+    return out
 
 
 def _show_status(state: Path, as_json: bool) -> None:

@@ -33,8 +33,9 @@ material and the clients take their keys from an in-process
 EventGuard topics with advertisements, Narada KMC topics). A non-plain profile is run beside
 plain in the same invocation (``throughput_ratio``, ``latency_p50_ratio``). The signing
 profiles (eventguard, default, psguard) are measured twice: one signature per publication
-(faithful to the papers) and Merkle batches (one signature over ``MERKLE_BATCH``
-publications, verified once per batch per broker); the default profile's headline is its
+(faithful to the papers) and Merkle batches (one signature over ``merkle_batch``
+publications, ``--merkle-batch``, default ``MERKLE_BATCH``, verified once per batch per
+broker); the default profile's headline is its
 Merkle form (its design signs batches), the others' the single-signed one; psguard also runs
 ``psguard-paper`` (psguard.txt §2's honest-but-curious brokers, which verify nothing), the
 configuration the paper's 2.2% was measured in. Every other run is in ``variants`` with its
@@ -43,7 +44,11 @@ run also reports ``broker_cpu_us_per_event``: the broker processes' CPU time
 (``/proc/<pid>/stat``) per publication at a fixed offered rate (``CPU_RATE``, or 80% of the
 run's maximum if lower), and ``broker_cpu_ratio`` against plain's. :func:`validation_cost`
 times a broker's per-message work (decode + guards) in process, which is what narada's
-Table 2 broker cost and EventGuard's 1.7 ms verify measure.
+Table 2 broker cost and EventGuard's 1.7 ms verify measure; :func:`core_costs` times a whole
+broker core per publication (decode, guards, matching 32 subscriptions, routing; CPU time,
+in process) for plain, the profile and each Merkle batch size of ``MERKLE_BATCHES`` (and
+``merkle_batch``), so the report shows how the ratio to plain moves with the batch size
+(``broker_core_us``, ``broker_core_ratio``): a measure that survives a loaded machine.
 """
 
 from __future__ import annotations
@@ -64,9 +69,11 @@ from pubguard.model import Event
 from pubguard.net.bench_costs import (
     BENCH_TYPE,
     MERKLE_BATCH,
+    MERKLE_BATCHES,
     PUBLISHER,
     SIGNING_PROFILES,
     client_costs,
+    core_costs,
     validation_cost,
     validation_costs,
 )
@@ -74,6 +81,7 @@ from pubguard.net.bench_subs import RemoteSubscribers
 from pubguard.net.client import Client
 from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import PROFILES, ClusterConfig, tree_edges
+from pubguard.schemes.merkle import MAX_BATCH
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import KeyBundle
 
@@ -82,6 +90,7 @@ __all__ = [
     "PAPER",
     "PAPER_NOTE",
     "client_costs",
+    "core_costs",
     "measure_network",
     "run_network_bench",
     "validation_cost",
@@ -468,22 +477,30 @@ async def run_network_bench(
     validation_messages: int = 300,
     quick: bool = False,
     repeat: int = 1,
+    merkle_batch: int = MERKLE_BATCH,
 ) -> list[dict[str, Any]]:
     """Every (brokers, payload) combination; a non-plain profile also runs plain for ratios,
     the signing profiles also with Merkle batches, and every secure profile reports its
     per-message broker validation time. ``repeat``: run each search that many times and
     report the run with the median ``max_throughput_eps`` (all of them in
     ``max_throughput_runs_eps``); the profile's and plain's searches alternate, so a change in
-    the machine's load falls on both sides of a ratio."""
+    the machine's load falls on both sides of a ratio. ``merkle_batch``: publications under
+    one signature in the Merkle runs (2..``MAX_BATCH``)."""
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
+    if not 2 <= merkle_batch <= MAX_BATCH:
+        raise ValueError(f"merkle_batch must be 2..{MAX_BATCH}")
     out = []
     say = on_step or (lambda s: None)
     valid: dict[str, Any] = {}
     clients: dict[str, Any] = {}
     if profile != "plain":
         say(f"{profile}: broker validation and client costs per message")
-        valid = validation_costs(profile, 30 if quick else validation_messages)
+        batches = tuple(sorted({*MERKLE_BATCHES, merkle_batch}))
+        valid = validation_costs(profile, 30 if quick else validation_messages,
+                                 merkle_batches=batches)  # fmt: skip
+        say(f"{profile}: broker core CPU per publication (plain alongside)")
+        core = core_costs(profile, 48 if quick else 768, merkle_batches=batches)
         clients = client_costs(profile, 30 if quick else 200)
     knobs: dict[str, Any] = (
         {"max_rate": 2000, "run_s": 0.3, "bisections": 1, "cpu_rate": None} if quick else {}
@@ -499,14 +516,17 @@ async def run_network_bench(
                                            **knobs)  # fmt: skip
 
                 series: dict[str, list[dict[str, Any]]] = {}
-                plan = _plan(profile)
+                plan = _plan(profile, merkle_batch)
                 for i in range(repeat):  # interleaved: profile, plain, merkle, profile, ...
                     for prof, tag, batch in plan:
                         suffix = f"-r{i}" if repeat > 1 else ""
                         series.setdefault(tag, []).append(await run(prof, tag + suffix, batch))
-                r = _report(profile, series)
+                r = _report(profile, series, merkle_batch)
                 if profile != "plain":
                     r["broker_validation_us"] = valid
+                    r["broker_core_us"] = core
+                    r["broker_core_ratio"] = {k: _ratio(v, core["plain"])
+                                              for k, v in core.items() if k != "plain"}  # fmt: skip
                     r["client_cost_us"] = clients
                 r.update(PAPER[profile])
                 r["machine"] = SHARED_MACHINE
@@ -514,19 +534,23 @@ async def run_network_bench(
     return out
 
 
-#: how each variant is labelled in the report
+#: how each variant is labelled in the report (``{b}``: the Merkle batch size)
 LABELS: Final = {
     "psguard": "psguard (signed records: one signature per publication)",
-    "psguard-merkle": f"psguard (signed Merkle roots per {MERKLE_BATCH})",
+    "psguard-merkle": "psguard (signed Merkle roots per {b})",
     "psguard-paper": "psguard (paper: honest-but-curious brokers)",
     "eventguard": "eventguard (faithful: one signature per publication)",
-    "eventguard-merkle": f"eventguard (amortised: Merkle root per {MERKLE_BATCH})",
+    "eventguard-merkle": "eventguard (amortised: Merkle root per {b})",
     "default": "default (single-signed: one signature per publication)",
-    "default-merkle": f"default (amortised: Merkle root per {MERKLE_BATCH})",
+    "default-merkle": "default (amortised: Merkle root per {b})",
 }
 
 
-def _plan(profile: str) -> list[tuple[str, str, int]]:
+def _label(tag: str, batch: int) -> str:
+    return LABELS.get(tag, tag).format(b=batch)
+
+
+def _plan(profile: str, merkle_batch: int = MERKLE_BATCH) -> list[tuple[str, str, int]]:
     """``(profile, tag, batch)`` of every search one configuration runs, in the order they
     alternate: the profile, plain, the Merkle-batched form of a signing profile and, for
     psguard, the paper's configuration (brokers verify nothing, psguard.txt §2)."""
@@ -534,13 +558,15 @@ def _plan(profile: str) -> list[tuple[str, str, int]]:
     if profile != "plain":
         plan.append(("plain", "plain", 1))
         if profile in SIGNING_PROFILES:
-            plan.append((profile, f"{profile}-merkle", MERKLE_BATCH))
+            plan.append((profile, f"{profile}-merkle", merkle_batch))
         if profile == "psguard":
             plan.append(("psguard-paper", "psguard-paper", 1))
     return plan
 
 
-def _report(profile: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _report(
+    profile: str, series: dict[str, list[dict[str, Any]]], merkle_batch: int = MERKLE_BATCH
+) -> dict[str, Any]:
     """One configuration's report: the headline run (the median of its searches) against
     plain, and every variant labelled with its own ratios. The default profile's headline is
     its amortised form (its design signs Merkle roots); the faithful single-signed run is
@@ -551,7 +577,7 @@ def _report(profile: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, 
         return r
     base = _median_run(series["plain"])
     r.update(_versus(r, base))
-    r["variant"], r["label"] = head, LABELS.get(head, profile)
+    r["variant"], r["label"] = head, _label(head, merkle_batch)
     r["baseline_latency_p50_ms"] = base["latency_p50_ms"]
     r["baseline_max_throughput_runs_eps"] = base["max_throughput_runs_eps"]
     variants = []
@@ -560,8 +586,8 @@ def _report(profile: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, 
             continue
         v = _median_run(series[tag])
         variants.append({
-            "variant": tag, "label": LABELS.get(tag, tag),
-            "batch": MERKLE_BATCH if tag.endswith("-merkle") else 1,
+            "variant": tag, "label": _label(tag, merkle_batch),
+            "batch": merkle_batch if tag.endswith("-merkle") else 1,
             "max_throughput_eps": v["max_throughput_eps"],
             "latency_p50_ms": v["latency_p50_ms"], "latency_p99_ms": v["latency_p99_ms"],
             "max_throughput_runs_eps": v["max_throughput_runs_eps"],
@@ -571,7 +597,7 @@ def _report(profile: str, series: dict[str, list[dict[str, Any]]]) -> dict[str, 
     r["variants"] = variants
     if profile in SIGNING_PROFILES:
         if head.endswith("-merkle"):
-            r["signing"] = f"Merkle root per {MERKLE_BATCH} publications"
+            r["signing"] = f"Merkle root per {merkle_batch} publications"
             r["single_signed"] = next(v for v in variants if v["variant"] == profile)
         else:
             r["signing"] = "one signature per publication"

@@ -46,13 +46,14 @@ before any of this runs.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
 
-from pubguard.crypto import H, VerifyKey
+from pubguard.crypto import H, VerifyKey, sha256_fast
 from pubguard.crypto.x509 import Certificate, RevocationList
 from pubguard.errors import DropReason, ValidationError
 from pubguard.schemes.base import CheckContext, LinkKind
@@ -70,7 +71,13 @@ from pubguard.schemes.guards import (
     TTLCache,
     pack_fields,
 )
-from pubguard.schemes.merkle import MAX_BATCH, pack_path, unpack_path
+from pubguard.schemes.merkle import (
+    MAX_BATCH,
+    PACKED_PATH_LENGTHS,
+    check_packed_path,
+    pack_path,
+    unpack_path,
+)
 from pubguard.schemes.psguard import ProtectedRecord
 from pubguard.schemes.psguard_wire import (
     TokenEvent,
@@ -199,9 +206,29 @@ def leaf_digest(rec: ProtectedRecord, seq: int, permit_blob: bytes) -> bytes:
     return H(pack_fields(LEAF_TAG, DEFAULT, rec.message(), seq, H(permit_blob)))
 
 
+_LEAF_HEAD: Final = pack_fields(LEAF_TAG, DEFAULT)
+_I64: Final = struct.Struct(">q").pack
+_U32: Final = struct.Struct(">I").pack
+
+
 def _leaf_of(signed: bytes, seq: int, permit_digest: bytes) -> bytes:
-    """:func:`leaf_digest` from the record's signed bytes and the permit's digest."""
-    return H(pack_fields(LEAF_TAG, DEFAULT, signed, seq, permit_digest))
+    """:func:`leaf_digest` from the record's signed bytes and the permit's digest (the
+    :func:`pack_fields` encoding, its constant head built once)."""
+    return sha256_fast(
+        b"".join(
+            (
+                _LEAF_HEAD,
+                b"b",
+                _U32(len(signed)),
+                signed,
+                b"i",
+                _I64(seq),
+                b"b",
+                _U32(len(permit_digest)),
+                permit_digest,
+            )
+        )  # fmt: skip
+    ).digest()
 
 
 def withdrawal_digest(op: str, permit: AuthorityPermit, ts: int, seq: int) -> bytes:
@@ -241,15 +268,17 @@ def parse_publication(
     ``te``: the routing part already decoded."""
     rec = record_from_wire(event_id, routing, body, meta, te=te)
     pm, seq, index, size, path = _batch_meta(meta)
-    return _Publication(rec, seq, pm, index, size, path)
+    return _Publication(rec, seq, pm, index, size, unpack_path(path))
 
 
-def _batch_meta(meta: Mapping[str, Any]) -> tuple[bytes, int, int, int, tuple[bytes, ...]]:
-    """``(permit blob, sequence, Merkle index, size, path)`` of a publication's meta."""
+def _batch_meta(meta: Mapping[str, Any]) -> tuple[bytes, int, int, int, bytes]:
+    """``(permit blob, sequence, Merkle index, size, packed path)`` of a publication's meta."""
     pm = meta.get("pm")
     if pm is not None and type(pm) is not bytes:
         raise ValidationError("default permit must be bytes")
-    path = unpack_path(meta.get("mp", b""))
+    path = meta.get("mp", b"")
+    if type(path) is not bytes or len(path) not in PACKED_PATH_LENGTHS:
+        path = check_packed_path(path)  # ValidationError unless a packed path
     size = meta.get("mn", 1)
     if type(size) is not int:
         size = _int(size, "batch size")
@@ -316,7 +345,9 @@ class DefaultBroker(TokenRouting):
         self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay)
         self._permits: TTLCache[bytes, AuthorityPermit] = TTLCache()
         self._keys: dict[bytes, VerifyKey] = {}
-        self._permit_digests: dict[bytes, bytes] = {}  # permit blob -> H(blob), for leaves
+        # publish permit blob -> (verified permit, its key parsed, H(blob) for leaves): the
+        # permit is still checked for kind, validity and revocation on every publication
+        self._publishers: dict[bytes, tuple[AuthorityPermit, VerifyKey, bytes]] = {}
         self._strike_args = (strikes, strike_window, ban)
         self.ban_brokers = ban_brokers
         self._state: dict[str, _PerBroker] = {}
@@ -394,22 +425,21 @@ class DefaultBroker(TokenRouting):
         blob, seq, index, size, path = _batch_meta(meta)
         if not blob:
             return DropReason.UNAUTHORISED
-        p = self.permit(blob, now)
+        hot = self._publishers.get(blob)
+        if hot is None:
+            p = self.permit(blob, now)
+            if len(self._publishers) >= 4096:
+                self._publishers.clear()
+            hot = self._publishers[blob] = (p, self._key(p.key), H(blob))
+        p, key, pd = hot
         bad = self._valid(p, PUBLISH, now)
         if bad is not None:
             return bad
         if p.subject != publisher or p.epoch != epoch:
             return DropReason.UNAUTHORISED
-        stale = self.window.check(ts / 1000.0, now)
-        if stale is not None:
-            return stale
-        pd = self._permit_digests.get(blob)
-        if pd is None:
-            if len(self._permit_digests) >= 4096:
-                self._permit_digests.clear()
-            pd = self._permit_digests[blob] = H(blob)
-        self.roots.verify(self._key(p.key), _leaf_of(signed, seq, pd), sig, now=now,
-                          index=index, size=size, path=path)  # fmt: skip
+        if abs(now - ts / 1000.0) > self.window.max_delay:  # TimestampWindow.check, inline
+            return DropReason.STALE
+        self.roots.verify_packed(key, _leaf_of(signed, seq, pd), sig, now, index, size, path)
         return self.replay.check_and_accept(ctx.broker_id, p.key, ts, seq)
 
     def _check_filter(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:

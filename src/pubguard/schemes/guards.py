@@ -39,7 +39,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
-from pubguard.crypto import H, VerifyKey
+from pubguard.crypto import DIGEST_SIZE, H, VerifyKey
+from pubguard.crypto import sha256_fast as _sha
 from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.schemes.guards_narada import (
     DEFAULT_CACHE_CAPACITY,
@@ -49,7 +50,7 @@ from pubguard.schemes.guards_narada import (
     ReplayState,
     TokenCache,
 )
-from pubguard.schemes.merkle import root_from_path, signed_root
+from pubguard.schemes.merkle import climb, signed_root
 
 __all__ = [
     "DEFAULT_MAX_DELAY",
@@ -155,17 +156,56 @@ class TTLCache(Generic[K, V]):
         self._d.clear()
 
 
+_U32X2: Final = struct.Struct(">II").pack  # a leaf's index and batch size (merkle._leaf)
+#: authenticated Merkle nodes a :class:`SignedRootVerifier` keeps over all its trees
+DEFAULT_MAX_NODES: Final = 1 << 16
+_NONE: Final = (None, None)
+
+
+class _Tree:
+    """The authenticated nodes of one batch whose root signature was verified."""
+
+    __slots__ = ("expires", "nodes", "root", "size")
+
+    def __init__(self, size: int, expires: float, root: bytes) -> None:
+        self.size, self.expires, self.root = size, expires, root
+        self.nodes: dict[int, tuple[bytes, bytes]] = {}
+
+
 class SignedRootVerifier:
     """Verify ``sig`` by ``key`` over ``tag || size || root`` (:func:`~pubguard.schemes.merkle.signed_root`),
-    where ``root`` is recomputed from a publication's leaf digest, index, batch size and Merkle
-    path (the root commits to index and size); cache verified ``(key, root)`` for ``ttl``."""
+        where ``root`` is recomputed from a publication's leaf digest, index, batch size and Merkle
+        path (the root commits to index and size); cache verified ``(key, root)`` (with the
+    signature that verified it) for ``ttl``.
 
-    __slots__ = ("_cache", "tag", "ttl", "verifications")
+        Per verified root it also keeps the batch's authenticated nodes, found by ``(key, sig)``
+        (Ed25519 signatures are deterministic and not malleable: one signature, one signed root),
+        so a later leaf of the batch is hashed only up to the first authenticated node and its
+        remaining path compared (:func:`~pubguard.schemes.merkle.climb`): one leaf hash and about
+        one inner hash per leaf instead of ``log2(n)``, with the full recomputation's outcome. A
+        claimed size other than the verified tree's is refused (its signed string differs). The
+        trees expire with their root (``ttl``) and hold at most ``max_nodes`` nodes in all: the
+        oldest trees are dropped first, and a tree that cannot fit is not kept (its leaves are
+        then checked against the root cache, as before)."""
 
-    def __init__(self, tag: bytes, *, ttl: float, capacity: int = DEFAULT_CACHE_CAPACITY):
+    __slots__ = ("_cache", "_nodes", "_trees", "max_nodes", "tag", "ttl", "verifications")
+
+    def __init__(
+        self,
+        tag: bytes,
+        *,
+        ttl: float,
+        capacity: int = DEFAULT_CACHE_CAPACITY,
+        max_nodes: int = DEFAULT_MAX_NODES,
+    ):
+        if max_nodes < 0:
+            raise ValidationError("max_nodes must be >= 0")
         self.tag = tag
         self.ttl = ttl
-        self._cache: TTLCache[tuple[bytes, bytes], bool] = TTLCache(capacity)
+        self.max_nodes = max_nodes
+        self._cache: TTLCache[tuple[bytes, bytes], bytes] = TTLCache(capacity)
+        self._trees: OrderedDict[tuple[bytes, bytes], _Tree] = OrderedDict()
+        self._nodes = 0  # nodes held by all trees
         self.verifications = 0  # signature checks actually performed
 
     def verify(
@@ -177,22 +217,103 @@ class SignedRootVerifier:
         now: float,
         index: int = 0,
         size: int = 1,
-        path: Sequence[bytes] = (),
+        path: Sequence[bytes] | bytes = (),
     ) -> bytes:
-        """Return the verified root; raise :class:`InvalidToken` on any failure."""
-        root = root_from_path(leaf, index, path, size)
-        ck = (key.to_bytes(), root)
-        if self._cache.get(ck, now) is None:
-            if not isinstance(sig, bytes):
+        """Return the verified root; raise :class:`InvalidToken` on any failure. ``path``:
+        the sibling hashes, bottom-up, or packed (:func:`~pubguard.schemes.merkle.pack_path`)."""
+        if type(path) is not bytes:
+            if any(type(x) is not bytes or len(x) != DIGEST_SIZE for x in path):
                 raise InvalidToken()
+            path = b"".join(path)
+        return self.verify_packed(key, leaf, sig, now, index, size, path)
+
+    def verify_packed(
+        self, key: VerifyKey, leaf: bytes, sig: bytes, now: float, index: int, size: int,
+        path: bytes,
+    ) -> bytes:  # fmt: skip
+        """:meth:`verify` with positional arguments and the path packed (a broker's hot
+        path)."""
+        if type(sig) is not bytes:
+            raise InvalidToken()
+        tk = (key.to_bytes(), sig)
+        tree = self._trees.get(tk)
+        if tree is not None:
+            if now > tree.expires:
+                self._drop(tk)
+            else:
+                if size != tree.size:
+                    raise InvalidToken()  # the signature is on another size
+                nodes = tree.nodes
+                # climb's first step, inline: the leaf's own node (level 0) is authenticated
+                if type(index) is int and type(size) is int and type(leaf) is bytes:
+                    node = nodes.get(index)
+                    if node is not None and 0 <= index < size:
+                        if (
+                            node[1] != path
+                            or node[0] != _sha(b"\x00" + _U32X2(index, size) + leaf).digest()
+                        ):
+                            raise InvalidToken()
+                        return tree.root
+                h, at, new = climb(leaf, index, size, path, nodes)
+                if nodes.get(at, _NONE)[0] != h:  # it stopped at an authenticated node
+                    raise InvalidToken()
+                if new:
+                    self._keep(tree, new)
+                return tree.root
+        root, at, new = climb(leaf, index, size, path, None)
+        ck = (tk[0], root)
+        if self._cache.get(ck, now) != sig:  # a root verified under this very signature
             self.verifications += 1
             key.verify(sig, signed_root(self.tag, root, size))
-            self._cache.put(ck, True, now + self.ttl)
+            self._cache.put(ck, sig, now + self.ttl)
+        trees = self._trees
+        while trees:  # trees are kept in the order they expire: drop the expired ones
+            first = next(iter(trees))
+            if now <= trees[first].expires:
+                break
+            self._drop(first)
+        tree = trees[tk] = _Tree(size, now + self.ttl, root)
+        new.append((at, root, b""))  # the root, with an empty path above it
+        self._keep(tree, new)
+        if not tree.nodes:  # it did not fit: the root cache serves this batch
+            del self._trees[tk]
         return root
 
+    def _keep(self, tree: _Tree, new: list[tuple[int, bytes, bytes]]) -> None:
+        """Add authenticated nodes to ``tree`` (all or none), within the node budget: the
+        oldest other trees go first."""
+        nodes = tree.nodes
+        add = 0
+        for k, _, _ in new:
+            if k not in nodes:
+                add += 1
+        if not add:
+            return
+        while self._nodes + add > self.max_nodes:
+            oldest = next(iter(self._trees))
+            if self._trees[oldest] is tree:
+                return  # it cannot grow: its later leaves climb further (still correct)
+            self._drop(oldest)
+        for k, h, tail in new:
+            nodes[k] = (h, tail)
+        self._nodes += add
+
+    def _drop(self, tk: tuple[bytes, bytes]) -> None:
+        tree = self._trees.pop(tk)
+        self._nodes -= len(tree.nodes)
+
     @property
-    def cache(self) -> TTLCache[tuple[bytes, bytes], bool]:
+    def cache(self) -> TTLCache[tuple[bytes, bytes], bytes]:
         return self._cache
+
+    @property
+    def cached_nodes(self) -> int:
+        """Authenticated Merkle nodes held over all trees (bounded by ``max_nodes``)."""
+        return self._nodes
+
+    @property
+    def cached_trees(self) -> int:
+        return len(self._trees)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,24 @@ publication whose ``mi`` or ``mn`` was altered on the way recomputes another roo
 signature fails (a review finding: the size used to travel unsigned). An odd node at the end
 of a level is promoted unchanged. A batch of one is the plain case: the root is
 ``H(0x00 || 0 || 1 || leaf)`` and the path is empty.
+
+Authenticated nodes (a broker's cache, :class:`~pubguard.schemes.guards.SignedRootVerifier`):
+once a root's signature is verified, every node hashed on the way up and every sibling taken
+from the path is authenticated too: it hashes up to that root. :func:`climb` hashes a later
+leaf of the same batch only up to the first node already authenticated at the same position
+(level, index) and then requires its hash and the rest of the path to equal the
+authenticated ones; a leaf of a batch read in order costs one leaf hash and about one inner
+hash instead of ``log2(n)``. The outcome is the full recomputation's: equal nodes and equal
+remaining path give the verified root; a different node or path gives another root, whose
+signature check would fail (``forged``); a leaf hash commits to index and size, so a node
+cannot be reached from a leaf that claims another position or batch size.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Final, TypeAlias
 
 from pubguard.crypto import DIGEST_SIZE, H, sha256_fast
 from pubguard.errors import InvalidToken, ValidationError
@@ -31,6 +42,10 @@ from pubguard.errors import InvalidToken, ValidationError
 __all__ = [
     "MAX_BATCH",
     "MAX_PATH",
+    "PACKED_PATH_LENGTHS",
+    "NodeMap",
+    "check_packed_path",
+    "climb",
     "merkle_batch",
     "merkle_root",
     "pack_path",
@@ -41,6 +56,8 @@ __all__ = [
 
 MAX_BATCH: Final = 1 << 16  # publications under one signed root
 MAX_PATH: Final = 16  # sibling hashes on a path (log2 MAX_BATCH)
+#: the byte lengths a packed path may have (:func:`check_packed_path` accepts exactly these)
+PACKED_PATH_LENGTHS: Final = frozenset(range(0, MAX_PATH * DIGEST_SIZE + 1, DIGEST_SIZE))
 _LEAF: Final = b"\x00"
 _NODE: Final = b"\x01"
 
@@ -56,6 +73,13 @@ def _leaf(x: bytes, index: int, size: int) -> bytes:
 def signed_root(tag: bytes, root: bytes, size: int) -> bytes:
     """What a batch's signature covers: ``tag || n || root`` (``n`` 4 bytes, big-endian)."""
     return tag + _U32(size) + root
+
+
+#: a node's key in a :data:`NodeMap`: ``level << 17 | position`` (positions < MAX_BATCH)
+_LEVEL_SHIFT: Final = 17
+assert DIGEST_SIZE == 32  # climb's loop spells it out
+#: authenticated nodes of one verified tree: key -> (hash, the packed path above it)
+NodeMap: TypeAlias = Mapping[int, tuple[bytes, bytes]]
 
 
 def _node(left: bytes, right: bytes) -> bytes:
@@ -106,6 +130,19 @@ def unpack_path(blob: object) -> tuple[bytes, ...]:
     return tuple(blob[i : i + DIGEST_SIZE] for i in range(0, len(blob), DIGEST_SIZE))
 
 
+def check_packed_path(blob: object) -> bytes:
+    """``blob`` if it is a packed path (:func:`pack_path`: whole hashes, at most MAX_PATH),
+    without splitting it; ValidationError otherwise (as :func:`unpack_path`)."""
+    if type(blob) is not bytes:
+        raise ValidationError("a Merkle path is one bytes value")
+    n = len(blob)
+    if n % DIGEST_SIZE or n > MAX_PATH * DIGEST_SIZE:
+        raise ValidationError(
+            f"a Merkle path is at most {MAX_PATH} whole {DIGEST_SIZE}-byte hashes"
+        )
+    return blob
+
+
 def root_from_path(leaf: bytes, index: int, path: Sequence[bytes], size: int) -> bytes:
     """Recompute the root of a batch of ``size`` leaves from leaf ``index`` and its path.
 
@@ -138,3 +175,58 @@ def root_from_path(leaf: bytes, index: int, path: Sequence[bytes], size: int) ->
     if k != len(path):
         raise InvalidToken()
     return h
+
+
+def climb(
+    leaf: bytes, index: int, size: int, blob: bytes, known: NodeMap | None
+) -> tuple[bytes, int, list[tuple[int, bytes, bytes]]]:
+    """Hash leaf ``index`` of a batch of ``size`` up its packed path ``blob``, until a node of
+    ``known`` (the authenticated nodes of the batch's verified tree) or, without one, to the
+    root (see the module docstring). Returns ``(hash reached, its node key, new nodes)``,
+    each new node as ``(key, hash, packed path above it)``; the caller authenticates them
+    (by the known node reached, or by verifying the root's signature) before keeping them.
+
+    Raises :class:`InvalidToken` if ``index``/``size``/``blob`` do not fit a batch shape, or
+    if the node reached or the rest of the path differs from the authenticated one."""
+    if (
+        type(index) is not int
+        or type(size) is not int
+        or not 0 <= index < size <= MAX_BATCH
+        or type(blob) is not bytes
+    ):
+        raise InvalidToken()
+    end = len(blob)
+    if end % DIGEST_SIZE or end > MAX_PATH * DIGEST_SIZE:
+        raise InvalidToken()
+    sha = sha256_fast
+    h = sha(_LEAF + _U32X2(index, size) + leaf).digest()
+    get = known.get if known is not None else None
+    p, width, k, key = index, size, 0, index
+    new: list[tuple[int, bytes, bytes]] = []
+    # key: this level's node, (level << 17) | p; 32 is DIGEST_SIZE (a constant: hot loop)
+    while True:
+        if get is not None:
+            node = get(key)
+            if node is not None:
+                if node[0] != h or node[1] != (blob[k:] if k else blob):
+                    raise InvalidToken()
+                return h, key, new
+        if width == 1:
+            if k != end:
+                raise InvalidToken()
+            return h, key, new
+        lvl = key - p  # the level's bits
+        if p ^ 1 < width:
+            s = blob[k : k + 32]
+            if len(s) != 32:
+                raise InvalidToken()
+            k += 32
+            rest = blob[k:]
+            new.append((key, h, s + rest))
+            new.append((key ^ 1, s, h + rest))
+            h = sha(_NODE + h + s if p & 1 == 0 else _NODE + s + h).digest()
+        else:  # promoted without a sibling: the same hash one level up
+            new.append((key, h, blob[k:]))
+        p >>= 1
+        width = (width + 1) >> 1
+        key = lvl + (1 << _LEVEL_SHIFT) + p

@@ -44,7 +44,15 @@ from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, Vali
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.guards import SignedRootVerifier
-from pubguard.schemes.merkle import MAX_BATCH, merkle_batch, pack_path, signed_root, unpack_path
+from pubguard.schemes.merkle import (
+    MAX_BATCH,
+    PACKED_PATH_LENGTHS,
+    check_packed_path,
+    merkle_batch,
+    pack_path,
+    signed_root,
+    unpack_path,
+)
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import (
     DEFAULT_MAX_DELAY_MS,
@@ -172,12 +180,14 @@ class PSGuardBroker(TokenRouting):
             if key is None or not key.is_valid(sig, signed):
                 return DropReason.FORGED
         else:
-            index, size, path = batch_fields(meta)
+            index, size, path = meta.get("mi"), meta["mn"], meta.get("mp")
+            if not (type(index) is int and type(size) is int and 0 <= index < size <= MAX_BATCH
+                    and type(path) is bytes and len(path) in PACKED_PATH_LENGTHS):  # fmt: skip
+                index, size, path = _batch_packed(meta)  # ValidationError: MALFORMED
             if key is None:
                 return DropReason.FORGED
             try:
-                self.roots.verify(key, H(signed), sig, now=ctx.now, index=index, size=size,
-                                  path=path)  # fmt: skip
+                self.roots.verify_packed(key, H(signed), sig, ctx.now, index, size, path)
             except InvalidToken:
                 return DropReason.FORGED
         return DropReason.STALE if abs(int(ctx.now * 1000) - ts) > self.max_delay_ms else None
@@ -187,6 +197,16 @@ def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:
     """psguard.txt §2/§4: an honest-but-curious broker routes on tokens and checks nothing
     else (the core has already decoded the routing part: a malformed one is MALFORMED)."""
     return None
+
+
+def _batch_packed(meta: Mapping[str, Any]) -> tuple[int, int, bytes]:
+    """:func:`batch_fields` with the path left packed (the broker's verifier reads it so)."""
+    index, size = meta.get("mi"), meta.get("mn")
+    if type(index) is not int or type(size) is not int:
+        raise ValidationError("psguard Merkle index and size must be integers")
+    if not 0 <= index < size <= MAX_BATCH:
+        raise ValidationError("psguard Merkle index/size out of range")
+    return index, size, check_packed_path(meta.get("mp"))
 
 
 def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:

@@ -167,6 +167,10 @@ _U32 = struct.Struct(">I").pack
 _TS_EPOCH = struct.Struct(">qq").pack
 
 
+#: each mode's name as signed (length-prefixed), built once
+_MODE_LP = {m: _U32(len(m)) + m.encode() for m in MODES}
+
+
 def _lp(b: bytes) -> bytes:
     return _U32(len(b)) + b
 
@@ -204,15 +208,19 @@ def signed_message_packed(
 ) -> bytes:
     """:func:`signed_message` from the packed forms a broker receives: ``toks`` the tokens as
     big-endian int64s, ``sec`` the canonical secrets blob (:func:`encode_secrets`, or empty)."""
-    e, p, m = event_id.encode(), publisher.encode(), mode.encode()
+    e, p = event_id.encode(), publisher.encode()
     u32 = _U32
+    mode_lp = _MODE_LP.get(mode)
+    if mode_lp is None:
+        m = mode.encode()
+        mode_lp = u32(len(m)) + m
     return b"".join(
         (
             b"psguard-record-v1",
             u32(len(e)), e,
             u32(len(p)), p,
             _TS_EPOCH(ts, epoch),
-            u32(len(m)), m,
+            mode_lp,
             u32(len(nonce)), nonce,
             u32(len(toks)), toks,
             u32(len(hint)), hint,

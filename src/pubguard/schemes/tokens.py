@@ -320,6 +320,11 @@ def randomize(
     return [f.unchecked(nonce) for f in prfs]  # one whole block: the nonce length is checked
 
 
+#: token x event x tag comparisons up to which :func:`match_randomized` compares one dense
+#: block (every token's PRF outputs against every event's tags) instead of sorting the tags
+DENSE_COMPARE_MAX = 1 << 18
+
+
 def match_randomized(
     nonces: bytes,
     tags: Sequence[Sequence[int]],
@@ -334,37 +339,101 @@ def match_randomized(
     ``tok64(F_T(r_i))`` values, ``tokens`` the distinct subscription tokens. For each token,
     one AES call evaluates ``F_tok`` over every nonce of the batch (psguard.txt §4.1; the AES
     PRF makes a token nearly free per event); a hit is an ``(event index, token index)`` pair
-    whose value is among that event's tags (first 64 bits compared, see the module notes).
-    ``prfs[i]``, when given, is ``F_{tokens[i]}`` with its AES context kept
-    (:class:`~pubguard.crypto.AesPrf`): a broker's long-lived index passes them."""
+    whose value is among that event's tags (first 64 bits compared, see the module notes),
+    listed by token, then event. ``prfs[i]``, when given, is ``F_{tokens[i]}`` with its AES
+    context kept (:class:`~pubguard.crypto.AesPrf`): a broker's long-lived index passes them
+    (``tokens`` is then only counted).
+
+    Small batches (most events carry one tag per routable attribute) compare one dense block,
+    every token's outputs against every event's tags padded to the longest tag list, in a
+    few numpy calls; larger ones sort the tags and binary-search each token's outputs."""
     n = len(nonces) // NONCE_BYTES
-    if n == 0 or not tokens:
+    nt = len(prfs) if prfs is not None else len(tokens)
+    if n == 0 or not nt:
         return []
-    counts = np.fromiter((len(t) for t in tags), dtype=np.int64, count=n)
-    vals = (
-        np.concatenate([np.asarray(t, dtype=np.int64) for t in tags])
-        if counts.sum()
-        else np.empty(0, dtype=np.int64)
-    )
-    if not len(vals):
+    counts = [len(t) for t in tags[:n]]
+    width = max(counts)
+    if width == 0:
         return []
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-    order = np.argsort(vals, kind="stable")
+    if nt * n * width <= DENSE_COMPARE_MAX:
+        return _match_dense(nonces, tags, tokens, prfs, n, counts, width)
+    return _match_sorted(nonces, tags, tokens, prfs, n, counts, chunk)
+
+
+def _prf_outputs(
+    nonces: bytes,
+    tokens: Sequence[bytes],
+    prfs: Sequence[Callable[[bytes], bytes]] | None,
+) -> bytes:
+    """``F_T(r)`` for every token ``T`` then every nonce ``r`` (16 bytes each)."""
+    if prfs is None:
+        return b"".join([prf_aes_blocks(t, nonces) for t in tokens])
+    return b"".join([f(nonces) for f in prfs])
+
+
+def _match_dense(
+    nonces: bytes,
+    tags: Sequence[Sequence[int]],
+    tokens: Sequence[bytes],
+    prfs: Sequence[Callable[[bytes], bytes]] | None,
+    n: int,
+    counts: list[int],
+    width: int,
+) -> list[tuple[int, int]]:
+    # A tag is the first 8 bytes of F_T(r) read as a big-endian int64 (tok64): compare the
+    # bytes themselves, as native uint64 on both sides (equality does not care how they read)
+    outs = np.frombuffer(_prf_outputs(nonces, tokens, prfs), dtype=np.uint64)
+    v = outs.reshape(-1, n, 2)[:, :, 0]  # (tokens, events): each output's first 8 bytes
+    if width == 1 and min(counts) == 1:  # one tag per event: one comparison per output
+        tb = struct.pack(f">{n}q", *[t[0] for t in tags[:n]])
+        hit = v == np.frombuffer(tb, dtype=np.uint64)
+    else:  # pad each event's tags with its first (a repeat adds no hit); mask tagless ones
+        flat = [x for t in tags[:n] for x in (tuple(t) + (t[0],) * (width - len(t)) if len(t)
+                                               else (0,) * width)]  # fmt: skip
+        tm = np.frombuffer(struct.pack(f">{len(flat)}q", *flat), dtype=np.uint64)
+        hit = (v[:, :, None] == tm.reshape(n, width)[None, :, :]).any(axis=2)
+        if min(counts) == 0:
+            hit &= np.array(counts, dtype=np.int64) > 0
+    return [(x % n, x // n) for x in np.flatnonzero(hit).tolist()]
+
+
+def _match_sorted(
+    nonces: bytes,
+    tags: Sequence[Sequence[int]],
+    tokens: Sequence[bytes],
+    prfs: Sequence[Callable[[bytes], bytes]] | None,
+    n: int,
+    counts: list[int],
+    chunk: int,
+) -> list[tuple[int, int]]:
+    cnt = np.array(counts, dtype=np.int64)
+    vals = np.concatenate([np.asarray(t, dtype=np.int64) for t in tags[:n]])
+    owner = np.repeat(np.arange(n, dtype=np.int64), cnt)
+    # sort by (value, owner): an event's hit is found even when another event has the
+    # same value (a repeated nonce)
+    order = np.lexsort((owner, vals))
     svals, sowner = vals[order], owner[order]
     out: list[tuple[int, int]] = []
-    for start in range(0, len(tokens), chunk):
-        block = tokens[start : start + chunk]
-        if prfs is None:
-            outs = b"".join([prf_aes_blocks(t, nonces) for t in block])
-        else:
-            outs = b"".join([f(nonces) for f in prfs[start : start + chunk]])
-        v = np.frombuffer(outs, dtype=">i8")[::2].astype(np.int64)  # first 64 bits per block
-        pos = np.searchsorted(svals, v)
-        pos[pos >= len(svals)] = 0
-        ev = np.tile(np.arange(n, dtype=np.int64), len(block))
-        hit = (svals[pos] == v) & (sowner[pos] == ev)
-        for k in np.flatnonzero(hit).tolist():
-            t_idx, e_idx = divmod(k, n)
+    nt = len(prfs) if prfs is not None else len(tokens)
+    ev = np.arange(n, dtype=np.int64)
+    for start in range(0, nt, chunk):
+        block_t = tokens[start : start + chunk] if prfs is None else ()
+        block_f = prfs[start : start + chunk] if prfs is not None else None
+        v = np.frombuffer(_prf_outputs(nonces, block_t, block_f), dtype=">i8")[::2]
+        v = v.astype(np.int64)  # first 64 bits per block, as tok64
+        k = len(v) // n
+        evs = np.tile(ev, k)
+        # the first position of (value, event) in the sorted (value, owner) pairs
+        lo = np.searchsorted(svals, v, side="left")
+        hi = np.searchsorted(svals, v, side="right")
+        hit = np.zeros(len(v), dtype=bool)
+        span = hi - lo
+        one = span == 1
+        hit[one] = sowner[lo[one]] == evs[one]
+        for j in np.flatnonzero(span > 1).tolist():  # equal values in several events
+            hit[j] = bool((sowner[lo[j] : hi[j]] == evs[j]).any())
+        for x in np.flatnonzero(hit).tolist():
+            t_idx, e_idx = divmod(x, n)
             out.append((e_idx, start + t_idx))
     return out
 
