@@ -14,7 +14,7 @@ configuration would keep routing a stolen identity's publications. A broker conf
 - :class:`~pubguard.schemes.revocation_list.RevocationFeed` (sans-IO) verifies the authority's
   signature (the ``authority_key`` of the broker keys) and that the serial only grows; keys
   newly revoked go to ``revoke(key)`` of every profile served that has one (default,
-  eventguard), so the next publication of a revoked key is dropped here with ``revoked``;
+  eventguard, psguard), so the next publication of a revoked key is dropped here with ``revoked``;
 - the accepted list is kept in ``<state>/revocations.bin`` (public, signed), so a restarted
   broker applies it before its first fetch and never accepts an older serial;
 - a failed fetch keeps the last good list; failures, refusals (forged, rollback, ...) and the

@@ -155,6 +155,9 @@ class PSGuardBroker(TokenRouting):
         #: the assumption this broker's checks rest on (shown by docs/profiles.md's threat table)
         self.trust = TRUST[verify]
         self.publishers: dict[str, VerifyKey] = dict(publishers)
+        #: revoked publisher keys (raw), and the names whose key is among them
+        self.revoked: set[bytes] = set()
+        self._revoked_names: set[str] = set()
         self.max_delay_ms = max_delay_ms
         self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)
         #: the core's flag: without checks it admits publications on its plain fast path
@@ -167,6 +170,18 @@ class PSGuardBroker(TokenRouting):
 
     def add_publisher(self, name: str, key: VerifyKey) -> None:
         self.publishers[name] = key
+        if key.to_bytes() in self.revoked:
+            self._revoked_names.add(name)
+
+    def revoke(self, publisher_key: VerifyKey | bytes) -> None:
+        """Refuse this key's publications from now on with REVOKED (the authority's signed
+        revocation list, :mod:`pubguard.net.revocation`; psguard.txt §3.2 alone cuts a
+        publisher off only at the next key epoch). Brokers that verify nothing (``psguard-paper``)
+        route on regardless: there a revoked publisher is cut off at the next key epoch."""
+        raw = publisher_key.to_bytes() if isinstance(publisher_key, VerifyKey) else publisher_key
+        k = bytes(raw)
+        self.revoked.add(k)
+        self._revoked_names.update(n for n, v in self.publishers.items() if v.to_bytes() == k)
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         if message.op != "publish":
@@ -176,6 +191,8 @@ class PSGuardBroker(TokenRouting):
         pub, ts, _, signed, sig = signed_from_wire(message.event_id, te, routing, message.body,
                                                    meta)  # fmt: skip
         key = self.publishers.get(pub)
+        if pub in self._revoked_names:
+            return DropReason.REVOKED
         if "mn" not in meta:  # one signature per record (check_record: forged, then stale)
             if key is None or not key.is_valid(sig, signed):
                 return DropReason.FORGED

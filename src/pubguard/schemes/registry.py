@@ -113,7 +113,7 @@ class BrokerKeys:
     ca_cert: Certificate | None = None  # narada (and CRL checks of the default profile)
     kmc_certs: tuple[Certificate, ...] = ()
     crl: RevocationList | None = None
-    revoked: frozenset[bytes] = frozenset()  # revoked publisher keys (eventguard, default)
+    revoked: frozenset[bytes] = frozenset()  # revoked publisher keys (eventguard, default, psguard)
     max_delay: float = DEFAULT_MAX_DELAY
 
     def to_json(self) -> dict[str, Any]:
@@ -177,8 +177,11 @@ def make_broker_scheme(
         case "plain":
             return PlainScheme()
         case "psguard" | "psguard-paper":
-            return PSGuardBroker(keys.publishers, max_delay_ms=int(keys.max_delay * 1000),
-                                 verify="signature" if profile == "psguard" else "none")  # fmt: skip
+            ps = PSGuardBroker(keys.publishers, max_delay_ms=int(keys.max_delay * 1000),
+                               verify="signature" if profile == "psguard" else "none")  # fmt: skip
+            for k in keys.revoked:
+                ps.revoke(k)
+            return ps
         case "eventguard":
             if keys.ms_key is None:
                 raise ConfigError("eventguard brokers need the MS public key", key="ms_key")
@@ -349,8 +352,8 @@ class KeyBundle:
                                      signing_key=self.signing_key(identity))  # fmt: skip
 
     def revoke(self, identity: str) -> None:
-        """Revoke ``identity``'s publication key (eventguard, default) and, if it has a narada
-        certificate, the certificate (CRL). Take :meth:`broker_keys` again afterwards."""
+        """Revoke ``identity``'s publication key (eventguard, default, psguard) and, if it has
+        a narada certificate, the certificate (CRL). Take :meth:`broker_keys` again afterwards."""
         sk = self.signing_key(identity)
         self.authority.revoke(sk.public)
         if self._narada is not None and identity in self._narada.entities:

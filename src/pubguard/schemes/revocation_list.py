@@ -218,7 +218,7 @@ class RevocationFeed:
 
 
 def apply_revocations(schemes: Iterable[Any], keys: Iterable[bytes]) -> int:
-    """``revoke(key)`` on every broker scheme that has it (eventguard, default); the number
+    """``revoke(key)`` on every broker scheme that has it (eventguard, default, psguard); the number
     of schemes that took the keys."""
     ks = tuple(keys)
     n = 0
