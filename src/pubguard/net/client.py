@@ -292,10 +292,10 @@ class Client(ClientLink):
     def _sign_batch(self) -> None:
         """Sign the pending publications (one Merkle root per run of one profile) and queue
         them in order; called from the loop, at ``max_batch``, and before any other message."""
+        if not self._batch:  # the common case on every send: nothing pending, nothing to do
+            return
         self._batch_scheduled = False
         pending, self._batch = self._batch, []
-        if not pending:
-            return
         now = time.time()
         sign = self.scheme.sign_prepared  # type: ignore[attr-defined]
         for prof, run in itertools.groupby(pending, key=lambda p: p[1]):
