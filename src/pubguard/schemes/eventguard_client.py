@@ -44,7 +44,7 @@ from pubguard.model.constraints import Op
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.schemes.base import ProtectedEvent, ProtectedFilter
-from pubguard.schemes.eventguard import (
+from pubguard.schemes.eventguard_wire import (
     EVENTGUARD,
     ROOT_TAG,
     body_aad,
