@@ -21,6 +21,10 @@ tree; each broker has at most one *parent* link, any number of *child* broker li
 - **unsubscribe** removes the entry; if it had been forwarded, the broker forwards the
   unsubscribe (with the unsubscriber's ``meta``) and forwards every filter that becomes
   uncovered. Unknown ids are acknowledged (idempotent, for retried frames).
+- **leases**: a scheme whose subscriptions rest on a permit of one key epoch reports when
+  it ends (``lease_end``); ``expire(now)``, called periodically by the driver, forgets
+  subscriptions past it, so one whose subscriber vanished without a withdrawal does not
+  stay upstream for ever (live subscribers renew: ``pubguard.net.client``).
 - **publish** goes to the parent unless it came from there (so every publication reaches the
   root of the tree) and to every child or client link with a matching filter, never back to the
   child it came from. On a tree this delivers each event exactly once to every subscriber
@@ -96,13 +100,16 @@ from pubguard.schemes.base import (
 )
 from pubguard.schemes.plain import PlainScheme
 
-__all__ = ["MAX_BROKER_ID_LEN", "Broker"]
+__all__ = ["LEASE_SLACK", "MAX_BROKER_ID_LEN", "Broker"]
 
 MAX_BROKER_ID_LEN: Final = 64
 _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
                   Heartbeat)  # fmt: skip
 _DECODE_ERRORS = DECODE_ERRORS
 _IN_KEY: Final = {op: f"in.{op}" for op in KNOWN_OPS}  # counter names, built once
+_NEVER: Final = float("inf")
+#: seconds a subscription forwarded by a child broker outlives its lease here (see _entry)
+LEASE_SLACK: Final = 5.0
 
 
 @dataclass(slots=True)
@@ -110,6 +117,8 @@ class _Entry:
     profile: str
     pf: Any
     message: Subscribe
+    #: when the subscription's lease ends (the scheme's ``lease_end``), or None: never
+    expires: float | None = None
 
 
 class _Profile:
@@ -161,6 +170,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self._profiles: dict[str, _Profile] = {}
         self._subs: dict[Key, _Entry] = {}
         self._advs: dict[Key, Advertise] = {}
+        self._next_expiry = _NEVER  # the earliest lease end of any entry (expire's fast exit)
         self._dedup = DedupWindow(dedup_window, dedup_capacity)
         # the guards' context of the last message without a prior entry (CheckContext is
         # frozen: a run of publications from one link at one time shares one)
@@ -360,7 +370,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         return self._ack(link, msg) + self._outgoing(self._remove_sub(key, msg.meta), now)
 
     def _insert_sub(self, key: Key, msg: Subscribe, pf: Any, prof: _Profile) -> list[Action]:
-        self._subs[key] = _Entry(msg.profile, pf, msg)
+        self._subs[key] = self._entry(key[0], msg, pf, prof)
         prof.matcher.add(key, pf)
         self._persist("subscriptions", _skey(key), {"link": key[0], "message": msg.to_wire()})
         added, removed = prof.fwd.insert(key, pf)
@@ -373,6 +383,45 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self._unpersist("subscriptions", _skey(key))
         added, removed = prof.fwd.remove(key)
         return self._upward(entry.profile, added, removed, meta)
+
+    def _entry(self, link_id: str, msg: Subscribe, pf: Any, prof: _Profile) -> _Entry:
+        lease = getattr(prof.scheme, "lease_end", None)
+        try:
+            expires = lease(msg) if lease is not None else None
+        except _DECODE_ERRORS:  # checked by the scheme already; a stored one is trusted
+            expires = None
+        info = self.links.get(link_id)
+        if expires is not None and info is not None and info.kind is LinkKind.CHILD:
+            # the child lapses it first and forwards what it covered (a renewal) before
+            # this copy goes: no gap in coverage up the tree
+            expires += LEASE_SLACK
+        if expires is not None and expires < self._next_expiry:
+            self._next_expiry = expires
+        return _Entry(msg.profile, pf, msg, expires)
+
+    # -- leases ---------------------------------------------------------------------------------
+    def expire(self, now: float) -> list[Action]:
+        """Forget every subscription whose lease ended before ``now``: the schemes whose
+        subscriptions rest on a permit of one key epoch (eventguard.txt §4.8, the default
+        profile's subscribe permit) report its end plus their ``max_delay`` as ``lease_end``.
+        A live subscriber renews before then (a new subscription with the next epoch's permit,
+        ``net.client``); one that vanished without unsubscribing is forgotten here, and the
+        withdrawal this broker forwards carries no proof, which the broker above accepts for
+        a permit that has run out (its own ``expire`` would remove it as well). The driver
+        calls this periodically; it returns at once until the earliest lease ends."""
+        if now <= self._next_expiry:
+            return []
+        due = [k for k, e in self._subs.items() if e.expires is not None and e.expires < now]
+        # covered entries first, so an expiring cover never forwards an expiring entry it covered
+        due.sort(key=lambda k: k in self._profiles[self._subs[k].profile].fwd)
+        out: list[Action] = []
+        for key in due:
+            out += self._remove_sub(key, {})
+        self.counters["subscribe.expired"] += len(due)
+        self._next_expiry = min(
+            (e.expires for e in self._subs.values() if e.expires is not None), default=_NEVER
+        )
+        return self._outgoing(out, now)
 
     def _upward(
         self, profile: str, added: list[Hashable], removed: list[Hashable], meta: Mapping[str, Any]
@@ -539,7 +588,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
                 raise StateError(f"stored subscription uses unknown profile {msg.profile!r}")
             key = (str(v["link"]), msg.sub_id)
             pf = prof.scheme.decode_filter(msg.filter)
-            self._subs[key] = _Entry(msg.profile, pf, msg)
+            self._subs[key] = self._entry(key[0], msg, pf, prof)
             prof.matcher.add(key, pf)
             per_profile.setdefault(msg.profile, []).append((key, pf))
         forwarded = {k for k, _ in store.items("forwarded")}

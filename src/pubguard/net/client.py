@@ -80,6 +80,7 @@ from pubguard.net.framing import (
     pack,
 )
 from pubguard.net.io_conn import FrameConnection
+from pubguard.net.renewal import GENERATION_SEP, SubscriptionRenewal
 from pubguard.net.subscription import Delivery, Handler, Subscription
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
 from pubguard.schemes.plain import PlainScheme, new_event_id
@@ -102,6 +103,7 @@ DEFAULT_WINDOW: Final = 2048  # unacknowledged messages a client may have in fli
 DEFAULT_MAX_BATCH: Final = 64
 DEFAULT_MAX_PENDING: Final = 65_536  # deliveries buffered per subscription
 HIGH_WATER: Final = 1 << 20  # bytes in the socket buffer before publish awaits drain
+DEFAULT_RENEW_GRACE: Final = 60.0  # eventguard.txt §4.7 max_delay: old epochs' events are stale
 WITHDRAW_TIMEOUT: Final = 2.0  # seconds close() spends withdrawing with proofs (non-durable)
 
 
@@ -113,7 +115,7 @@ def parse_url(url: str) -> tuple[bool, str, int]:
     return u.scheme == "tls", u.hostname, u.port
 
 
-class Client(ClientLink):
+class Client(ClientLink, SubscriptionRenewal):
     """One client link to one broker. Create with :func:`connect`."""
 
     def __init__(
@@ -131,6 +133,7 @@ class Client(ClientLink):
         reconnect: bool = True,
         batch_sign: bool | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
+        renew_grace: float = DEFAULT_RENEW_GRACE,
     ) -> None:
         if not identity or len(identity) > protocol.MAX_NAME:
             raise ValidationError("identity must be a non-empty name")
@@ -153,6 +156,9 @@ class Client(ClientLink):
         #: publish() signs the events of one loop iteration under one Merkle root
         self.batch_sign = signs if batch_sign is None else batch_sign
         self.max_batch = max_batch
+        #: seconds after its key epoch ends that a renewed subscription's old generation is
+        #: retired (pubguard.net.renewal)
+        self.renew_grace = float(renew_grace)
         self._batch: list[tuple[Any, str]] = []  # (prepared event, profile), unsigned
         self._batch_scheduled = False
         self.batches = 0  # Merkle batches signed by publish() (batch_sign)
@@ -182,6 +188,7 @@ class Client(ClientLink):
         self._last_rx = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._hb_task: asyncio.Task[None] | None = None
+        self._renew_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -189,6 +196,8 @@ class Client(ClientLink):
         await self._handshake()
         self._task = asyncio.get_running_loop().create_task(self._supervise())
         self._hb_task = asyncio.get_running_loop().create_task(self._heartbeats())
+        if self._renewal_hooks() is not None:
+            self._renew_task = asyncio.get_running_loop().create_task(self._renewals())
         return self
 
     async def __aenter__(self) -> Client:
@@ -213,7 +222,7 @@ class Client(ClientLink):
         with contextlib.suppress(Exception):
             if self._writer is not None and self._unacked:
                 await self.flush(timeout=1.0)
-        for t in (self._hb_task, self._task):
+        for t in (self._renew_task, self._hb_task, self._task):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -246,7 +255,7 @@ class Client(ClientLink):
         for sub in list(self._subs.values()):
             meta = withdrawal_meta(self.scheme, "unsubscribe_meta", sub.filter, now=now)
             if meta:
-                await self._send(Unsubscribe(sub.id, self.scheme.profile, meta).to_wire())
+                await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
         for aid, f in list(self._adverts.items()):
             meta = withdrawal_meta(self.scheme, "unadvertise_meta", f, now=now)
             if meta:
@@ -340,6 +349,8 @@ class Client(ClientLink):
         """Subscribe with a filter (text or Filter); iterate the result or pass ``handler``."""
         f = Filter.parse(filter) if isinstance(filter, str) else filter
         sid = sub_id or f"s{next(self._ids)}-{secrets.token_hex(4)}"
+        if GENERATION_SEP in sid:
+            raise ValidationError(f"a subscription id may not contain {GENERATION_SEP!r}")
         if sid in self._subs:
             raise StateError(f"subscription {sid!r} already exists on this client")
         sub = Subscription(self, sid, f, handler, max_pending)
@@ -350,6 +361,7 @@ class Client(ClientLink):
             raise
         self._subs[sid] = sub
         await self._send(msg)
+        await self._after_subscribe(sub)
         return sub
 
     async def unsubscribe(self, sub: Subscription) -> None:
@@ -358,7 +370,8 @@ class Client(ClientLink):
         sub._close()
         # the scheme's withdrawal proof (EventGuard usb permit, §4.5; signed withdrawals)
         meta = withdrawal_meta(self.scheme, "unsubscribe_meta", sub.filter, now=time.time())
-        await self._send(Unsubscribe(sub.id, self.scheme.profile, meta).to_wire())
+        await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
+        await self._retire(sub)  # a generation of the last epoch still in its grace
 
     async def advertise(self, filter: str | Filter, *, adv_id: str | None = None) -> str:
         f = Filter.parse(filter) if isinstance(filter, str) else filter
@@ -404,8 +417,9 @@ class Client(ClientLink):
     # -- sending ---------------------------------------------------------------------------
 
     def _subscribe_msg(self, sub: Subscription) -> dict[str, Any]:
-        pf = self.scheme.protect_filter(sub.filter, now=time.time())
-        return Subscribe(sub.id, self.scheme.profile, pf.filter, pf.meta).to_wire()
+        # the current generation, for the epoch it was built for (renewed ahead: the next)
+        pf = self.scheme.protect_filter(sub.filter, now=max(time.time(), sub.built_at))
+        return Subscribe(sub.wire_id, self.scheme.profile, pf.filter, pf.meta).to_wire()
 
     def _advertise_msg(self, aid: str, f: Filter) -> dict[str, Any]:
         pf = self.scheme.protect_advertisement(f, now=time.time())
@@ -488,6 +502,7 @@ async def connect(
     heartbeat_timeout: float = 10.0,
     batch_sign: bool | None = None,
     max_batch: int = DEFAULT_MAX_BATCH,
+    renew_grace: float = DEFAULT_RENEW_GRACE,
 ) -> Client:
     """Connect to the broker at ``url`` (``tls://host:port``); TransportError if refused."""
     use_tls, host, port = parse_url(url)
@@ -506,5 +521,6 @@ async def connect(
         reconnect=reconnect,
         batch_sign=batch_sign,
         max_batch=max_batch,
+        renew_grace=renew_grace,
     )
     return await client._start()

@@ -32,6 +32,7 @@ from pubguard.model.filters import Filter
 from pubguard.net import protocol
 from pubguard.net.framing import encode_frame
 from pubguard.net.io_conn import FrameConnection, PeerClosed, open_frame_connection
+from pubguard.net.renewal import GENERATION_SEP, sub_id_of
 from pubguard.net.subscription import Delivery, Subscription
 from pubguard.schemes.base import ClientScheme
 
@@ -257,7 +258,10 @@ class ClientLink:
             except PubguardError as exc:
                 log.warning("client %s: cannot open event %s: %s", self.identity, ev.event_id, exc)
                 return
-            for sid in msg.sub_ids:
+            ids = msg.sub_ids
+            if len(ids) > 1 or GENERATION_SEP in ids[0]:  # renewed: <id>@<generation>
+                ids = tuple(dict.fromkeys(sub_id_of(w) for w in ids))  # one delivery each
+            for sid in ids:
                 sub = self._subs.get(sid)
                 if sub is not None:
                     sub._push(Delivery(event, sid))

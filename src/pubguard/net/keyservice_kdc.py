@@ -67,13 +67,14 @@ from pubguard.net.keyservice_revocation import RevocationRegistry
 from pubguard.schemes.default import filter_digest
 from pubguard.schemes.default_client import DefaultAuthority
 from pubguard.schemes.psguard import FilterKeys, ProtectedFilterRows, Schema
+from pubguard.schemes.psguard_keyservice import NEXT_EPOCH_WINDOW
 from pubguard.schemes.psguard_keytree import spec_tree
 from pubguard.schemes.psguard_net import DEFAULT_EPOCH_LENGTH, filter_to_wire, parse_filter
 
 __all__ = ["EPOCH_SKEW", "KdcConfig", "KdcService", "keys_to_wire", "rows_to_wire"]
 
 #: seconds before an epoch starts when its keys are already served (clock skew)
-EPOCH_SKEW: Final = 60.0
+EPOCH_SKEW: Final = NEXT_EPOCH_WINDOW
 #: (peer, digest) pairs remembered for subscribe permits
 MAX_ISSUED: Final = 65536
 MAX_FILTER_TEXT: Final = 4096
@@ -334,7 +335,11 @@ class KdcService:
         digest = _field(req, "digest", bytes)
         if (peer, digest) not in self._issued:
             raise _Refused("unauthorised", "no token set with this digest was issued to the caller")
-        p = self.authority.subscribe_permit(peer, key, digest, now=now, rng=rng)
+        at = now
+        if "epoch" in req:  # the next epoch's permit, shortly before it begins (as its keys)
+            e = self._epoch(req, now)
+            at = max(now, self.keys.origin + e * self.keys.epoch_length)
+        p = self.authority.subscribe_permit(peer, key, digest, now=at, rng=rng)
         self.note_key(peer, key.to_bytes(), now)
         return {"permit": p.encode()}
 

@@ -297,9 +297,8 @@ class RemoteAuthority:
 
     def subscribe_permit(self, name: str, key: VerifyKey, digest: bytes, *, now: float,
                          rng: _random.Random | None = None) -> AuthorityPermit:  # fmt: skip
-        ok = self.client.call(
-            "authority_subscribe_permit", subject=name, key=key.to_bytes(), digest=digest
-        )
+        ok = self.client.call("authority_subscribe_permit", subject=name, key=key.to_bytes(),
+                              digest=digest, epoch=self.epoch_at(now))  # fmt: skip
         p = self._checked(ok, SUBSCRIBE, name, key)
         if p.digest != digest:
             raise InvalidToken()

@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from pubguard.broker import Action, Broker
 from pubguard.errors import TransportError
 from pubguard.net import protocol
 from pubguard.net.config import BrokerConfig
@@ -48,6 +49,9 @@ class ParentLink:
     ssl_client: _ssl.SSLContext | None
     _closing: bool
     _parent_session: Callable[[Link, FrameConnection], Awaitable[bool]]
+    core: Broker
+    _apply: Callable[[list[Action]], None]
+    _flush_batch: Callable[[], None]
 
     def _parent_port(self) -> int:
         p = self.config.parent
@@ -85,6 +89,12 @@ class ParentLink:
         cfg = self.config
         while True:
             await asyncio.sleep(cfg.heartbeat_interval / 2)
+            expired = self.core.expire(time.time())  # subscriptions whose permit ran out
+            if expired:
+                log.info("broker %s: subscription leases ended; %d actions", self.name,
+                         len(expired))  # fmt: skip
+                self._apply(expired)
+                self._flush_batch()  # persist and send the withdrawals now, not with later input
             now = time.monotonic()
             for link in list(self.links.values()):
                 w = link.writer

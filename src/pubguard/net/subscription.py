@@ -46,6 +46,14 @@ class Subscription:
         self, client: Client, sub_id: str, filter: Filter, handler: Handler | None, max_pending: int
     ) -> None:
         self.client, self.id, self.filter = client, sub_id, filter
+        # key-epoch renewal (pubguard.net.renewal): the current generation's id at the brokers,
+        # the time it was built for, the epoch end it was renewed past, and the old
+        # generations (id, end of their epoch) not yet retired
+        self.wire_id = sub_id
+        self.generation = 0
+        self.built_at = 0.0
+        self.renewed_for = float("-inf")
+        self.old: list[tuple[str, float]] = []
         self.max_pending = max_pending
         self.received = 0
         self.dropped = 0

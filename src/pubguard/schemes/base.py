@@ -51,6 +51,17 @@ A scheme has two faces:
   leaves on a link (per-hop signatures, re-encryption, suppression); ``ctx.link`` is the link
   it leaves on. A scheme whose ``outgoing`` is the identity may set the class attribute
   ``rewrites_outgoing = False`` so the core skips the call on the publication fast path.
+- optional ``lease_end(subscribe_message) -> float | None``: when a stored subscription's
+  authority runs out (a permit of one key epoch, plus ``max_delay``); the core forgets it then
+  (``Broker.expire``). Absent or None: it lasts until withdrawn or its link goes.
+
+On the client side, a scheme whose subscriptions are bound to a key epoch offers
+``epoch_end(now) -> float | None`` (when the epoch current at ``now`` ends, None if unknown)
+and ``renews_ahead`` (True when ``protect_filter(f, now=<a time in the next epoch>)`` may be
+called before that epoch begins, as the KDC serves the next epoch's keys shortly before it
+starts); ``pubguard.net.client`` then subscribes again for each epoch and lets the old
+subscription lapse (``leased_subscriptions``: brokers expire it; otherwise the client
+withdraws it, which needs no proof).
 
 Broker-side messages are passed duck-typed (the message classes live in ``pubguard.broker``,
 a higher layer): they have ``op``, ``profile`` and ``meta``, and per op ``sub_id`` / ``adv_id``

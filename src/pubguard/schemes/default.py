@@ -79,6 +79,7 @@ from pubguard.schemes.merkle import (
     unpack_path,
 )
 from pubguard.schemes.psguard import ProtectedRecord
+from pubguard.schemes.psguard_keyservice import NEXT_EPOCH_WINDOW
 from pubguard.schemes.psguard_wire import (
     TokenEvent,
     TokenFilter,
@@ -398,10 +399,20 @@ class DefaultBroker(TokenRouting):
             self._permits.put(blob, p, p.not_after)
         return p
 
+    def lease_end(self, message: Any) -> float | None:
+        """When a stored subscription's permit has run out: the end of its epoch plus
+        ``max_delay`` (publications of that epoch may still arrive until then). The core
+        forgets the subscription after it (``Broker.expire``); a live subscriber has renewed
+        with the next epoch's permit by then."""
+        return AuthorityPermit.decode(message.meta["pm"]).not_after + self.window.max_delay
+
     def _valid(self, p: AuthorityPermit, kind: str, now: float) -> DropReason | None:
         if p.kind != kind:
             return DropReason.UNAUTHORISED
-        if not p.not_before - self.window.max_delay <= now <= p.not_after:
+        # a subscribe permit of the next epoch is good up to NEXT_EPOCH_WINDOW ahead (its
+        # keys are served then: a renewal without a gap, pubguard.net.renewal)
+        early = max(self.window.max_delay, NEXT_EPOCH_WINDOW if kind == SUBSCRIBE else 0.0)
+        if not p.not_before - early <= now <= p.not_after:
             return DropReason.UNAUTHORISED  # another epoch: renew with the authority
         if p.key in self.revoked or p.serial in self._revoked_serials:
             return DropReason.REVOKED

@@ -175,6 +175,16 @@ class DefaultClient:
     def __repr__(self) -> str:
         return f"DefaultClient({self.name!r}, subs={len(self._subs)})"
 
+    #: tokens, keys and the subscribe permit belong to one epoch; the next epoch's are served
+    #: shortly before it begins, so a subscription is renewed ahead (``pubguard.net.client``)
+    renews_ahead = True
+    #: brokers forget a subscription whose permit ran out (``DefaultBroker.lease_end``)
+    leased_subscriptions = True
+
+    def epoch_end(self, now: float) -> float | None:
+        """When the key epoch current at ``now`` ends."""
+        return self._ps.epoch_end(now)
+
     @property
     def verify_key(self) -> VerifyKey:
         return self._sk.public

@@ -235,6 +235,12 @@ class EventGuardBroker:
             self._permits.put(blob, p, p.expires_at)
         return p
 
+    def lease_end(self, message: Any) -> float | None:
+        """When a stored subscription's permit has run out (§4.8: permits live one epoch):
+        its expiry plus ``max_delay``. The core forgets the subscription after it
+        (``Broker.expire``); a live subscriber has renewed with the MS by then."""
+        return decode_permit(message.meta["permit"]).expires_at + self.window.max_delay
+
     def _usable(self, p: Permit, now: float) -> DropReason | None:
         if p.issued_at > now + self.window.max_delay:
             return DropReason.STALE  # issued in the future beyond the clock-skew allowance

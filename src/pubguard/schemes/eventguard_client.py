@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import msgpack
 
 from pubguard.crypto import SecretBytes, SigningKey, VerifyKey, open_, random_bytes, seal
-from pubguard.errors import InvalidToken, StateError, ValidationError
+from pubguard.errors import InvalidToken, PubguardError, StateError, ValidationError
 from pubguard.keys.ms import (
     AdvertisementGrant,
     AdvertisementPermit,
@@ -47,6 +47,7 @@ from pubguard.schemes.base import ProtectedEvent, ProtectedFilter
 from pubguard.schemes.eventguard_wire import (
     EVENTGUARD,
     ROOT_TAG,
+    PublicationFields,
     body_aad,
     key_aad,
     leaf_digest,
@@ -127,6 +128,17 @@ class EventGuardClient:
         publications; cached roots and credentials cost none)."""
         return self._verifier.verifications + self._permits.verifications
 
+    #: §4.8: a subscribe permit lives one epoch and the MS grants only the current one, so a
+    #: subscription is renewed just after the epoch changes (T(w) survives epochs: the old
+    #: subscription still routes the new epoch's events until then)
+    renews_ahead = False
+    #: brokers forget a subscription whose permit ran out (``EventGuardBroker.lease_end``)
+    leased_subscriptions = True
+
+    def epoch_end(self, now: float) -> float | None:
+        """When the newest live subscribe permit runs out (None: no subscription)."""
+        return max((g.permit.expires_at for _, g in self._subs), default=None)
+
     def _learn(self, w: str, token: bytes, epoch: int, key: SecretBytes) -> None:
         self._topics[token] = w
         self._keys[(token, epoch)] = key
@@ -137,6 +149,9 @@ class EventGuardClient:
     ) -> ProtectedFilter:
         w = topic_of(f)
         g = self.ms.subscribe(self.name, w, now=now, rng=rng)
+        # a grant of the same topic whose epoch is over is not withdrawn (its subscription
+        # lapses at the brokers) nor renewed: forget it
+        self._subs = [(v, h) for v, h in self._subs if v != w or h.permit.expires_at >= now]
         self._subs.append((w, g))
         self._learn(w, g.permit.token, g.permit.epoch, g.key)
         return ProtectedFilter({"token": g.permit.token}, {"permit": g.permit.to_bytes()})
@@ -266,11 +281,41 @@ class EventGuardClient:
         *,
         now: float,
     ) -> Event:
-        """Verify and decrypt a delivery; :class:`InvalidToken` if it cannot be opened."""
+        """Verify and decrypt a delivery; :class:`InvalidToken` if it cannot be opened. The
+        first event of a new epoch on a subscribed topic renews that subscription's grant
+        with the MS (§4.8: the new epoch's key; refused once the subscription is withdrawn)."""
         try:
             f = parse_publication(routing, meta)
         except ValidationError:
             raise InvalidToken() from None
+        try:
+            return self._open(f, event_id, body, now)
+        except InvalidToken:
+            if not self._renew_for(f, now):
+                raise
+        return self._open(f, event_id, body, now)
+
+    def _renew_for(self, f: PublicationFields, now: float) -> bool:
+        """Renew the live grant of a topic of ``f`` whose newest key is of an older epoch than
+        ``f``'s; True if a key of ``f``'s epoch was learned."""
+        for tok in f.tokens:
+            w = self._topics.get(tok)
+            if w is None or (tok, f.epoch) in self._keys:
+                continue
+            if f.epoch <= max((e for t, e in self._keys if t == tok), default=f.epoch):
+                continue  # an old epoch's event: its key is gone for good
+            for i in range(len(self._subs) - 1, -1, -1):
+                v, g = self._subs[i]
+                if v != w or now <= g.permit.expires_at:
+                    continue
+                try:
+                    self._subs[i] = (w, self._renew_sub(w, g, now))
+                except PubguardError:
+                    return False  # withdrawn, revoked, or the MS unreachable: not opened
+                return (tok, f.epoch) in self._keys
+        return False
+
+    def _open(self, f: PublicationFields, event_id: str, body: bytes, now: float) -> Event:
         for i, tok in enumerate(f.tokens):
             key = self._keys.get((tok, f.epoch))
             if key is None:

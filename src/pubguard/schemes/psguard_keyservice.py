@@ -18,8 +18,11 @@ from pubguard.keys.kdc import KDC
 from pubguard.model import Filter
 from pubguard.schemes.psguard import Authority, FilterKeys, ProtectedFilterRows, Publisher, Schema
 
-__all__ = ["DEFAULT_EPOCH_LENGTH", "PSGuardKeyService", "filter_id"]
+__all__ = ["DEFAULT_EPOCH_LENGTH", "NEXT_EPOCH_WINDOW", "PSGuardKeyService", "filter_id"]
 
+#: seconds before an epoch begins that its keys (and the default profile's subscribe permits)
+#: are served and accepted, so subscriptions are renewed without a gap (pubguard.net.renewal)
+NEXT_EPOCH_WINDOW: Final = 60.0
 DEFAULT_EPOCH_LENGTH: Final = 30 * 86400.0  # psguard.txt §3.2 rekeying epochs (as eventguard §4.8)
 
 

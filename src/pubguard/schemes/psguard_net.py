@@ -287,6 +287,17 @@ class PSGuardClient:
     def __repr__(self) -> str:
         return f"PSGuardClient({self.name!r}, filters={len(self._held)})"
 
+    #: psguard.txt §3.2: filter tokens and keys belong to one epoch; the KDC serves the next
+    #: epoch's shortly before it begins (``EPOCH_SKEW``), so a subscription is renewed ahead
+    renews_ahead = True
+    #: brokers hold no permit to expire: the client withdraws the old epoch's subscription
+    leased_subscriptions = False
+
+    def epoch_end(self, now: float) -> float | None:
+        """When the key epoch current at ``now`` ends (``pubguard.net.client`` renews then)."""
+        s = self.service
+        return float(s.origin + (s.epoch_at(now) + 1) * s.epoch_length)
+
     @property
     def verify_key(self) -> VerifyKey | None:
         return None if self._sk is None else self._sk.public

@@ -1,0 +1,156 @@
+"""Subscription leases (``Broker.expire``): a subscription resting on a permit of one key
+epoch (default, eventguard) is forgotten once the permit has run out plus ``max_delay``, at
+the subscriber's broker and the brokers above it, without the subscriber's withdrawal proof,
+so a subscriber that vanished does not stay routed for ever. Before then a proof-less
+withdrawal is still refused (the fake unsubscribe guard). psguard entries hold no permit and
+never lapse. Real keys and permits (``KeyBundle``), two broker cores wired by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pubguard.broker import Broker, DeliverTo, Forward, Publish, Subscribe, Unsubscribe
+from pubguard.broker.core import LEASE_SLACK
+from pubguard.broker.state import MemoryState
+from pubguard.errors import DropReason
+from pubguard.model import Event, Filter
+from pubguard.schemes.base import LinkKind
+from pubguard.schemes.registry import HOSPITAL, KeyBundle, make_broker_scheme
+
+EPOCH = 100.0
+MAX_DELAY = 30.0
+NOW = 1_050.0  # epoch 10: [1000, 1100)
+END = 1_100.0
+LEASE = END + MAX_DELAY
+CARDIO = 'topic = "cardio"'
+
+
+class Chain:
+    """``parent`` <- ``child`` <- subscriber ``sub`` (client link ``c``); publisher ``hosp`` on
+    the parent. Forwards between the two cores are delivered by :meth:`pump`."""
+
+    def __init__(self, tmp: Path, profile: str, *, store: MemoryState | None = None) -> None:
+        self.profile = profile
+        self.bundle = KeyBundle(tmp, now=NOW, types=(HOSPITAL,), identities=["hosp"],
+                                epoch_length=EPOCH, origin=0.0, max_delay=MAX_DELAY)  # fmt: skip
+        keys = self.bundle.broker_keys()
+        self.parent = Broker("p", [make_broker_scheme(profile, keys, now=NOW)])
+        self.child = Broker("k", [make_broker_scheme(profile, keys, now=NOW)], store=store)
+        self.parent.add_link("down", LinkKind.CHILD, "k")
+        self.parent.add_link("pub", LinkKind.CLIENT, "hosp")
+        self.child.add_link("up", LinkKind.PARENT, "p")
+        self.child.add_link("c", LinkKind.CLIENT, "sub")
+        self.sub = self.bundle.client(profile, "sub")
+        self.pub = self.bundle.client(profile, "hosp")
+
+    def pump(self, actions: list[Any], now: float) -> list[Any]:
+        """Carry the child's upward forwards to the parent; returns the parent's actions."""
+        out: list[Any] = []
+        for a in actions:
+            if isinstance(a, Forward) and a.link == "up":
+                out += self.parent.handle(a.message.to_wire(), "down", now)
+        return out
+
+    def subscribe(self, sub_id: str, *, built: float, at: float = NOW) -> None:
+        pf = self.sub.protect_filter(Filter.parse(CARDIO), now=built)
+        msg = Subscribe(sub_id, self.profile, pf.filter, pf.meta)
+        self.pump(self.child.handle(msg, "c", at), at)
+
+    def publish(self, eid: str, at: float) -> set[str]:
+        """Publish at the parent at ``at``; the subscription ids the child delivers to."""
+        if self.profile == "eventguard":
+            pa = self.pub.protect_advertisement(Filter.parse(CARDIO), now=at)
+            from pubguard.broker import Advertise
+
+            self.parent.handle(Advertise(f"a-{eid}", self.profile, pa.filter, pa.meta), "pub", at)
+        pe = self.pub.protect_event(Event({"topic": "cardio", "age": 30, "patientRecord": "r"},
+                                          id=eid, type="patient"), now=at)  # fmt: skip
+        acts = self.parent.handle(Publish(eid, self.profile, pe.routing, pe.body, pe.meta),
+                                  "pub", at)  # fmt: skip
+        got: set[str] = set()
+        for a in acts:
+            if isinstance(a, Forward) and a.link == "down":
+                for d in self.child.handle(a.message.to_wire(), "up", at):
+                    if isinstance(d, DeliverTo):
+                        got.update(d.message.sub_ids)
+        return got
+
+
+@pytest.mark.parametrize("profile", ["default", "eventguard"])
+def test_a_lapsed_subscription_is_forgotten_at_every_broker(tmp_path: Path, profile: str) -> None:
+    ch = Chain(tmp_path, profile)
+    ch.subscribe("s", built=NOW)
+    assert len(ch.child.subscriptions()) == len(ch.parent.subscriptions()) == 1
+    assert ch.publish("e1", NOW + 1) == {"s"}
+    assert ch.parent.expire(LEASE + 1) == []  # a child's entry: LEASE_SLACK longer
+    # before the lease ends nothing lapses, and a withdrawal without the proof is refused
+    assert ch.child.expire(LEASE - 1) == [] and len(ch.child.subscriptions()) == 1
+    fwd = ch.parent.subscriptions()[0][1]
+    ch.parent.handle(Unsubscribe(fwd, profile, {}), "down", END - 1)
+    assert ch.parent.drops[DropReason.UNAUTHORISED] == 1
+    assert len(ch.parent.subscriptions()) == 1
+    # after it, the child forgets the entry and the parent accepts its proof-less withdrawal
+    up = ch.child.expire(LEASE + 1)
+    assert ch.child.subscriptions() == [] and ch.child.counters["subscribe.expired"] == 1
+    assert [type(a.message) for a in up if isinstance(a, Forward)] == [Unsubscribe]
+    ch.pump(up, LEASE + 1)
+    assert ch.parent.subscriptions() == []
+    assert ch.parent.drops[DropReason.UNAUTHORISED] == 1  # no new refusal
+    assert ch.child.expire(LEASE + 2) == []  # nothing left to lapse
+
+
+def test_a_renewal_outlives_the_lapsed_generation_at_every_broker(tmp_path: Path) -> None:
+    """default: the next epoch's generation is built ahead (its tokens differ: both are
+    forwarded); the parent lapses the old one even when the child's withdrawal is lost."""
+    ch = Chain(tmp_path, "default")
+    ch.subscribe("s", built=NOW)
+    ch.subscribe("s@1", built=END + 0.001, at=END - 20)
+    assert len(ch.parent.subscriptions()) == 2
+    ch.parent.expire(LEASE + 1)  # a child's entry outlives its lease by LEASE_SLACK here
+    assert len(ch.parent.subscriptions()) == 2
+    ch.parent.expire(LEASE + LEASE_SLACK + 1)  # the child's withdrawal was lost: lapsed
+    assert len(ch.parent.subscriptions()) == 1
+    ch.pump(ch.child.expire(LEASE + LEASE_SLACK + 1), LEASE + LEASE_SLACK + 1)  # unknown there
+    assert [s for _, s, _ in ch.child.subscriptions()] == ["s@1"]
+    assert len(ch.parent.subscriptions()) == 1
+    assert ch.parent.drops == {} and ch.child.drops == {}
+    assert ch.publish("e2", LEASE + 2) == {"s@1"}  # the next epoch's events still route
+
+
+def test_an_eventguard_renewal_is_forwarded_when_the_cover_lapses(tmp_path: Path) -> None:
+    """eventguard: T(w) survives epochs, so the renewal (asked for after the change) is covered
+    by the old generation at the child and not forwarded; when the old one lapses the child
+    forwards the renewal, so the parent routes the topic down again."""
+    ch = Chain(tmp_path, "eventguard")
+    ch.subscribe("s", built=NOW)
+    ch.subscribe("s@1", built=END + 1, at=END + 1)
+    assert len(ch.child.subscriptions()) == 2 and len(ch.parent.subscriptions()) == 1
+    assert ch.publish("e2", END + 2) == {"s", "s@1"}  # the client hands it over once
+    ch.pump(ch.child.expire(LEASE + 1), LEASE + 1)
+    assert [s for _, s, _ in ch.child.subscriptions()] == ["s@1"]
+    [(_, fwd, m)] = ch.parent.subscriptions()
+    assert m.meta == ch.child.subscriptions()[0][2].meta  # the renewal's permit
+    assert ch.parent.drops == {} and ch.child.drops == {}
+    assert ch.publish("e3", LEASE + 2) == {"s@1"}
+
+
+def test_leases_are_restored_with_the_state(tmp_path: Path) -> None:
+    store = MemoryState()
+    ch = Chain(tmp_path, "default", store=store)
+    ch.subscribe("s", built=NOW)
+    keys = ch.bundle.broker_keys()
+    again = Broker("k", [make_broker_scheme("default", keys, now=NOW)], store=store)
+    assert len(again.subscriptions()) == 1
+    assert again.expire(LEASE - 1) == []
+    again.expire(LEASE + 1)
+    assert again.subscriptions() == [] and dict(store.items("subscriptions")) == {}
+
+
+def test_psguard_subscriptions_hold_no_lease(tmp_path: Path) -> None:
+    ch = Chain(tmp_path, "psguard")
+    ch.subscribe("s", built=NOW)
+    assert ch.child.expire(1e12) == [] and len(ch.child.subscriptions()) == 1
