@@ -139,7 +139,7 @@ def test_caches_show_no_keys() -> None:
     fk.open(pub.protect(Event({"topic": "w0", "age": 4}, id="e2", type="ward"), now_ms=1))
     assert repr(pub.cache) == f"LruCache(size={len(pub.cache)}, capacity=4096)"
     assert repr(fk.cache) == f"LruCache(size={len(fk.cache)}, capacity=4096)"
-    entries = list(pub.cache._d.values())
+    entries = pub.cache.values()  # the public snapshot (entries are (expiry, value))
     assert entries and all(repr(v).endswith("(<secret>)") for v in entries)
     with pytest.raises(TypeError):
         pickle.dumps(pub.cache)

@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from pubguard.matching.multimap import discard_member
 from pubguard.model.constraints import Op
 from pubguard.model.filters import Filter
 
@@ -191,9 +192,9 @@ class ForwardSet:
         if not pairs:
             self._unanchored.discard(k)
             return
-        _discard(self._by_anchor, min(pairs, key=repr), k)
+        discard_member(self._by_anchor, min(pairs, key=repr), k)
         for p in pairs:
-            _discard(self._having, p, k)
+            discard_member(self._having, p, k)
 
     def _in_order(self, keys: Iterable[Hashable]) -> list[Hashable]:
         pos = self._pos
@@ -250,11 +251,3 @@ class ForwardSet:
                 self._deps[new].add(d)
             evicted.append(m)
         return evicted
-
-
-def _discard(index: dict[Any, set[Hashable]], p: Any, k: Hashable) -> None:
-    members = index.get(p)
-    if members is not None:
-        members.discard(k)
-        if not members:
-            del index[p]

@@ -13,19 +13,30 @@ Authorisation keys (``add``) are pinned: they are never evicted, because without
 can be derived. Derived keys live in an LRU bounded by ``capacity`` (a named limit).
 ``derive`` refuses with :class:`~pubguard.errors.KeyError_` when no cached key is an ancestor
 of the target: a cache never widens what its owner is authorised for.
+
+:class:`BoundedLru` is the project's one bounded LRU: the derived keys here, the per-epoch
+client caches (:class:`LruCache`) and the brokers' verified-root / verified-permit caches
+(:class:`~pubguard.schemes.guards.TTLCache`, whose entries expire) are all uses of it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
+from math import inf
 from typing import Final, Generic, TypeVar
 
 from pubguard.crypto import SecretBytes
 from pubguard.errors import KeyError_, ValidationError
 from pubguard.keys.nakt import derive_path
 
-__all__ = ["DEFAULT_CACHE_CAPACITY", "DEFAULT_LRU_CAPACITY", "KeyCache", "LruCache"]
+__all__ = [
+    "DEFAULT_CACHE_CAPACITY",
+    "DEFAULT_LRU_CAPACITY",
+    "BoundedLru",
+    "KeyCache",
+    "LruCache",
+]
 
 #: Derived keys kept per cache (32-byte keys; 2048 keys ~ the paper's 64 KB cache, §5 Fig. 11).
 DEFAULT_CACHE_CAPACITY: Final = 2048
@@ -39,24 +50,89 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
+def _check_capacity(capacity: object) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise ValidationError(f"cache capacity must be a non-negative integer: {capacity!r}")
+    return capacity
+
+
+class BoundedLru(Generic[K, V]):
+    """At most ``capacity`` entries, the least recently used (read or written) dropped first;
+    each entry may carry an expiry time (``put(key, value, expires)``), after which ``get(key,
+    now)`` misses and drops it. Without ``expires`` an entry never expires; without ``now``
+    nothing is treated as expired. ``capacity`` 0 keeps nothing (every ``get`` misses).
+    ``hits`` / ``misses`` count ``get`` outcomes; store no ``None`` (``get``'s miss). ``repr``
+    shows sizes only, never a key or a value.
+
+    Entries are ``key -> (expires, value)`` in one ``OrderedDict``: a hit is one dict lookup,
+    one float comparison and one ``move_to_end`` (the brokers' verify path runs through it)."""
+
+    __slots__ = ("_d", "capacity", "hits", "misses")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = _check_capacity(capacity)
+        self._d: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(size={len(self._d)}, capacity={self.capacity})"
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is held (expired or not); neither counted nor reordered."""
+        return key in self._d
+
+    def get(self, key: K, now: float = -inf) -> V | None:
+        item = self._d.get(key)
+        if item is None or now > item[0]:
+            if item is not None:
+                del self._d[key]
+            self.misses += 1
+            return None
+        self._d.move_to_end(key)
+        self.hits += 1
+        return item[1]
+
+    def put(self, key: K, value: V, expires: float = inf) -> None:
+        d = self._d
+        d[key] = (expires, value)
+        d.move_to_end(key)
+        while len(d) > self.capacity:  # capacity 0: the entry just put goes too
+            d.popitem(last=False)
+
+    def discard(self, key: K) -> None:
+        self._d.pop(key, None)
+
+    def keys(self) -> list[K]:
+        """A snapshot of the keys, least recently used first."""
+        return list(self._d)
+
+    def values(self) -> list[V]:
+        """A snapshot of the values (expired or not), least recently used first."""
+        return [v for _, v in self._d.values()]
+
+    def clear(self) -> None:
+        self._d.clear()
+
+
 class KeyCache:
     """Pinned authorisation keys plus an LRU of derived keys, per key tree."""
 
-    __slots__ = ("_capacity", "_derived", "_pinned", "hits", "misses")
+    __slots__ = ("_derived", "_pinned", "hits", "misses")
 
     def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ValidationError(f"cache capacity must be a non-negative integer: {capacity!r}")
-        self._capacity = capacity
         self._pinned: dict[tuple[Hashable, Node], SecretBytes] = {}
-        self._derived: OrderedDict[tuple[Hashable, Node], SecretBytes] = OrderedDict()
+        self._derived: BoundedLru[tuple[Hashable, Node], SecretBytes] = BoundedLru(capacity)
         self.hits = 0
         self.misses = 0
 
     def __repr__(self) -> str:
         return (
             f"KeyCache(pinned={len(self._pinned)}, derived={len(self._derived)}, "
-            f"capacity={self._capacity})"
+            f"capacity={self.capacity})"
         )
 
     def __len__(self) -> int:
@@ -64,7 +140,7 @@ class KeyCache:
 
     @property
     def capacity(self) -> int:
-        return self._capacity
+        return self._derived.capacity
 
     def add(self, tree: Hashable, node: Node, key: SecretBytes | bytes) -> None:
         """Pin an authorisation key for ``node`` of ``tree``."""
@@ -79,9 +155,11 @@ class KeyCache:
 
     def forget_tree(self, tree: Hashable) -> None:
         """Drop every key of ``tree`` (on unsubscription or at the end of an epoch)."""
-        for store in (self._pinned, self._derived):
-            for k in [k for k in store if k[0] == tree]:
-                del store[k]
+        for k in [k for k in self._pinned if k[0] == tree]:
+            del self._pinned[k]
+        for k in self._derived.keys():
+            if k[0] == tree:
+                self._derived.discard(k)
 
     def clear(self) -> None:
         self._pinned.clear()
@@ -89,11 +167,7 @@ class KeyCache:
 
     def _lookup(self, k: tuple[Hashable, Node]) -> SecretBytes | None:
         v = self._pinned.get(k)
-        if v is None:
-            v = self._derived.get(k)
-            if v is not None:
-                self._derived.move_to_end(k)
-        return v
+        return self._derived.get(k) if v is None else v
 
     def derive(self, tree: Hashable, target: Node) -> SecretBytes:
         """Key of ``target``, from the longest cached ancestor; caches the intermediates."""
@@ -110,61 +184,28 @@ class KeyCache:
         else:
             raise KeyError_(f"no cached authorisation key is an ancestor of {target!r}")
         key = start.reveal()
+        out = start
         for j in range(i, len(target)):
             key = derive_path(key, (target[j],))
-            self._put((tree, target[: j + 1]), SecretBytes(key))
-        return self._derived.get((tree, target)) or SecretBytes(key)
+            out = SecretBytes(key)
+            self._put((tree, target[: j + 1]), out)
+        return out  # the very object cached: a later hit returns it again
 
     def _put(self, k: tuple[Hashable, Node], v: SecretBytes) -> None:
-        if self._capacity == 0 or k in self._pinned:
-            return
-        self._derived[k] = v
-        self._derived.move_to_end(k)
-        while len(self._derived) > self._capacity:
-            self._derived.popitem(last=False)
+        if k not in self._pinned:
+            self._derived.put(k, v)
 
 
-class LruCache(Generic[K, V]):
+class LruCache(BoundedLru[K, V]):
     """A bounded LRU of derived values (keys, cipher contexts) for one key owner and one
     epoch: the owner drops the whole cache with the epoch's keys. ``capacity`` 0 disables it
     (every ``get`` misses, ``put`` keeps nothing), which is how tests compare cached and
-    uncached derivations. ``repr`` shows sizes only, never a key or a value."""
+    uncached derivations. Entries never expire. Not picklable (it holds derived keys)."""
 
-    __slots__ = ("_d", "capacity", "hits", "misses")
+    __slots__ = ()
 
     def __init__(self, capacity: int = DEFAULT_LRU_CAPACITY) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ValidationError(f"cache capacity must be a non-negative integer: {capacity!r}")
-        self.capacity = capacity
-        self._d: OrderedDict[K, V] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def __repr__(self) -> str:
-        return f"LruCache(size={len(self._d)}, capacity={self.capacity})"
-
-    def __len__(self) -> int:
-        return len(self._d)
+        super().__init__(capacity)
 
     def __reduce__(self) -> tuple[object, ...]:
         raise TypeError("LruCache holds derived keys: it is not picklable")
-
-    def get(self, key: K) -> V | None:
-        v = self._d.get(key)
-        if v is None:
-            self.misses += 1
-            return None
-        self._d.move_to_end(key)
-        self.hits += 1
-        return v
-
-    def put(self, key: K, value: V) -> None:
-        if self.capacity == 0:
-            return
-        self._d[key] = value
-        self._d.move_to_end(key)
-        if len(self._d) > self.capacity:
-            self._d.popitem(last=False)
-
-    def clear(self) -> None:
-        self._d.clear()

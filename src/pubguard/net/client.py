@@ -82,7 +82,8 @@ from pubguard.net.framing import (
 from pubguard.net.io_conn import FrameConnection
 from pubguard.net.renewal import GENERATION_SEP, SubscriptionRenewal
 from pubguard.net.subscription import Delivery, Handler, Subscription
-from pubguard.schemes.base import ClientScheme, ProtectedEvent, withdrawal_meta
+from pubguard.net.withdrawal import withdrawal_meta_off_loop
+from pubguard.schemes.base import ClientScheme, ProtectedEvent
 from pubguard.schemes.plain import PlainScheme, new_event_id
 
 __all__ = [
@@ -250,14 +251,17 @@ class Client(ClientLink, SubscriptionRenewal):
         (EventGuard's usb/uab permits, §4.5-4.6; the default profile's signed withdrawals).
         Its broker forgets the link's subscriptions anyway, but cannot prove the withdrawal to
         the brokers above it, which refuse a withdrawal without the holder's proof (a fake
-        unsubscribe) and would keep routing the subscription's events down."""
+        unsubscribe) and would keep routing the subscription's events down. A proof fetched
+        from a remote MS is fetched in a worker thread (:mod:`pubguard.net.withdrawal`), so
+        ``close()``'s ``wait_for`` can cut a dead MS short."""
         now = time.time()
         for sub in list(self._subs.values()):
-            meta = withdrawal_meta(self.scheme, "unsubscribe_meta", sub.filter, now=now)
+            meta = await withdrawal_meta_off_loop(self.scheme, "unsubscribe_meta", sub.filter,
+                                                  now=now)  # fmt: skip
             if meta:
                 await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
         for aid, f in list(self._adverts.items()):
-            meta = withdrawal_meta(self.scheme, "unadvertise_meta", f, now=now)
+            meta = await withdrawal_meta_off_loop(self.scheme, "unadvertise_meta", f, now=now)
             if meta:
                 await self._send(Unadvertise(aid, self.scheme.profile, meta).to_wire())
 
@@ -369,7 +373,8 @@ class Client(ClientLink, SubscriptionRenewal):
             return
         sub._close()
         # the scheme's withdrawal proof (EventGuard usb permit, §4.5; signed withdrawals)
-        meta = withdrawal_meta(self.scheme, "unsubscribe_meta", sub.filter, now=time.time())
+        meta = await withdrawal_meta_off_loop(self.scheme, "unsubscribe_meta", sub.filter,
+                                              now=time.time())  # fmt: skip
         await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
         await self._retire(sub)  # a generation of the last epoch still in its grace
 
@@ -385,7 +390,7 @@ class Client(ClientLink, SubscriptionRenewal):
         f = self._adverts.pop(adv_id, None)
         if f is None:
             return
-        meta = withdrawal_meta(self.scheme, "unadvertise_meta", f, now=time.time())
+        meta = await withdrawal_meta_off_loop(self.scheme, "unadvertise_meta", f, now=time.time())
         await self._send(Unadvertise(adv_id, self.scheme.profile, meta).to_wire())
 
     async def flush(self, timeout: float | None = 10.0) -> None:

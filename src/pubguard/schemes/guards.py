@@ -7,8 +7,8 @@ EventGuard's signatures and flood containment with Narada's replay state and rev
 
 - :func:`pack_fields`: an unambiguous, length-prefixed encoding of the fields a signature
   covers (no two field lists encode alike).
-- :class:`TTLCache`: a bounded LRU whose entries expire; the verified-root / verified-permit
-  cache. Verifying an Ed25519 signature costs ~110 us; a cache hit costs a dict lookup.
+- :class:`TTLCache`: a bounded LRU whose entries expire (the project's one LRU,
+  :class:`~pubguard.keys.cache.BoundedLru`); the verified-root / verified-permit cache. Verifying an Ed25519 signature costs ~110 us; a cache hit costs a dict lookup.
 - :class:`SignedRootVerifier`: EventGuard's publication signature (eventguard.txt §4.4) with
   amortised signing: the signature is on a Merkle root (:mod:`pubguard.schemes.merkle`);
   verified ``(key, root)`` pairs are cached, so a batch costs one verification per broker.
@@ -37,11 +37,12 @@ import struct
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, TypeVar
 
 from pubguard.crypto import DIGEST_SIZE, H, VerifyKey
 from pubguard.crypto import sha256_fast as _sha
 from pubguard.errors import DropReason, InvalidToken, ValidationError
+from pubguard.keys.cache import BoundedLru
 from pubguard.schemes.guards_narada import (
     DEFAULT_CACHE_CAPACITY,
     DEFAULT_REPLAY_RESERVE,
@@ -116,44 +117,17 @@ def pack_fields(tag: bytes, *fields: bytes | str | int | float | None) -> bytes:
     return b"".join(out)
 
 
-class TTLCache(Generic[K, V]):
-    """A bounded LRU of values that expire at a per-entry time."""
+class TTLCache(BoundedLru[K, V]):
+    """A bounded LRU of values that expire at a per-entry time: ``put(key, value, expires)``,
+    ``get(key, now)``. The project's one LRU (:class:`~pubguard.keys.cache.BoundedLru`) with a
+    positive capacity (a verify cache that keeps nothing is a misconfiguration)."""
 
-    __slots__ = ("_d", "capacity", "hits", "misses")
+    __slots__ = ()
 
     def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
         if capacity < 1:
             raise ValidationError("cache capacity must be positive")
-        self.capacity = capacity
-        self._d: OrderedDict[K, tuple[float, V]] = OrderedDict()
-        self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-    def get(self, key: K, now: float) -> V | None:
-        item = self._d.get(key)
-        if item is None or now > item[0]:
-            if item is not None:
-                del self._d[key]
-            self.misses += 1
-            return None
-        self._d.move_to_end(key)
-        self.hits += 1
-        return item[1]
-
-    def put(self, key: K, value: V, expires: float) -> None:
-        self._d[key] = (expires, value)
-        self._d.move_to_end(key)
-        while len(self._d) > self.capacity:
-            self._d.popitem(last=False)
-
-    def discard(self, key: K) -> None:
-        self._d.pop(key, None)
-
-    def clear(self) -> None:
-        self._d.clear()
+        super().__init__(capacity)
 
 
 _U32X2: Final = struct.Struct(">II").pack  # a leaf's index and batch size (merkle._leaf)

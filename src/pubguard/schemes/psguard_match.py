@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from pubguard.crypto import AesPrf
 from pubguard.errors import ValidationError
+from pubguard.matching.multimap import discard_member
 from pubguard.schemes.tokens import NONCE_BYTES, match_randomized, tok64
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class TokenMatcher:
             c = (key, i)
             a, _ = self._clauses.pop(c)
             for t in groups[a]:
-                _discard(self._anchor, t, c)
+                discard_member(self._anchor, t, c)
             for g in groups:
                 for t in g:
                     post = self._post.get(t)
@@ -88,7 +89,7 @@ class TokenMatcher:
                         post.pop(c, None)
                         if not post:
                             del self._post[t]
-                            _discard(self._by64, tok64(t), t)
+                            discard_member(self._by64, tok64(t), t)
 
     def match(self, pe: TokenEvent) -> set[Hashable]:
         if pe.mode == "deterministic":
@@ -204,11 +205,3 @@ class TokenMatcher:
         if fs is None:
             fs = self._afs = [a[0] for a in al]
         return fs
-
-
-def _discard(d: dict[Any, set[Any]], k: Any, v: Any) -> None:
-    s = d.get(k)
-    if s is not None:
-        s.discard(v)
-        if not s:
-            del d[k]

@@ -1,0 +1,117 @@
+"""An eventguard client's withdrawal proofs come from the MS through the blocking key service
+client; ``unsubscribe`` and ``close()`` fetch them in a worker thread
+(:mod:`pubguard.net.withdrawal`), so an MS that accepts TCP but never answers stalls neither the
+event loop nor ``close()`` beyond ``WITHDRAW_TIMEOUT``.
+
+One in-process broker over mutual TLS serving eventguard, a real in-process MS for the
+subscriptions, then the client's MS swapped for a :class:`KeyServiceClient` to a real socket on
+127.0.0.1 that never replies (the TLS handshake waits for the key service client's timeout).
+A ticker coroutine on the same loop counts the ticks made while each withdrawal is in flight:
+a blocked loop makes none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+
+import pytest
+
+from pubguard.crypto import SecretBytes
+from pubguard.crypto.x509 import Role
+from pubguard.errors import TransportError
+from pubguard.keys.ms import MetaService
+from pubguard.net.client import WITHDRAW_TIMEOUT, connect
+from pubguard.net.config import BrokerConfig, TlsFiles
+from pubguard.net.keyservice_client import KeyServiceClient
+from pubguard.net.pki import ClusterPki
+from pubguard.net.server import BrokerServer
+from pubguard.net.withdrawal import blocks_on_io
+from pubguard.schemes.eventguard import EventGuardBroker
+from pubguard.schemes.eventguard_client import EventGuardClient
+
+from .conftest import LoopThread
+
+TICK = 0.02  # seconds between ticks of the watching coroutine
+
+
+async def _ticks_during(aw: Awaitable[object]) -> tuple[float, int, BaseException | None]:
+    """Run ``aw`` next to a ticker; (seconds it took, ticks strictly inside, its error)."""
+    stamps: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            stamps.append(time.monotonic())
+            await asyncio.sleep(TICK)
+
+    ticker = asyncio.get_running_loop().create_task(tick())
+    await asyncio.sleep(0)  # the ticker runs once before the call starts
+    t0 = time.monotonic()
+    err: BaseException | None = None
+    try:
+        await aw
+    except Exception as exc:
+        err = exc
+    t1 = time.monotonic()
+    ticker.cancel()
+    return t1 - t0, sum(1 for s in stamps if t0 < s < t1), err
+
+
+def test_dead_ms_stalls_neither_the_loop_nor_close(aloop: LoopThread, tmp_path: Path) -> None:
+    pki = ClusterPki(tmp_path / "pki")
+    ident = pki.identity("b0", Role.BROKER)
+    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
+                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    ms = MetaService(SecretBytes(random.Random(7).randbytes(32)))
+    hole = socket.create_server(("127.0.0.1", 0), backlog=8)  # listens; never accepts nor answers
+    hole_port = hole.getsockname()[1]
+
+    def dead_ms(timeout: float) -> KeyServiceClient:
+        return KeyServiceClient("127.0.0.1", hole_port, pki.client_context("leaver"),
+                                timeout=timeout, ms_key=ms.public_key)  # fmt: skip
+
+    async def scenario() -> tuple[tuple[float, int, BaseException | None], ...]:
+        server = BrokerServer(cfg)
+        server.core.schemes.register(EventGuardBroker(ms.public_key))
+        port = await server.start()
+        try:
+            scheme = EventGuardClient("leaver", ms)
+            c = await connect(f"tls://127.0.0.1:{port}", identity="leaver",
+                              ssl=pki.client_context("leaver"), scheme=scheme)  # fmt: skip
+            s1 = await c.subscribe('topic = "w1"')
+            await c.subscribe('topic = "w2"')
+            await c.flush()
+            assert not blocks_on_io(scheme)  # an in-process MS: the hooks stay on the loop
+            # unsubscribe: the usb permit request waits for the key service client's timeout
+            scheme.ms = dead_ms(timeout=0.6)  # type: ignore[assignment]
+            unsub = await _ticks_during(c.unsubscribe(s1))
+            # close: the withdrawal of w2 would wait 3 s more than close() allows itself
+            scheme.ms = dead_ms(timeout=WITHDRAW_TIMEOUT + 3.0)  # type: ignore[assignment]
+            closing = await _ticks_during(c.close())
+            return unsub, closing
+        finally:
+            hole.close()  # resets the pending handshake: the abandoned worker thread ends
+            await server.close()
+
+    try:
+        (u_took, u_ticks, u_err), (c_took, c_ticks, c_err) = aloop.run(scenario(), timeout=60)
+    finally:
+        hole.close()
+    assert isinstance(u_err, TransportError)  # the MS never answered: a typed error ...
+    assert u_took >= 0.5 and u_ticks >= 3  # ... after its timeout, the loop ticking meanwhile
+    assert c_err is None and c_took < WITHDRAW_TIMEOUT + 1.0  # close() cut the withdrawal short
+    assert c_ticks >= 0.25 * WITHDRAW_TIMEOUT / TICK  # and the loop kept running throughout
+
+
+@pytest.mark.parametrize("ms_kind", ["local", "remote"])
+def test_blocks_on_io_only_for_a_remote_ms(tmp_path: Path, ms_kind: str) -> None:
+    ms = MetaService(SecretBytes(bytes(32)))
+    scheme = EventGuardClient("x", ms)
+    if ms_kind == "remote":
+        ctx = ClusterPki(tmp_path / "pki").client_context("x")
+        scheme.ms = KeyServiceClient("127.0.0.1", 1, ctx, ms_key=ms.public_key)  # type: ignore[assignment]
+    assert blocks_on_io(scheme) is (ms_kind == "remote")
