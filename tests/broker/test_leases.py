@@ -60,8 +60,9 @@ class Chain:
         msg = Subscribe(sub_id, self.profile, pf.filter, pf.meta)
         self.pump(self.child.handle(msg, "c", at), at)
 
-    def publish(self, eid: str, at: float) -> set[str]:
-        """Publish at the parent at ``at``; the subscription ids the child delivers to."""
+    def publish(self, eid: str, at: float, arrive: float | None = None) -> set[str]:
+        """Publish at ``at`` (arriving at the parent at ``arrive``, default ``at``); the
+        subscription ids the child delivers to."""
         if self.profile == "eventguard":
             pa = self.pub.protect_advertisement(Filter.parse(CARDIO), now=at)
             from pubguard.broker import Advertise
@@ -69,6 +70,7 @@ class Chain:
             self.parent.handle(Advertise(f"a-{eid}", self.profile, pa.filter, pa.meta), "pub", at)
         pe = self.pub.protect_event(Event({"topic": "cardio", "age": 30, "patientRecord": "r"},
                                           id=eid, type="patient"), now=at)  # fmt: skip
+        at = at if arrive is None else arrive
         acts = self.parent.handle(Publish(eid, self.profile, pe.routing, pe.body, pe.meta),
                                   "pub", at)  # fmt: skip
         got: set[str] = set()
@@ -136,6 +138,22 @@ def test_an_eventguard_renewal_is_forwarded_when_the_cover_lapses(tmp_path: Path
     assert m.meta == ch.child.subscriptions()[0][2].meta  # the renewal's permit
     assert ch.parent.drops == {} and ch.child.drops == {}
     assert ch.publish("e3", LEASE + 2) == {"s@1"}
+
+
+@pytest.mark.parametrize("profile", ["default", "eventguard"])
+def test_a_publication_signed_as_its_epoch_ends_is_not_refused_in_transit(
+    tmp_path: Path, profile: str
+) -> None:
+    """The publish permit is checked at the publication's signed time (within max_delay of
+    the broker's clock), so one signed just before its permit ran out still routes."""
+    ch = Chain(tmp_path, profile)
+    ch.subscribe("s", built=NOW)
+    ch.subscribe("s@1", built=END + 0.001 if profile == "default" else END + 0.5,
+                 at=END - 10 if profile == "default" else END + 0.5)  # fmt: skip
+    assert ch.publish("edge", END - 0.01, arrive=END + 0.2)  # signed in epoch 10, arrives in 11
+    assert ch.parent.drops == {}
+    assert ch.publish("late", END - 0.01, arrive=END + MAX_DELAY + 0.5) == set()
+    assert dict(ch.parent.drops) == {DropReason.STALE: 1}  # max_delay still bounds the tail
 
 
 def test_leases_are_restored_with_the_state(tmp_path: Path) -> None:

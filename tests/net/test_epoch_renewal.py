@@ -105,11 +105,6 @@ def test_a_subscription_outlives_two_epoch_changes(aloop: LoopThread, cluster: L
 
     sent, got, renewals, tables = aloop.run(scenario(), timeout=60)
     assert len(sent) > 100
-    assert len(got) == len(set(got))  # each event once
-    assert got == sorted(got, key=sent.index)  # in order
-    lost = set(sent) - set(got)
-    # every event across both changes; eventguard rarely (about one run in ten here) loses one
-    # event at a change, not yet explained (docs/network.md, "Key epochs")
-    assert len(lost) <= (1 if profile == "eventguard" else 0), sorted(lost)
+    assert got == sent  # every event, once, in order, across both changes
     assert renewals in (2, 3)  # a third ahead of the next change when the run ended late
     assert tables == {"b0": (1, {}), "b1": (1, {})}, tables

@@ -443,7 +443,9 @@ class DefaultBroker(TokenRouting):
                 self._publishers.clear()
             hot = self._publishers[blob] = (p, self._key(p.key), H(blob))
         p, key, pd = hot
-        bad = self._valid(p, PUBLISH, now)
+        # the permit was valid when the publication was signed (its ts, within max_delay of
+        # now below): one published as its epoch ended is not lost in transit
+        bad = self._valid(p, PUBLISH, ts / 1000.0)
         if bad is not None:
             return bad
         if p.subject != publisher or p.epoch != epoch:

@@ -270,7 +270,9 @@ class EventGuardBroker:
                 return DropReason.UNAUTHORISED
             if p.subject != publisher or p.epoch != epoch or (pk and p.publisher_key != pk):
                 return DropReason.UNAUTHORISED
-            bad = self._usable(p, now)
+            # valid when the publication was signed (ts, within max_delay of now above): one
+            # published as its epoch ended is not lost in transit (§4.7-4.8)
+            bad = self._usable(p, ts)
             if bad is not None:
                 return bad
             pk = p.publisher_key
