@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.broker.messages import Subscribe, Unsubscribe
 from pubguard.errors import DropError, PubguardError
+from pubguard.net.withdrawal import blocks_on_io
 
 if TYPE_CHECKING:
     from pubguard.net.subscription import Subscription
@@ -150,7 +151,10 @@ class SubscriptionRenewal:
     async def _renew_one(self, sub: Subscription, end: float, build_at: float | None) -> bool:
         at = time.time() if build_at is None else build_at
         try:
-            pf = self.scheme.protect_filter(sub.filter, now=at)
+            if blocks_on_io(self.scheme):  # a remote MS (eventguard): not on the loop
+                pf = await asyncio.to_thread(self.scheme.protect_filter, sub.filter, now=at)
+            else:
+                pf = self.scheme.protect_filter(sub.filter, now=at)
         except DropError as exc:  # the key service refuses: rights withdrawn or revoked
             log.warning("client %s: subscription %s not renewed for the next key epoch (%s):"
                         " it ends", self.identity, sub.id, exc.reason.value)  # fmt: skip

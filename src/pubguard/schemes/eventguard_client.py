@@ -26,6 +26,7 @@ epoch keys ``K(w, e)`` and the UST / UAT of its grants; none of them ever goes o
 from __future__ import annotations
 
 import random as _random
+import threading
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
@@ -110,6 +111,9 @@ class EventGuardClient:
         self._keys: dict[tuple[bytes, int], SecretBytes] = {}  # (T(w), epoch) -> K(w, e)
         self._topics: dict[bytes, str] = {}  # T(w) -> w
         self._subs: list[tuple[str, SubscriptionGrant]] = []  # live subscriptions
+        # guards the grant lists (not the MS calls): a net client fetches withdrawal permits
+        # from a remote MS in a worker thread (net/withdrawal.py) while its loop renews
+        self._grants = threading.Lock()
         self._ads: dict[str, list[AdvertisementGrant]] = {}  # live advertisements per topic
         self._verifier = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
         #: MS permits verified once per (MS key, permit) (schemes/verified.py)
@@ -151,8 +155,9 @@ class EventGuardClient:
         g = self.ms.subscribe(self.name, w, now=now, rng=rng)
         # a grant of the same topic whose epoch is over is not withdrawn (its subscription
         # lapses at the brokers) nor renewed: forget it
-        self._subs = [(v, h) for v, h in self._subs if v != w or h.permit.expires_at >= now]
-        self._subs.append((w, g))
+        with self._grants:
+            self._subs = [(v, h) for v, h in self._subs if v != w or h.permit.expires_at >= now]
+            self._subs.append((w, g))
         self._learn(w, g.permit.token, g.permit.epoch, g.key)
         return ProtectedFilter({"token": g.permit.token}, {"permit": g.permit.to_bytes()})
 
@@ -161,7 +166,8 @@ class EventGuardClient:
     ) -> ProtectedFilter:
         w = topic_of(f)
         g = self.ms.advertise(self.name, self._sk.public, w, now=now, rng=rng)
-        self._ads.setdefault(w, []).append(g)
+        with self._grants:
+            self._ads.setdefault(w, []).append(g)
         self._learn(w, g.permit.token, g.permit.epoch, g.key)
         wire = {"token": g.permit.token, "publisher": self.name, "pk": g.permit.publisher_key}
         return ProtectedFilter(wire, {"permit": g.permit.to_bytes()})
@@ -171,21 +177,24 @@ class EventGuardClient:
     ) -> dict[str, Any]:
         """Withdraw the latest live subscription to ``f``'s topic: the usb permit to send."""
         w = topic_of(f)
-        for i in range(len(self._subs) - 1, -1, -1):
-            if self._subs[i][0] == w:
-                _, g = self._subs.pop(i)
-                usb = self.ms.unsubscribe(g.permit, g.ust, now=now, rng=rng)
-                return {"permit": usb.to_bytes()}
-        raise StateError(f"no live subscription to {w!r}")
+        with self._grants:
+            i = next((i for i in range(len(self._subs) - 1, -1, -1) if self._subs[i][0] == w),
+                     None)  # fmt: skip
+            if i is None:
+                raise StateError(f"no live subscription to {w!r}")
+            _, g = self._subs.pop(i)
+        usb = self.ms.unsubscribe(g.permit, g.ust, now=now, rng=rng)
+        return {"permit": usb.to_bytes()}
 
     def unadvertise_meta(
         self, f: Filter, *, now: float, rng: _random.Random | None = None
     ) -> dict[str, Any]:
         w = topic_of(f)
-        grants = self._ads.get(w)
-        if not grants:
-            raise StateError(f"no live advertisement of {w!r}")
-        g = grants.pop()
+        with self._grants:
+            grants = self._ads.get(w)
+            if not grants:
+                raise StateError(f"no live advertisement of {w!r}")
+            g = grants.pop()
         uad = self.ms.unadvertise(g.permit, g.uat, now=now, rng=rng)
         return {"permit": uad.to_bytes()}
 
@@ -304,15 +313,18 @@ class EventGuardClient:
                 continue
             if f.epoch <= max((e for t, e in self._keys if t == tok), default=f.epoch):
                 continue  # an old epoch's event: its key is gone for good
-            for i in range(len(self._subs) - 1, -1, -1):
-                v, g = self._subs[i]
-                if v != w or now <= g.permit.expires_at:
-                    continue
-                try:
-                    self._subs[i] = (w, self._renew_sub(w, g, now))
-                except PubguardError:
-                    return False  # withdrawn, revoked, or the MS unreachable: not opened
-                return (tok, f.epoch) in self._keys
+            with self._grants:
+                old = next((g for v, g in reversed(self._subs)
+                            if v == w and now > g.permit.expires_at), None)  # fmt: skip
+            if old is None:
+                continue
+            try:
+                new = self._renew_sub(w, old, now)
+            except PubguardError:
+                return False  # withdrawn, revoked, or the MS unreachable: not opened
+            with self._grants:
+                self._subs = [(v, new if g is old else g) for v, g in self._subs]
+            return (tok, f.epoch) in self._keys
         return False
 
     def _open(self, f: PublicationFields, event_id: str, body: bytes, now: float) -> Event:
