@@ -6,7 +6,9 @@ eventguard: events published steadily across two epoch changes all arrive, each 
 once (the old and new generations overlap at each change), the client renewed its
 subscription once per change, and once the old generations' grace and leases are over every
 broker holds one generation of the subscription (psguard's withdrawn by the client, the
-others lapsed at the brokers, ``Broker.expire``).
+others lapsed at the brokers, ``Broker.expire``). A default subscriber that vanishes without
+a withdrawal is forgotten by the broker above when its permit runs out (the test fails with
+leases switched off).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pubguard.broker.core import LEASE_SLACK
 from pubguard.model import Event
 from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import parse_cluster_config
@@ -108,3 +111,38 @@ def test_a_subscription_outlives_two_epoch_changes(aloop: LoopThread, cluster: L
     assert got == sent  # every event, once, in order, across both changes
     assert renewals in (2, 3)  # a third ahead of the next change when the run ended late
     assert tables == {"b0": (1, {}), "b1": (1, {})}, tables
+
+
+def test_a_vanished_subscriber_is_forgotten_upstream_when_its_permit_runs_out(
+    aloop: LoopThread, cluster: LocalCluster
+) -> None:
+    """A default subscriber whose connection dies without a withdrawal: its broker forgets
+    it at once, the broker above refuses that broker's proof-less withdrawal (it could be a
+    fake unsubscribe) and keeps the entry, then forgets it by itself when the permit's epoch
+    is over (its lease: the permit's end + max_delay + LEASE_SLACK for a child's entry)."""
+
+    async def scenario() -> tuple[int, int, int, int, int]:
+        base = (await cluster.status("b0"))["subscriptions"]
+        sub = await cluster.connect("b1", "sub-vanish", profile="default", reconnect=False)
+        await sub.subscribe('topic = "vanish"')
+        await sub.flush()
+        await cluster.wait_quiescent()
+        held = (await cluster.status("b0"))["subscriptions"]
+        assert sub._renew_task is not None and sub._writer is not None
+        sub._renew_task.cancel()  # the process "died": nothing more from it
+        sub._writer.transport.abort()
+        await asyncio.sleep(0.5)
+        await cluster.wait_quiescent()
+        st = await cluster.status("b0")
+        kept = st["subscriptions"]
+        refused = st["drops"].get("unauthorised", 0)
+        await asyncio.sleep(EPOCH + MAX_DELAY + LEASE_SLACK + 1.0)  # at most, from now
+        await cluster.wait_quiescent()
+        after = (await cluster.status("b0"))["subscriptions"]
+        await sub.close()
+        return base, held, kept, refused, after
+
+    base, held, kept, refused, after = aloop.run(scenario(), timeout=60)
+    assert held == base + 1
+    assert kept == base + 1 and refused >= 1  # the fake-unsubscribe guard held
+    assert after == base  # the lease ended: forgotten without the subscriber's proof
