@@ -400,3 +400,24 @@ def test_serve_with_a_bad_kdc_policy_or_master_is_a_one_line_error(tmp_path):
         assert r.returncode == 1 and r.stderr.count("\n") == 1 and why in r.stderr, r.stderr
         assert not (tmp_path / f"ks{i}").exists()  # nothing created
         assert master not in r.stderr
+
+
+def test_the_next_epochs_subscribe_permit_is_served_shortly_before_it_begins(pki, service):
+    """A subscription is renewed ahead of an epoch change (net/renewal.py): within
+    EPOCH_SKEW of the next epoch the service issues its tokens, keys and subscribe permit;
+    earlier it refuses them (no stocking up on a right that may be withdrawn)."""
+    f = Filter.parse(CARDIO_ALL, id="next")
+    _, _, port = service
+    try:
+        Clock.t = EPOCH - 30.0  # the server's clock: 30 s before epoch 1 begins
+        with ks(pki, "chief", port) as c:
+            sub = DefaultClient("chief", RemoteAuthority(c))
+            nxt = AuthorityPermit.decode(sub.protect_filter(f, now=EPOCH + 0.001).meta["pm"])
+            cur = AuthorityPermit.decode(sub.protect_filter(f, now=EPOCH - 30.0).meta["pm"])
+        assert (nxt.epoch, nxt.not_before, nxt.not_after) == (1, EPOCH, 2 * EPOCH)
+        assert (cur.epoch, cur.not_after) == (0, EPOCH)
+        Clock.t = EPOCH - 100.0  # too early for epoch 1
+        with ks(pki, "chief", port) as c, pytest.raises(ValidationError, match="not served"):
+            DefaultClient("chief", RemoteAuthority(c)).protect_filter(f, now=EPOCH + 0.001)
+    finally:
+        Clock.t = NOW
