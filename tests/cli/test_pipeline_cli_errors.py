@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pubguard.cli.main import cli
-from pubguard.cli.pipeline_cmds import _check_master
+from pubguard.cli.pipeline_cmds import check_master
 from pubguard.errors import ConfigError
 from pubguard.sim.workloads import generate
 
@@ -75,9 +75,9 @@ def test_bad_master_is_one_line_not_a_java_trace(
 def test_the_masters_spark_accepts_pass() -> None:
     for master in ("local", "local[*]", "local[2]", "local[2,3]", "local[*,4]",
                    "spark://127.0.0.1:7077", "spark://h1:7077,h2:7077", "yarn"):  # fmt: skip
-        _check_master(master)
+        check_master(master)
     with pytest.raises(ConfigError) as info:
-        _check_master("local[]")
+        check_master("local[]")
     assert info.value.key == "master"
 
 
@@ -93,3 +93,8 @@ def test_spark_cluster_status_without_a_cluster(tmp_path: Path) -> None:
     assert line == "pubguard: error: no Spark cluster is running (pubguard spark-cluster up)"
     help_text = CliRunner().invoke(cli, ["spark-cluster", "--help"]).output
     assert "status  The running master's URL" in help_text
+
+
+def test_demo_refuses_a_bad_master_before_the_network_part() -> None:
+    line = _one_line_error(["demo", "--in-process", "--master", "bogus"])
+    assert line.startswith("pubguard: error: --master must be local")

@@ -248,8 +248,11 @@ def register(cli: click.Group) -> None:
     def demo(profile: str, events: int, seed: int, in_process: bool, no_spark: bool,
              master: str, spark_events: int, as_json: bool) -> None:  # fmt: skip
         """The secure hospital network with a curious cloud broker, then a Spark run."""
+        from pubguard.cli.pipeline_cmds import check_master
         from pubguard.net.hospital import hospital_demo
 
+        if not no_spark:  # a typo here must not surface as a Java trace after the network part
+            check_master(master)
         t0 = time.perf_counter()
 
         def say(s: str) -> None:

@@ -13,7 +13,7 @@ import click
 from pubguard.cli.common import console, err_console, get_group, print_json
 from pubguard.errors import ConfigError, InputError, StateError
 
-__all__ = ["register"]
+__all__ = ["check_master", "register"]
 
 _MODES = click.Choice(["deterministic", "randomized"])
 # what SparkSubmit accepts as a master; anything else makes the JVM print a stack trace
@@ -22,7 +22,7 @@ _MASTER = re.compile(
 )
 
 
-def _check_master(master: str) -> None:
+def check_master(master: str) -> None:
     """Refuse a master Spark would refuse, before a JVM starts (it prints a Java trace)."""
     if _MASTER.fullmatch(master) is None:
         raise ConfigError(
@@ -103,7 +103,7 @@ def register(cli: click.Group) -> None:
             )
         if not workload.is_dir():
             raise InputError("not a workload folder (no such directory)", path=str(workload))
-        _check_master(master)
+        check_master(master)
         spark = _session(master, "pubguard-pipeline-run")
         summary = run_pipeline(
             spark, workload, out, profile=profile, mode=mode, seed=seed, progress=_progress(False)
@@ -124,7 +124,7 @@ def register(cli: click.Group) -> None:
         from pubguard.pipeline.tables import read_manifest
 
         read_manifest(protected)  # a missing or bad folder fails before Spark starts
-        _check_master(master)
+        check_master(master)
         spark = _session(master, "pubguard-pipeline-match")
         res = match_protected(spark, protected, out, now_ms=now_ms, progress=_progress(False))
         res["seconds"] = {k: round(v, 3) for k, v in res["seconds"].items()}
@@ -153,7 +153,7 @@ def register(cli: click.Group) -> None:
         deliveries to OUT/outbox, restartable from CHECKPOINT."""
         from pubguard.pipeline.stream import run_stream
 
-        _check_master(master)
+        check_master(master)
         spark = _session(master, "pubguard-pipeline-stream")
         res = run_stream(
             spark,
