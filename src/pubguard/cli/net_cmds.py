@@ -275,7 +275,9 @@ def register(cli: click.Group) -> None:
             from pubguard.net.bench_plot import plot_network
 
             try:
-                plot_network(results, plot, title=f"bench network, {subscribers} subscribers")
+                where = "brokers in this process" if in_process else "one process per broker"
+                plot_network(results, plot, title=f"pubguard bench network --profile {profile}: "
+                             f"{subscribers} subscribers, {where}, loopback, shared cores")  # fmt: skip
             except OSError as exc:
                 raise click.ClickException(f"cannot write the plot {plot}: {exc}") from None
             err_console.print(f"plot written to {plot}")
