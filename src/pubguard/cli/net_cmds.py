@@ -205,9 +205,13 @@ def register(cli: click.Group) -> None:
     def subscribe_cmd(state: Path, broker: str, identity: str, count: int, timeout: float,
                       filter_text: str) -> None:  # fmt: skip
         """Print matching events as JSON lines until interrupted (or --count / --timeout)."""
+        from pubguard.errors import ParseError
         from pubguard.model import Filter
 
-        f = Filter.parse(filter_text)
+        try:
+            f = Filter.parse(filter_text)
+        except ParseError as exc:  # say which argument the column counts in
+            raise ParseError(f"bad filter {filter_text!r}: {exc}") from None
 
         async def run() -> None:
             c = await _client(state, broker, identity)

@@ -1,0 +1,57 @@
+"""A new user's mistakes with the network commands: each is one ``pubguard: error:`` line
+and exit 1, with no traceback and nothing started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from pubguard.cli.main import cli
+
+
+def _one_line_error(args: list[str]) -> str:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 1, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pubguard: error: "), res.stderr
+    assert "Traceback" not in res.output
+    return lines[0]
+
+
+def test_broker_with_missing_tls_files_names_them(tmp_path: Path) -> None:
+    cfg = tmp_path / "broker.toml"
+    cert, key, ca = tmp_path / "b0.crt", tmp_path / "b0.key", tmp_path / "ca.pem"
+    cfg.write_text(f'name = "b0"\nstate_dir = "{tmp_path / "s"}"\n'
+                   f'[tls]\nca = "{ca}"\ncert = "{cert}"\nkey = "{key}"\n')  # fmt: skip
+    line = _one_line_error(["broker", "--config", str(cfg)])
+    assert line == (
+        f"pubguard: error: cannot build TLS context: certificate {cert} / key {key}: "
+        "No such file or directory"
+    )
+
+
+def test_broker_config_mistakes(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    assert _one_line_error(["broker", "--config", str(missing)]) == (
+        f"pubguard: error: {missing}: cannot read: No such file or directory"
+    )
+    cfg = tmp_path / "b.toml"
+    cfg.write_text('name = "x"\nport = 99999\ntls_enabled = false\n')
+    assert _one_line_error(["broker", "--config", str(cfg)]).endswith(
+        "port: 99999 is not a port number"
+    )
+    cfg.write_text('name = "x"\nprofile = "nosuch"\ntls_enabled = false\n')
+    assert "unknown profile 'nosuch'" in _one_line_error(["broker", "--config", str(cfg)])
+
+
+def test_client_commands_without_a_cluster_or_with_a_bad_filter(tmp_path: Path) -> None:
+    state = str(tmp_path / "net")
+    assert _one_line_error(["publish", "--state", state, '{"attrs": {"price": 12}}']) == (
+        f"pubguard: error: no cluster is running from {state} (pubguard cluster up)"
+    )
+    line = _one_line_error(["subscribe", "--state", state, "price >"])
+    assert line == (
+        "pubguard: error: bad filter 'price >': expected a value, found end of input at column 8"
+    )
+    assert not (tmp_path / "net").exists()
