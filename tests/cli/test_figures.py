@@ -38,3 +38,23 @@ def test_sweep_figure_says_what_it_shows(tmp_path: Path) -> None:
     png = tmp_path / "s" / "sweep.png"
     plot_sweep(SWEEP, ["deterministic", "randomized"], png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scaling_figure_says_what_it_shows() -> None:
+    from pubguard.sim.scaling_report import scaling_figure
+
+    # the --quick psguard run of this audit (publications / s, ms)
+    rows = [{"profile": prof, "brokers": b, "max_throughput_eps": t, "latency_p50_ms": lat,
+             "mean_fanout": 12.62}
+            for prof, b, t, lat in (("plain", 1, 9237, 141.8), ("plain", 3, 8202, 210.4),
+                                    ("plain", 7, 14911, 280.6), ("psguard", 1, 2210, 141.3),
+                                    ("psguard", 3, 3224, 211.0), ("psguard", 7, 3854, 283.1))]  # fmt: skip
+    doc = {"rows": rows, "params": {"brokers": [1, 3, 7], "subscribers": 32, "latency_ms": 70.0}}
+    fig = scaling_figure(doc)
+    try:
+        assert assert_labelled(fig) == ["plain", "psguard"]
+        thr, lat = fig.axes
+        assert thr.get_ylim()[0] == 0
+        assert lat.get_ylabel() == "publish-to-delivery latency p50 (ms)"
+    finally:
+        plt.close(fig)
