@@ -166,7 +166,7 @@ def _endpoint(state: Path, keyservice: str | None) -> tuple[str, int]:
 
 def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
             key: str | None) -> None:  # fmt: skip
-    from pubguard.errors import ConfigError, DropError, RevokedError
+    from pubguard.errors import ConfigError, DropError, FrameError, RevokedError
     from pubguard.net.keyservice_client import KeyServiceClient
     from pubguard.net.pki import ClusterPki
 
@@ -193,6 +193,13 @@ def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
                               "(refused: unauthorised)", key="as") from None  # fmt: skip
         except RevokedError:
             raise ConfigError(f"{as_!r} is itself revoked", key="as") from None
+        except FrameError as exc:
+            if "unknown_op" not in str(exc):
+                raise
+            # an MS-only service (no --kdc-policy): no authority, so no revocation list
+            raise ConfigError(f"the key service at {host}:{port} runs no authority to revoke "
+                              "at (serve it with --kdc-policy; the policy's admins may revoke)",
+                              key="keyservice") from None  # fmt: skip
     what = identity if identity is not None else f"key {key}"
     verb = "revoked" if out.get("changed") else "already revoked:"
     click.echo(f"{verb} {what}: revocation list serial {out.get('serial')}, "
