@@ -55,3 +55,9 @@ def test_client_commands_without_a_cluster_or_with_a_bad_filter(tmp_path: Path) 
         "pubguard: error: bad filter 'price >': expected a value, found end of input at column 8"
     )
     assert not (tmp_path / "net").exists()
+
+
+def test_publish_with_no_events_says_so(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["publish", "--state", str(tmp_path / "net")], input="\n")
+    assert res.exit_code == 1
+    assert res.stderr.strip() == "pubguard: error: no events to publish (stdin was empty)"

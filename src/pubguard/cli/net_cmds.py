@@ -175,7 +175,11 @@ def register(cli: click.Group) -> None:
     @click.argument("events", nargs=-1)
     def publish_cmd(state: Path, broker: str, identity: str, events: tuple[str, ...]) -> None:
         """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin."""
+        if not events and sys.stdin.isatty():  # would wait for input the user did not mean
+            raise InputError("give events as arguments, or pipe JSON lines on stdin")
         lines = list(events) or [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
+        if not lines:
+            raise InputError("no events to publish (stdin was empty)")
         parsed = []
         for n, text in enumerate(lines, 1):
             try:
