@@ -61,3 +61,15 @@ def test_publish_with_no_events_says_so(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["publish", "--state", str(tmp_path / "net")], input="\n")
     assert res.exit_code == 1
     assert res.stderr.strip() == "pubguard: error: no events to publish (stdin was empty)"
+
+
+def test_a_state_path_that_is_a_file_or_cannot_be_created(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert _one_line_error(["cluster", "up", "--state", str(f)]) == (
+        f"pubguard: error: --state {f} is a file, not a folder"
+    )
+    # any OSError a command lets through is one line naming the path (main._Group)
+    line = _one_line_error(["cluster", "up", "--state", str(f / "net")])
+    assert line.startswith(f"pubguard: error: {f / 'net'}") and line.endswith(": Not a directory")
+    assert f.read_text() == "x"

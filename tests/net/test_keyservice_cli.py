@@ -36,3 +36,17 @@ def test_revoke_at_an_ms_only_key_service_is_one_clear_line(aloop, tmp_path: Pat
         f"pubguard: error: the key service at 127.0.0.1:{port} runs no authority to revoke at "
         "(serve it with --kdc-policy; the policy's admins may revoke)"
     ]
+
+
+def test_serve_with_a_missing_policy_is_one_line_and_creates_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv("PUBGUARD_KDC_MASTER", raising=False)  # the warning must not come first
+    policy, state = tmp_path / "policy.json", tmp_path / "ks"
+    res = CliRunner().invoke(cli, ["keyservice", "serve", "--state", str(state),
+                                   "--kdc-policy", str(policy)])  # fmt: skip
+    assert res.exit_code == 1
+    assert res.stderr.strip().splitlines() == [
+        f"pubguard: error: {policy}: cannot read: No such file or directory"
+    ]
+    assert not state.exists()

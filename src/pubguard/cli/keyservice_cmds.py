@@ -71,10 +71,11 @@ def _kdc(policy: Path | None) -> object:
     from pubguard.net.keyservice_kdc import KdcConfig
 
     master = _master(KDC_MASTER_ENV)
-    if master is None:
+    cfg = KdcConfig.load_policy(policy, master or random_bytes(32))
+    if master is None:  # said once the policy loaded, so a bad policy is one error line
         err_console.print(f"[yellow]no {KDC_MASTER_ENV}: a random KDC master lives in this "
                           "process[/]")  # fmt: skip
-    return KdcConfig.load_policy(policy, master or random_bytes(32))
+    return cfg
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
@@ -100,8 +101,6 @@ async def _serve(
     from pubguard.net.pki import ClusterPki
 
     master = _master()
-    if master is None:
-        err_console.print(f"[yellow]no {MASTER_ENV}: a random MS key lives in this process[/]")
     ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length,
                      origin=origin)  # fmt: skip
     ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
@@ -130,6 +129,8 @@ async def _serve(
     if core.kdc is not None:
         out["authority_key"] = base64.b64encode(core.kdc.authority.public_key.to_bytes()).decode()
     (state / "ms-key.json").write_text(json.dumps(out))
+    if master is None:  # said once serving, so a failed start is one error line
+        err_console.print(f"[yellow]no {MASTER_ENV}: a random MS key lives in this process[/]")
     extra = f"; KDC / authority key {out['authority_key']}" if "authority_key" in out else ""
     click.echo(f"keyservice listening on {host}:{bound} (MS public key {key_b64}{extra})")
     stop = asyncio.Event()

@@ -24,7 +24,7 @@ from rich import box
 from rich.table import Table
 
 from pubguard.cli.common import console, err_console, get_group, print_json
-from pubguard.errors import InputError, PubguardError, StateError
+from pubguard.errors import ConfigError, InputError, PubguardError, StateError
 from pubguard.model import event_from_json
 
 __all__ = ["register"]
@@ -99,6 +99,8 @@ def register(cli: click.Group) -> None:
         from pubguard.net.cluster import LocalCluster
         from pubguard.net.config import load_cluster_config
 
+        if state.exists() and not state.is_dir():
+            raise ConfigError(f"--state {state} is a file, not a folder", key="state")
         if (state / "cluster.json").exists():
             raise StateError(f"a cluster is already running from {state} (cluster down first)")
         cfg = load_cluster_config(config, state_dir=state)
