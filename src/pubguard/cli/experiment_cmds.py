@@ -280,6 +280,9 @@ def psguard_cost_ratio(as_json: bool, out: Path, joins: int, seed: int, quick: b
     """psguard.txt Tables 5-6 (analytical vs measured) and Figures 3-5 (PNG)."""
     if joins < 1:
         raise ValidationError("--joins must be at least 1")
+    from pubguard.cli.common import check_writable
+
+    check_writable(out / "psguard-cost-ratio.png", "--out")  # before the runs, not after
     t0 = time.perf_counter()
     result = _cost_ratio(joins, seed, quick)
     png = _plot(result, out)

@@ -23,7 +23,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from pubguard.cli.common import console, err_console, get_group, print_json
+from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
 from pubguard.errors import ConfigError, InputError, PubguardError, StateError
 from pubguard.model import event_from_json
 
@@ -276,6 +276,8 @@ def register(cli: click.Group) -> None:
         for p in payloads:
             if not 16 <= p <= 16384:
                 raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
+        if plot is not None:  # before minutes of searching, not after
+            check_writable(plot, "--plot")
         results = asyncio.run(run_network_bench(
             profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
             in_process=in_process, subscribers=subscribers, quick=quick, repeat=repeat,

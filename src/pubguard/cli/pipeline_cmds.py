@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from pubguard.cli.common import console, err_console, get_group, print_json
+from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
 from pubguard.errors import ConfigError, InputError, StateError
 
 __all__ = ["check_master", "register"]
@@ -253,6 +253,8 @@ def register(cli: click.Group) -> None:
         from pubguard.pipeline.bench import bench_pipeline as run_bench
         from pubguard.pipeline.bench import print_bench
 
+        if sweep_png is not None:  # before Spark and the runs, not after
+            check_writable(sweep_png, "--sweep")
         modes = ["deterministic", "randomized"] if mode == "both" else [mode]
         res = run_bench(
             subscriptions=subscriptions,
