@@ -73,3 +73,19 @@ def test_a_state_path_that_is_a_file_or_cannot_be_created(tmp_path: Path) -> Non
     line = _one_line_error(["cluster", "up", "--state", str(f / "net")])
     assert line.startswith(f"pubguard: error: {f / 'net'}") and line.endswith(": Not a directory")
     assert f.read_text() == "x"
+
+
+def test_broker_on_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = tmp_path / "b.toml"
+        cfg.write_text(f'name = "x"\nport = {port}\ntls_enabled = false\n'
+                       f'state_dir = "{tmp_path / "s"}"\n')  # fmt: skip
+        line = _one_line_error(["broker", "--config", str(cfg)])
+    assert line == (
+        f"pubguard: error: broker x: listen address 127.0.0.1:{port}: Address already in use"
+    )
