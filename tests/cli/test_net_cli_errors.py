@@ -89,3 +89,21 @@ def test_broker_on_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert line == (
         f"pubguard: error: broker x: listen address 127.0.0.1:{port}: Address already in use"
     )
+
+
+def test_bench_network_help_lists_the_profiles_the_network_serves() -> None:
+    from pubguard.cli.net_cmds import NETWORK_PROFILES
+    from pubguard.net.config import PROFILES
+
+    assert tuple(NETWORK_PROFILES) == tuple(PROFILES)
+    out = " ".join(CliRunner().invoke(cli, ["bench", "network", "--help"]).output.split())
+    assert "One of plain, psguard, psguard-paper, eventguard, narada, default." in out
+
+
+def test_a_workload_path_that_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "events.jsonl"
+    f.write_text("")
+    for args in (["workload", "info", "--workload", str(f)], ["match", "--workload", str(f)]):
+        assert (
+            _one_line_error(args) == f"pubguard: error: {f}: not a workload folder (it is a file)"
+        )

@@ -27,7 +27,11 @@ from pubguard.cli.common import check_writable, console, err_console, get_group,
 from pubguard.errors import ConfigError, InputError, PubguardError, StateError
 from pubguard.model import event_from_json
 
-__all__ = ["register"]
+__all__ = ["NETWORK_PROFILES", "register"]
+
+# net.config.PROFILES, spelled out so that --help needs no import of the network stack
+# (tests/cli/test_net_cli_errors.py checks they agree)
+NETWORK_PROFILES = ("plain", "psguard", "psguard-paper", "eventguard", "narada", "default")
 
 _STATE = click.option(
     "--state",
@@ -241,7 +245,8 @@ def register(cli: click.Group) -> None:
     bench = get_group(cli, "bench", "Benchmarks (print a table; --json for one JSON object).")
 
     @bench.command("network")
-    @click.option("--profile", default="plain", show_default=True)
+    @click.option("--profile", default="plain", show_default=True, metavar="PROFILE",
+                  help=f"One of {', '.join(NETWORK_PROFILES)}.")  # fmt: skip
     @click.option("--brokers", "brokers", type=int, multiple=True,
                   help="Tree sizes (1, 3, 7, 15); repeat; default all four.")  # fmt: skip
     @click.option("--payload", "payloads", type=int, multiple=True,

@@ -102,7 +102,8 @@ def register(cli: click.Group) -> None:
                 key="profile",
             )
         if not workload.is_dir():
-            raise InputError("not a workload folder (no such directory)", path=str(workload))
+            why = "it is a file" if workload.exists() else "no such directory"
+            raise InputError(f"not a workload folder ({why})", path=str(workload))
         check_master(master)
         spark = _session(master, "pubguard-pipeline-run")
         summary = run_pipeline(
