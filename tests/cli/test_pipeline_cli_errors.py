@@ -98,3 +98,10 @@ def test_spark_cluster_status_without_a_cluster(tmp_path: Path) -> None:
 def test_demo_refuses_a_bad_master_before_the_network_part() -> None:
     line = _one_line_error(["demo", "--in-process", "--master", "bogus"])
     assert line.startswith("pubguard: error: --master must be local")
+
+
+def test_bench_pipeline_refuses_empty_runs_before_spark() -> None:
+    for flag in ("--subscriptions", "--events", "--cores"):
+        res = CliRunner().invoke(cli, ["bench", "pipeline", flag, "0"])
+        assert res.exit_code == 2 and "Traceback" not in res.output
+        assert f"Invalid value for '{flag}': 0 is not in the range x>=1." in res.stderr

@@ -180,7 +180,7 @@ def register(cli: click.Group) -> None:
 
     @spark_cluster.command(name="up")
     @state_opt
-    @click.option("--cores", type=int, default=2, show_default=True)
+    @click.option("--cores", type=click.IntRange(min=1), default=2, show_default=True)
     @click.option("--memory", default="2g", show_default=True)
     @click.option("--json", "as_json", is_flag=True)
     def up(state_dir: Path | None, cores: int, memory: str, as_json: bool) -> None:
@@ -219,8 +219,8 @@ def register(cli: click.Group) -> None:
     bench = get_group(cli, "bench", "Benchmarks (each with its plain baseline in the same run).")
 
     @bench.command(name="pipeline")
-    @click.option("--subscriptions", type=int, default=100_000, show_default=True)
-    @click.option("--events", type=int, default=2000, show_default=True)
+    @click.option("--subscriptions", type=click.IntRange(min=1), default=100_000, show_default=True)
+    @click.option("--events", type=click.IntRange(min=1), default=2000, show_default=True)
     @click.option(
         "--mode",
         type=click.Choice(["deterministic", "randomized", "both"]),
@@ -228,7 +228,11 @@ def register(cli: click.Group) -> None:
         show_default=True,
     )
     @click.option(
-        "--cores", type=int, default=2, show_default=True, help="local[N] for the main run"
+        "--cores",
+        type=click.IntRange(min=1),
+        default=2,
+        show_default=True,
+        help="local[N] for the main run",
     )
     @click.option("--no-scaling", is_flag=True, help="Skip the local[1] run (2-core/1-core ratio).")
     @click.option(
