@@ -101,3 +101,26 @@ def test_scaling_prints_a_table_and_refuses_bad_options():
         assert res.exit_code == 1, res.output
         lines = res.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("pubguard: error:") and text in lines[0]
+
+
+def test_cost_ratio_figure_labels_every_panel() -> None:
+    import matplotlib.pyplot as plt
+
+    from tests.figure_checks import assert_labelled
+
+    def row(ns: int) -> dict[str, float]:
+        return {"ns": ns, "sg_keys_per_subscriber": ns / 50, "psguard_keys_per_subscriber": 6.5,
+                "sg_keys_per_publisher": ns * 1.9, "psguard_keys_per_publisher": 1,
+                "sg_kdc_ms_per_join": ns / 1000, "psguard_kdc_ms_per_join": 0.17,
+                "sg_kb_per_join": ns / 400, "psguard_kb_per_join": 0.46}  # fmt: skip
+
+    fig = experiment_cmds._figure({"uniform": [row(n) for n in (10, 100, 1000)],
+                                   "gaussian": [row(n) for n in (2, 8, 64)]})  # fmt: skip
+    try:
+        labels = assert_labelled(fig)
+        assert [ax.get_ylabel() for ax in fig.axes] == [
+            "keys held per subscriber", "keys held per publisher", "KDC CPU per join (ms)",
+            "sealed keys sent per join (KB)"]  # fmt: skip
+        assert "PSGuard (phi=100, R=10^4)" in labels and len(labels) == 4
+    finally:
+        plt.close(fig)

@@ -127,3 +127,23 @@ def test_bad_tls_inputs_are_typed(pki, tmp_path):
         issue_tls_identity(ca, "x", Role.CLIENT, tmp_path, now=now, key_type="rsa")
     with pytest.raises(ConfigError):
         server_ssl_context(broker.cert_path, tmp_path / "missing.pem", broker.ca_path)
+
+
+def test_a_tls_context_error_names_the_file_that_is_wrong(pki, tmp_path):
+    _, broker, _, _, _ = pki
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(ConfigError) as info:
+        server_ssl_context(broker.cert_path, missing, broker.ca_path)
+    assert str(info.value) == (
+        f"cannot build TLS context: certificate {broker.cert_path} / key {missing}: "
+        "No such file or directory"
+    )
+    with pytest.raises(ConfigError) as info:
+        client_ssl_context(broker.cert_path, broker.key_path, missing)
+    assert str(info.value).startswith(f"cannot build TLS context: CA {missing}: ")
+    assert info.value.path == str(missing)
+    junk = tmp_path / "crl.pem"
+    junk.write_text("not a CRL")
+    with pytest.raises(ConfigError) as info:
+        server_ssl_context(broker.cert_path, broker.key_path, broker.ca_path, crl_path=junk)
+    assert str(info.value).startswith(f"cannot build TLS context: CRL {junk}: ")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["console", "err_console", "get_group", "print_json", "progress"]
+__all__ = ["check_writable", "console", "err_console", "get_group", "print_json", "progress"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -44,3 +46,20 @@ def progress(transient: bool = True) -> Progress:
         console=err_console,
         transient=transient,
     )
+
+
+def check_writable(path: Path, option: str) -> None:
+    """Refuse, before a long run, an output file (a figure) that could not be written at its
+    end: its folder is created as the command would, and a scratch file is made and removed
+    there. One-line :class:`~pubguard.errors.ConfigError` naming ``option`` otherwise."""
+    from pubguard.errors import ConfigError
+
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a folder, not a file", path=str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot write there ({exc.strerror or exc})",
+                          path=str(path)) from None  # fmt: skip

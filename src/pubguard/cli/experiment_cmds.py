@@ -160,7 +160,10 @@ NOTES: Final = [
 ]
 
 
-def _plot(result: dict[str, Any], out: Path) -> Path:
+def _figure(result: dict[str, Any]) -> Any:
+    """psguard.txt Figures 3-5 from ``result`` (the caller closes it): four log-log panels,
+    subscriber groups (red) against PSGuard (blue), solid for the Tables 5/6 setting and
+    dashed for the §5.2 numeric workload."""
     try:
         import matplotlib
 
@@ -168,14 +171,20 @@ def _plot(result: dict[str, Any], out: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - matplotlib is a dependency
         raise ConfigError(f"matplotlib is needed for the figure: {exc}") from None
-    panels = [
-        ("keys per subscriber (Fig. 3)", "sg_keys_per_subscriber", "psguard_keys_per_subscriber"),
-        ("keys per publisher (Fig. 4)", "sg_keys_per_publisher", "psguard_keys_per_publisher"),
-        ("KDC compute per join, ms (Fig. 5)", "sg_kdc_ms_per_join", "psguard_kdc_ms_per_join"),
-        ("KDC network per join, KB (Fig. 5)", "sg_kb_per_join", "psguard_kb_per_join"),
-    ]
+    from pubguard.sim.plotting import plain_log_ticks
+
+    panels = [  # (title, y label, subscriber-group key, PSGuard key)
+        ("keys per subscriber (Fig. 3)", "keys held per subscriber",
+         "sg_keys_per_subscriber", "psguard_keys_per_subscriber"),
+        ("keys per publisher (Fig. 4)", "keys held per publisher",
+         "sg_keys_per_publisher", "psguard_keys_per_publisher"),
+        ("KDC compute per join (Fig. 5)", "KDC CPU per join (ms)",
+         "sg_kdc_ms_per_join", "psguard_kdc_ms_per_join"),
+        ("KDC network per join (Fig. 5)", "sealed keys sent per join (KB)",
+         "sg_kb_per_join", "psguard_kb_per_join"),
+    ]  # fmt: skip
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    for ax, (title, sg, ps) in zip(axes.flat, panels, strict=True):
+    for ax, (title, ylabel, sg, ps) in zip(axes.flat, panels, strict=True):
         for key, style, label in (
             ("uniform", "-", "phi=100, R=10^4"),
             ("gaussian", "--", "§5.2: R=256, lc=4"),
@@ -194,12 +203,21 @@ def _plot(result: dict[str, Any], out: Path) -> Path:
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
+        plain_log_ticks(ax, axis="both")
         ax.set_xlabel("number of subscribers NS")
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("psguard.txt Figures 3-5: subscriber groups vs PSGuard under M/M/N churn")
     fig.tight_layout()
+    return fig
+
+
+def _plot(result: dict[str, Any], out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig = _figure(result)
     try:
         out.mkdir(parents=True, exist_ok=True)
         path = out / "psguard-cost-ratio.png"
@@ -262,6 +280,9 @@ def psguard_cost_ratio(as_json: bool, out: Path, joins: int, seed: int, quick: b
     """psguard.txt Tables 5-6 (analytical vs measured) and Figures 3-5 (PNG)."""
     if joins < 1:
         raise ValidationError("--joins must be at least 1")
+    from pubguard.cli.common import check_writable
+
+    check_writable(out / "psguard-cost-ratio.png", "--out")  # before the runs, not after
     t0 = time.perf_counter()
     result = _cost_ratio(joins, seed, quick)
     png = _plot(result, out)

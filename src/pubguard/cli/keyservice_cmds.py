@@ -71,10 +71,11 @@ def _kdc(policy: Path | None) -> object:
     from pubguard.net.keyservice_kdc import KdcConfig
 
     master = _master(KDC_MASTER_ENV)
-    if master is None:
+    cfg = KdcConfig.load_policy(policy, master or random_bytes(32))
+    if master is None:  # said once the policy loaded, so a bad policy is one error line
         err_console.print(f"[yellow]no {KDC_MASTER_ENV}: a random KDC master lives in this "
                           "process[/]")  # fmt: skip
-    return KdcConfig.load_policy(policy, master or random_bytes(32))
+    return cfg
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
@@ -100,8 +101,6 @@ async def _serve(
     from pubguard.net.pki import ClusterPki
 
     master = _master()
-    if master is None:
-        err_console.print(f"[yellow]no {MASTER_ENV}: a random MS key lives in this process[/]")
     ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length,
                      origin=origin)  # fmt: skip
     ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
@@ -130,6 +129,8 @@ async def _serve(
     if core.kdc is not None:
         out["authority_key"] = base64.b64encode(core.kdc.authority.public_key.to_bytes()).decode()
     (state / "ms-key.json").write_text(json.dumps(out))
+    if master is None:  # said once serving, so a failed start is one error line
+        err_console.print(f"[yellow]no {MASTER_ENV}: a random MS key lives in this process[/]")
     extra = f"; KDC / authority key {out['authority_key']}" if "authority_key" in out else ""
     click.echo(f"keyservice listening on {host}:{bound} (MS public key {key_b64}{extra})")
     stop = asyncio.Event()
@@ -166,7 +167,7 @@ def _endpoint(state: Path, keyservice: str | None) -> tuple[str, int]:
 
 def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
             key: str | None) -> None:  # fmt: skip
-    from pubguard.errors import ConfigError, DropError, RevokedError
+    from pubguard.errors import ConfigError, DropError, FrameError, RevokedError
     from pubguard.net.keyservice_client import KeyServiceClient
     from pubguard.net.pki import ClusterPki
 
@@ -193,6 +194,13 @@ def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
                               "(refused: unauthorised)", key="as") from None  # fmt: skip
         except RevokedError:
             raise ConfigError(f"{as_!r} is itself revoked", key="as") from None
+        except FrameError as exc:
+            if "unknown_op" not in str(exc):
+                raise
+            # an MS-only service (no --kdc-policy): no authority, so no revocation list
+            raise ConfigError(f"the key service at {host}:{port} runs no authority to revoke "
+                              "at (serve it with --kdc-policy; the policy's admins may revoke)",
+                              key="keyservice") from None  # fmt: skip
     what = identity if identity is not None else f"key {key}"
     verb = "revoked" if out.get("changed") else "already revoked:"
     click.echo(f"{verb} {what}: revocation list serial {out.get('serial')}, "

@@ -2,7 +2,8 @@
 
 Command modules are listed in ``COMMAND_MODULES``; each exposes ``register(group)``. Every
 :class:`~pubguard.errors.PubguardError` that escapes a command becomes one line on stderr and
-exit status 1 (2 for usage errors, as click does).
+exit status 1 (2 for usage errors, as click does); so does an ``OSError`` (a state path that
+is a file, a read-only folder), naming the path.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except PubguardError as exc:
             click.echo(f"pubguard: error: {exc}", err=True)
+            ctx.exit(1)
+        except OSError as exc:  # the environment, not pubguard: a state path that is a file,
+            # a read-only or missing folder, a full disk; say which path, no traceback
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"pubguard: error: {where}{exc.strerror or exc}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("pubguard: interrupted", err=True)

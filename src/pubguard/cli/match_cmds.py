@@ -56,7 +56,8 @@ def load_subscriptions(path: Path) -> tuple[dict[str, Filter], dict[str, set[str
 
 def _match_workload(directory: Path, summary: bool) -> None:
     if not directory.is_dir():
-        raise InputError("not a workload folder (no such directory)", path=str(directory))
+        why = "it is a file" if directory.exists() else "no such directory"
+        raise InputError(f"not a workload folder ({why})", path=str(directory))
     t0 = time.perf_counter()
     filters, subscribers = load_subscriptions(directory / "subscriptions.jsonl")
     events = list(read_events(directory / "events.jsonl"))

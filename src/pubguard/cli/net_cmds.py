@@ -23,11 +23,15 @@ import click
 from rich import box
 from rich.table import Table
 
-from pubguard.cli.common import console, err_console, get_group, print_json
-from pubguard.errors import InputError, PubguardError, StateError
+from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
+from pubguard.errors import ConfigError, InputError, PubguardError, StateError
 from pubguard.model import event_from_json
 
-__all__ = ["register"]
+__all__ = ["NETWORK_PROFILES", "register"]
+
+# net.config.PROFILES, spelled out so that --help needs no import of the network stack
+# (tests/cli/test_net_cli_errors.py checks they agree)
+NETWORK_PROFILES = ("plain", "psguard", "psguard-paper", "eventguard", "narada", "default")
 
 _STATE = click.option(
     "--state",
@@ -99,6 +103,8 @@ def register(cli: click.Group) -> None:
         from pubguard.net.cluster import LocalCluster
         from pubguard.net.config import load_cluster_config
 
+        if state.exists() and not state.is_dir():
+            raise ConfigError(f"--state {state} is a file, not a folder", key="state")
         if (state / "cluster.json").exists():
             raise StateError(f"a cluster is already running from {state} (cluster down first)")
         cfg = load_cluster_config(config, state_dir=state)
@@ -175,7 +181,11 @@ def register(cli: click.Group) -> None:
     @click.argument("events", nargs=-1)
     def publish_cmd(state: Path, broker: str, identity: str, events: tuple[str, ...]) -> None:
         """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin."""
+        if not events and sys.stdin.isatty():  # would wait for input the user did not mean
+            raise InputError("give events as arguments, or pipe JSON lines on stdin")
         lines = list(events) or [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
+        if not lines:
+            raise InputError("no events to publish (stdin was empty)")
         parsed = []
         for n, text in enumerate(lines, 1):
             try:
@@ -205,9 +215,13 @@ def register(cli: click.Group) -> None:
     def subscribe_cmd(state: Path, broker: str, identity: str, count: int, timeout: float,
                       filter_text: str) -> None:  # fmt: skip
         """Print matching events as JSON lines until interrupted (or --count / --timeout)."""
+        from pubguard.errors import ParseError
         from pubguard.model import Filter
 
-        f = Filter.parse(filter_text)
+        try:
+            f = Filter.parse(filter_text)
+        except ParseError as exc:  # say which argument the column counts in
+            raise ParseError(f"bad filter {filter_text!r}: {exc}") from None
 
         async def run() -> None:
             c = await _client(state, broker, identity)
@@ -231,7 +245,8 @@ def register(cli: click.Group) -> None:
     bench = get_group(cli, "bench", "Benchmarks (print a table; --json for one JSON object).")
 
     @bench.command("network")
-    @click.option("--profile", default="plain", show_default=True)
+    @click.option("--profile", default="plain", show_default=True, metavar="PROFILE",
+                  help=f"One of {', '.join(NETWORK_PROFILES)}.")  # fmt: skip
     @click.option("--brokers", "brokers", type=int, multiple=True,
                   help="Tree sizes (1, 3, 7, 15); repeat; default all four.")  # fmt: skip
     @click.option("--payload", "payloads", type=int, multiple=True,
@@ -266,6 +281,8 @@ def register(cli: click.Group) -> None:
         for p in payloads:
             if not 16 <= p <= 16384:
                 raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
+        if plot is not None:  # before minutes of searching, not after
+            check_writable(plot, "--plot")
         results = asyncio.run(run_network_bench(
             profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
             in_process=in_process, subscribers=subscribers, quick=quick, repeat=repeat,
@@ -275,7 +292,9 @@ def register(cli: click.Group) -> None:
             from pubguard.net.bench_plot import plot_network
 
             try:
-                plot_network(results, plot, title=f"bench network, {subscribers} subscribers")
+                where = "brokers in this process" if in_process else "one process per broker"
+                plot_network(results, plot, title=f"pubguard bench network --profile {profile}: "
+                             f"{subscribers} subscribers, {where}, loopback, shared cores")  # fmt: skip
             except OSError as exc:
                 raise click.ClickException(f"cannot write the plot {plot}: {exc}") from None
             err_console.print(f"plot written to {plot}")

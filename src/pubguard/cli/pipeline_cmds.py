@@ -3,18 +3,32 @@
 
 from __future__ import annotations
 
-import sys
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from pubguard.cli.common import console, err_console, get_group, print_json
+from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
+from pubguard.errors import ConfigError, InputError, StateError
 
-__all__ = ["register"]
+__all__ = ["check_master", "register"]
 
 _MODES = click.Choice(["deterministic", "randomized"])
+# what SparkSubmit accepts as a master; anything else makes the JVM print a stack trace
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|local-cluster\[.+\]|spark://\S+|yarn|k8s://\S+"
+)
+
+
+def check_master(master: str) -> None:
+    """Refuse a master Spark would refuse, before a JVM starts (it prints a Java trace)."""
+    if _MASTER.fullmatch(master) is None:
+        raise ConfigError(
+            f"--master must be local, local[N], local[*] or spark://host:port, got {master!r}",
+            key="master",
+        )
 
 
 def _progress(quiet: bool) -> Any:
@@ -80,8 +94,17 @@ def register(cli: click.Group) -> None:
         as_json: bool,
     ) -> None:
         """protect -> validate -> match -> deliver -> open on a workload folder."""
-        from pubguard.pipeline.run import run_pipeline
+        from pubguard.pipeline.run import PROFILES, run_pipeline
 
+        if profile not in PROFILES:  # checked before Spark starts (seconds, and its log lines)
+            raise ConfigError(
+                f"unknown pipeline profile {profile!r} (valid: {', '.join(PROFILES)})",
+                key="profile",
+            )
+        if not workload.is_dir():
+            why = "it is a file" if workload.exists() else "no such directory"
+            raise InputError(f"not a workload folder ({why})", path=str(workload))
+        check_master(master)
         spark = _session(master, "pubguard-pipeline-run")
         summary = run_pipeline(
             spark, workload, out, profile=profile, mode=mode, seed=seed, progress=_progress(False)
@@ -99,7 +122,10 @@ def register(cli: click.Group) -> None:
     ) -> None:
         """The untrusted part only (validate, match, deliver) on a protected folder."""
         from pubguard.pipeline.run import match_protected
+        from pubguard.pipeline.tables import read_manifest
 
+        read_manifest(protected)  # a missing or bad folder fails before Spark starts
+        check_master(master)
         spark = _session(master, "pubguard-pipeline-match")
         res = match_protected(spark, protected, out, now_ms=now_ms, progress=_progress(False))
         res["seconds"] = {k: round(v, 3) for k, v in res["seconds"].items()}
@@ -128,6 +154,7 @@ def register(cli: click.Group) -> None:
         deliveries to OUT/outbox, restartable from CHECKPOINT."""
         from pubguard.pipeline.stream import run_stream
 
+        check_master(master)
         spark = _session(master, "pubguard-pipeline-stream")
         res = run_stream(
             spark,
@@ -153,7 +180,7 @@ def register(cli: click.Group) -> None:
 
     @spark_cluster.command(name="up")
     @state_opt
-    @click.option("--cores", type=int, default=2, show_default=True)
+    @click.option("--cores", type=click.IntRange(min=1), default=2, show_default=True)
     @click.option("--memory", default="2g", show_default=True)
     @click.option("--json", "as_json", is_flag=True)
     def up(state_dir: Path | None, cores: int, memory: str, as_json: bool) -> None:
@@ -181,19 +208,19 @@ def register(cli: click.Group) -> None:
     @spark_cluster.command(name="status")
     @state_opt
     def status(state_dir: Path | None) -> None:
+        """The running master's URL, UI and pids as one JSON object (exit 1 if none)."""
         from pubguard.pipeline.cluster import cluster_status
 
         info = cluster_status(state_dir)
         if info is None:
-            console.print("no cluster running")
-            sys.exit(1)
+            raise StateError("no Spark cluster is running (pubguard spark-cluster up)")
         print_json(info.to_json())
 
     bench = get_group(cli, "bench", "Benchmarks (each with its plain baseline in the same run).")
 
     @bench.command(name="pipeline")
-    @click.option("--subscriptions", type=int, default=100_000, show_default=True)
-    @click.option("--events", type=int, default=2000, show_default=True)
+    @click.option("--subscriptions", type=click.IntRange(min=1), default=100_000, show_default=True)
+    @click.option("--events", type=click.IntRange(min=1), default=2000, show_default=True)
     @click.option(
         "--mode",
         type=click.Choice(["deterministic", "randomized", "both"]),
@@ -201,7 +228,11 @@ def register(cli: click.Group) -> None:
         show_default=True,
     )
     @click.option(
-        "--cores", type=int, default=2, show_default=True, help="local[N] for the main run"
+        "--cores",
+        type=click.IntRange(min=1),
+        default=2,
+        show_default=True,
+        help="local[N] for the main run",
     )
     @click.option("--no-scaling", is_flag=True, help="Skip the local[1] run (2-core/1-core ratio).")
     @click.option(
@@ -227,6 +258,8 @@ def register(cli: click.Group) -> None:
         from pubguard.pipeline.bench import bench_pipeline as run_bench
         from pubguard.pipeline.bench import print_bench
 
+        if sweep_png is not None:  # before Spark and the runs, not after
+            check_writable(sweep_png, "--sweep")
         modes = ["deterministic", "randomized"] if mode == "both" else [mode]
         res = run_bench(
             subscriptions=subscriptions,

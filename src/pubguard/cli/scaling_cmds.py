@@ -134,6 +134,10 @@ def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, pu
     from pubguard.sim.scaling import PROFILES, MeasuredCost, ScalingParams, Workload, run_scaling
     from pubguard.sim.scaling_report import plot_scaling, scaling_doc
 
+    if plot is not None:  # before the simulation, not after
+        from pubguard.cli.common import check_writable
+
+        check_writable(plot, "--plot")
     profs = _csv(profiles, "profiles", str)
     bad = [x for x in profs if x not in PROFILES]
     if bad:

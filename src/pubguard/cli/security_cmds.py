@@ -268,6 +268,9 @@ def flood(as_json: bool, out: Path, arity: int, depth: int, subscribers_per_leaf
     bad = [v for v in vs if v not in VARIANTS]
     if not vs or bad:
         raise ValidationError(f"--variants must be drawn from {', '.join(VARIANTS)}")
+    from pubguard.cli.common import check_writable
+
+    check_writable(out, "--out")  # before the simulation, not after
     params = FloodParams(
         arity=arity, depth=depth, subscribers_per_leaf=subscribers_per_leaf, load=load,
         rate=rate, flood_rates=_rates(flood_rates), attackers=attackers,

@@ -571,15 +571,21 @@ def _tls_context(
     ctx = ssl.SSLContext(protocol)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.verify_mode = ssl.CERT_REQUIRED
+    # each step names the files it read (never key bytes or the password), so a user sees
+    # which of the [tls] paths is wrong
+    what = f"certificate {cert_path} / key {key_path}"
+    path = cert_path
     try:
         ctx.load_cert_chain(str(cert_path), str(key_path), password=password)
+        what, path = f"CA {ca_path}", ca_path
         ctx.load_verify_locations(cafile=str(ca_path))
         if crl_path is not None:
+            what, path = f"CRL {crl_path}", crl_path
             ctx.load_verify_locations(cafile=str(crl_path))
             ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     except (OSError, ssl.SSLError) as exc:
-        # the message names files, never key bytes or the password
-        raise ConfigError(f"cannot build TLS context: {exc}", path=str(cert_path)) from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot build TLS context: {what}: {reason}", path=str(path)) from None
     return ctx
 
 

@@ -367,10 +367,11 @@ async def measure_network(
         net = await _setup(cluster, sink, subscribers, profile)
         clients = [net.pub]
         say = on_step or (lambda s: None)
+        run = profile if batch == 1 else f"{profile} (Merkle root per {batch})"
         good, bad, rate = 0.0, None, 1000.0
         why = ""  # what saturated the lowest saturated rate
         while bad is None and rate <= max_rate:  # doubling phase
-            say(f"{brokers} brokers, {payload} B: {rate:.0f} ev/s")
+            say(f"{run}: {brokers} brokers, {payload} B: {rate:.0f} ev/s")
             if await _run_at(net, rate, payload, run_s, rng, batch=batch):
                 bad, why = rate, net.why
             else:
@@ -378,7 +379,7 @@ async def measure_network(
         hi = bad if bad is not None else max_rate
         for _ in range(bisections):
             mid = (good + hi) / 2
-            say(f"{brokers} brokers, {payload} B: {mid:.0f} ev/s")
+            say(f"{run}: {brokers} brokers, {payload} B: {mid:.0f} ev/s")
             if await _run_at(net, mid, payload, run_s, rng, batch=batch):
                 hi, why = mid, net.why
             else:

@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from pubguard.errors import PubguardError
+from pubguard.errors import ConfigError, PubguardError
 from pubguard.net.config import BrokerConfig, load_broker_config
 from pubguard.net.server import run_broker
 
@@ -60,6 +60,16 @@ def serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
 
     With ``PUBGUARD_BROKER_PROFILE=DIR`` in the environment the broker runs under cProfile and
     writes ``DIR/<name>.prof`` when it stops (for finding where a benchmark's time goes)."""
+    try:
+        _serve_maybe_profiled(config, parent_pid)
+    except OSError as exc:  # cannot listen (bad host, port in use) or reach its state files
+        where = exc.filename or f"listen address {config.host}:{config.port}"
+        # asyncio wraps bind errors in a long message; the errno says it in two words
+        why = os.strerror(exc.errno) if (exc.errno or 0) > 0 else (exc.strerror or str(exc))
+        raise ConfigError(f"broker {config.name}: {where}: {why}") from None
+
+
+def _serve_maybe_profiled(config: BrokerConfig, parent_pid: int | None) -> None:
     out = os.environ.get(PROFILE_ENV)
     if not out:
         asyncio.run(_serve(config, parent_pid))

@@ -294,7 +294,10 @@ def plot_sweep(points: list[dict[str, Any]], modes: Sequence[str], png: Path) ->
     _plot(points, modes, png)
 
 
-def _plot(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None:
+def _figure(points: list[dict[str, Any]], modes: Sequence[str]) -> Any:
+    """The sweep's figure (the caller closes it): each join's match-stage time against the
+    deliveries it produced (left) and against events x subscriptions (right); solid lines grow
+    the live subscriptions, dashed ones add non-matching subscriptions to a fixed live set."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -313,19 +316,35 @@ def _plot(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None
             axes[0].plot(
                 [p["matches"] for p in pts], [p[name] for p in pts], style, color=c, label=lab
             )
-            xs = [p["events"] * p["subscriptions"] for p in pts]
+            xs = [p["events"] * p["subscriptions"] / 1e6 for p in pts]
             axes[1].plot(xs, [p[name] for p in pts], style, color=c, label=lab)
-    axes[0].set_xlabel("deliveries (matches)")
-    axes[1].set_xlabel("events x subscriptions")
+    axes[0].set_xlabel("deliveries (matched (event, subscription) pairs)")
+    axes[0].set_title("against the deliveries produced")
+    axes[1].set_xlabel("events x subscriptions (millions)")
+    axes[1].set_title("against events x subscriptions")
     for ax in axes:
-        ax.set_ylabel("match stage seconds (best of 1 after warm-up)")
+        ax.set_ylabel("match stage time (s, best of 1 after warm-up)")
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7)
-    fig.suptitle("pubguard pipeline match stage: cost follows matches, not events x subscriptions")
+    events = sorted({p["events"] for p in points})
+    fig.suptitle(
+        f"pubguard bench pipeline --sweep: match-stage time of the plaintext join and the token "
+        f"joins, vcaps workload, {', '.join(map(str, events))} events"
+    )
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def _plot(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = _figure(points, modes)
+    try:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(png, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def print_bench(res: dict[str, Any], console: Any) -> None:

@@ -459,7 +459,8 @@ def load_workload(directory: Path | str) -> Workload:
     """Read a workload folder strictly: the first bad record raises InputError naming it."""
     d = Path(directory)
     if not d.is_dir():
-        raise InputError("not a workload folder (no such directory)", path=str(d))
+        why = "it is a file" if d.exists() else "no such directory"
+        raise InputError(f"not a workload folder ({why})", path=str(d))
     meta_path = d / META_FILE
     meta = _read_meta(meta_path)
     types: dict[str, EventType] = {}
