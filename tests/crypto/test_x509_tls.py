@@ -147,3 +147,24 @@ def test_a_tls_context_error_names_the_file_that_is_wrong(pki, tmp_path):
     with pytest.raises(ConfigError) as info:
         server_ssl_context(broker.cert_path, broker.key_path, broker.ca_path, crl_path=junk)
     assert str(info.value).startswith(f"cannot build TLS context: CRL {junk}: ")
+
+
+def test_identity_keys_encrypted_at_rest_open_only_with_their_passphrase(pki, tmp_path):
+    """A passphrase encrypts a TLS identity key (PKCS#8); the contexts load it with the right
+    one and refuse it, with a one-line reason and without prompting, otherwise."""
+    ca, broker, _, _, now = pki
+    secret = b"identity-passphrase-canary"
+    enc = issue_tls_identity(ca, "client-enc", Role.CLIENT, tmp_path / "enc", now=now,
+                             passphrase=secret)  # fmt: skip
+    pem = enc.key_path.read_bytes()
+    assert pem.startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") and secret not in pem
+    assert enc.key_path.stat().st_mode & 0o777 == 0o600
+    client_ctx = client_ssl_context(enc.cert_path, enc.key_path, enc.ca_path, password=secret)
+    server_ctx = server_ssl_context(broker.cert_path, broker.key_path, broker.ca_path)
+    assert _handshake(server_ctx, client_ctx) == (b"bye", b"hello client")
+    for wrong in (None, b"not-it"):
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError, match="encrypted and the passphrase is missing") as ei:
+            client_ssl_context(enc.cert_path, enc.key_path, enc.ca_path, password=wrong)
+        assert time.monotonic() - t0 < 5  # no terminal prompt
+        assert secret.decode() not in str(ei.value) and "\n" not in str(ei.value)

@@ -98,7 +98,7 @@ async def _serve(
     from pubguard.crypto.x509 import Role, server_ssl_context
     from pubguard.keys.ms import MetaService
     from pubguard.net.keyservice import KeyServiceCore, KeyServiceServer
-    from pubguard.net.pki import ClusterPki
+    from pubguard.net.pki import ClusterPki, tls_password
 
     master = _master()
     ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length,
@@ -108,7 +108,8 @@ async def _serve(
     # refuse revoked client certificates at the handshake: the CA's CRL if it has signed one
     # (ClusterPki.revoke), else the one issued with our identity
     crl = pki.crl_path or (ident.crl_path if ident.crl_path.exists() else None)
-    ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path, crl_path=crl)
+    ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path, crl_path=crl,
+                             password=tls_password())  # fmt: skip
     tdn = None
     if tdn_ca is not None:  # narada §II-A: a topic discovery node trusting that CA
         from pubguard.crypto.x509 import load_certificate

@@ -17,9 +17,10 @@ Theory of operation
   (``OU=broker``), visible with ``openssl x509 -text``, plus SubjectAlternativeName
   ``IP:127.0.0.1, DNS:localhost`` (configurable) so they double as TLS identities, and
   ExtendedKeyUsage (client auth for every role, server auth for services and brokers).
-* TLS identity keys (:func:`issue_tls_identity`) are written ``0600`` and unencrypted unless a
-  passphrase is given: brokers must restart unattended, and a passphrase kept next to the key
-  adds nothing. Pass ``passphrase=`` when an operator is present to type it.
+* TLS identity keys (:func:`issue_tls_identity`) are written ``0600``, encrypted (PKCS#8) when
+  a passphrase is given; the contexts load them with ``password=`` and never prompt on a
+  terminal. ``pubguard.net.pki`` takes the passphrase from ``PUBGUARD_TLS_PASSPHRASE``, which
+  a service manager hands to brokers that must restart unattended.
 * :func:`verify_chain` checks issuer signature, validity window at ``now`` (the clock is an
   argument, as in ``cryptography``'s ``*_at_time`` twins), the CA's basic constraints and the
   CRL (signature, issuer, freshness). A listed serial raises :class:`RevokedError`; any other
@@ -576,7 +577,8 @@ def _tls_context(
     what = f"certificate {cert_path} / key {key_path}"
     path = cert_path
     try:
-        ctx.load_cert_chain(str(cert_path), str(key_path), password=password)
+        # a callable, so OpenSSL never prompts on a terminal for an encrypted key's passphrase
+        ctx.load_cert_chain(str(cert_path), str(key_path), password=lambda: password or b"")
         what, path = f"CA {ca_path}", ca_path
         ctx.load_verify_locations(cafile=str(ca_path))
         if crl_path is not None:
@@ -585,8 +587,19 @@ def _tls_context(
             ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     except (OSError, ssl.SSLError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if path == cert_path and _encrypted(key_path):
+            reason = ("the key is encrypted and the passphrase is missing or wrong (set"
+                      " PUBGUARD_TLS_PASSPHRASE)")  # fmt: skip
         raise ConfigError(f"cannot build TLS context: {what}: {reason}", path=str(path)) from None
     return ctx
+
+
+def _encrypted(key_path: str | os.PathLike[str]) -> bool:
+    try:
+        with open(key_path, "rb") as fh:
+            return fh.read(64).startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----")
+    except OSError:
+        return False
 
 
 def server_ssl_context(

@@ -61,6 +61,7 @@ from pubguard.net.hospital_revocation import (
     revocation_act,
 )
 from pubguard.net.keyservice_kdc import KdcConfig
+from pubguard.net.pki import tls_passphrase_for_run
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
@@ -278,10 +279,11 @@ async def hospital_demo(
     if profile not in ("default", "psguard"):
         raise ValueError("the hospital demo runs the default or the psguard profile")
     say = say or (lambda s: None)
-    if state_dir is None:
-        with tempfile.TemporaryDirectory(prefix="pubguard-demo-") as tmp:
-            return await _run(Path(tmp), profile, events, seed, in_process, say)
-    return await _run(Path(state_dir), profile, events, seed, in_process, say)
+    with tls_passphrase_for_run():  # identity keys encrypted at rest for the run
+        if state_dir is None:
+            with tempfile.TemporaryDirectory(prefix="pubguard-demo-") as tmp:
+                return await _run(Path(tmp), profile, events, seed, in_process, say)
+        return await _run(Path(state_dir), profile, events, seed, in_process, say)
 
 
 async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
@@ -304,6 +306,8 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
             f" {cluster.keys_path.name})")  # fmt: skip
         say(f"key service (KDC, authority) on port {cluster.keyservice_port}: every client "
             "fetches its own keys over mutual TLS")  # fmt: skip
+        say("TLS identity keys are encrypted at rest (PKCS#8) under PUBGUARD_TLS_PASSPHRASE, "
+            "which the broker processes inherit (random for this run)")  # fmt: skip
         clients: list[Client] = []
         subs: dict[str, list[Subscription]] = {}
         ref = ReferenceMatcher()

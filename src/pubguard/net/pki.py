@@ -4,16 +4,25 @@ On first use :class:`ClusterPki` creates the CA in ``<state>/pki/ca`` and issues
 into ``<state>/pki/<name>/`` with ``pubguard.crypto.x509``. The CA key is encrypted at rest
 with the passphrase from ``PUBGUARD_CA_PASSPHRASE``; without it a random passphrase lives only
 in this process, so identities can be issued while the object lives (tests, the demo, ``cluster
-up``), and later only the ones issued then (``admin``, ``cli``) are available. No passphrase
-or key is ever written in clear.
+up``), and later only the ones issued then (``admin``, ``cli``) are available.
+
+The identities' private keys (brokers', clients', the key service's) are encrypted at rest
+with the passphrase from ``PUBGUARD_TLS_PASSPHRASE`` when it is set (PKCS#8,
+``BestAvailableEncryption``), and every TLS context of this package loads them with it
+(:func:`tls_password`): a broker restarts unattended when its environment carries the
+passphrase (a service manager's credential), and a copy of the state folder alone opens
+nothing. Without it they are written in clear, ``0600`` (``pubguard demo`` sets a random one
+for its run). No passphrase is ever written to disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,10 +38,41 @@ from pubguard.crypto.x509 import (
 )
 from pubguard.errors import ConfigError
 
-__all__ = ["DEFAULT_CLIENTS", "PASSPHRASE_ENV", "ClusterPki", "peer_identity"]
+__all__ = [
+    "DEFAULT_CLIENTS",
+    "PASSPHRASE_ENV",
+    "TLS_PASSPHRASE_ENV",
+    "ClusterPki",
+    "peer_identity",
+    "tls_passphrase_for_run",
+    "tls_password",
+]
 
 PASSPHRASE_ENV: Final = "PUBGUARD_CA_PASSPHRASE"
+TLS_PASSPHRASE_ENV: Final = "PUBGUARD_TLS_PASSPHRASE"
 DEFAULT_CLIENTS: Final = ("admin", "cli")
+
+
+@contextlib.contextmanager
+def tls_passphrase_for_run() -> Iterator[bool]:
+    """Within the block, ``PUBGUARD_TLS_PASSPHRASE`` is set (a random one if it was not; the
+    environment is restored after), so the identities issued then are encrypted at rest and
+    the broker processes started then inherit the passphrase. Yields whether it was random."""
+    if os.environ.get(TLS_PASSPHRASE_ENV):
+        yield False
+        return
+    os.environ[TLS_PASSPHRASE_ENV] = secrets.token_urlsafe(24)
+    try:
+        yield True
+    finally:
+        os.environ.pop(TLS_PASSPHRASE_ENV, None)
+
+
+def tls_password() -> bytes | None:
+    """The passphrase TLS identity keys are encrypted with (``PUBGUARD_TLS_PASSPHRASE``), or
+    None: keys in clear (``0600``)."""
+    v = os.environ.get(TLS_PASSPHRASE_ENV)
+    return v.encode() if v else None
 
 
 class ClusterPki:
@@ -78,7 +118,8 @@ class ClusterPki:
                 f"no certificate for {name!r}; set {PASSPHRASE_ENV} to issue new identities",
                 key=name,
             )
-        return issue_tls_identity(self._ca, name, role, out, now=time.time())
+        return issue_tls_identity(self._ca, name, role, out, now=time.time(),
+                                  passphrase=tls_password())  # fmt: skip
 
     @property
     def crl_path(self) -> Path | None:
@@ -100,11 +141,11 @@ class ClusterPki:
 
     def client_context(self, name: str) -> ssl.SSLContext:
         i = self.identity(name, Role.CLIENT)
-        return client_ssl_context(i.cert_path, i.key_path, i.ca_path)
+        return client_ssl_context(i.cert_path, i.key_path, i.ca_path, password=tls_password())
 
     def server_context(self, name: str) -> ssl.SSLContext:
         i = self.identity(name, Role.BROKER)
-        return server_ssl_context(i.cert_path, i.key_path, i.ca_path)
+        return server_ssl_context(i.cert_path, i.key_path, i.ca_path, password=tls_password())
 
 
 def peer_identity(obj: ssl.SSLObject | ssl.SSLSocket | None) -> tuple[str | None, str | None]:

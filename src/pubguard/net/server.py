@@ -118,10 +118,11 @@ class BrokerServer(BatchProcessing, ParentLink):
         self.name = config.name
         if config.tls is not None and ssl_server is None:
             from pubguard.crypto.x509 import client_ssl_context, server_ssl_context
+            from pubguard.net.pki import tls_password
 
-            t = config.tls
-            ssl_server = server_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl)
-            ssl_client = client_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl)
+            t, pw = config.tls, tls_password()  # an encrypted key: PUBGUARD_TLS_PASSPHRASE
+            ssl_server = server_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw)
+            ssl_client = client_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw)
         self.ssl_server, self.ssl_client = ssl_server, ssl_client
         self.store: BrokerStore | None = None
         if config.durable:
