@@ -443,15 +443,15 @@ class DefaultBroker(TokenRouting):
                 self._publishers.clear()
             hot = self._publishers[blob] = (p, self._key(p.key), H(blob))
         p, key, pd = hot
+        if abs(now - ts / 1000.0) > self.window.max_delay:  # TimestampWindow.check, inline
+            return DropReason.STALE
         # the permit was valid when the publication was signed (its ts, within max_delay of
-        # now below): one published as its epoch ended is not lost in transit
+        # now): one published as its epoch ended is not lost in transit
         bad = self._valid(p, PUBLISH, ts / 1000.0)
         if bad is not None:
             return bad
         if p.subject != publisher or p.epoch != epoch:
             return DropReason.UNAUTHORISED
-        if abs(now - ts / 1000.0) > self.window.max_delay:  # TimestampWindow.check, inline
-            return DropReason.STALE
         self.roots.verify_packed(key, _leaf_of(signed, seq, pd), sig, now, index, size, path)
         return self.replay.check_and_accept(ctx.broker_id, p.key, ts, seq)
 
