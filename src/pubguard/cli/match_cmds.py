@@ -22,7 +22,6 @@ from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json, progress
 from pubguard.errors import InputError, ValidationError
-from pubguard.matching import IndexedMatcher, ReferenceMatcher
 from pubguard.model import Event, Filter, format_filter, read_events, read_subscriptions
 
 __all__ = ["register"]
@@ -55,6 +54,8 @@ def load_subscriptions(path: Path) -> tuple[dict[str, Filter], dict[str, set[str
 
 
 def _match_workload(directory: Path, summary: bool) -> None:
+    from pubguard.matching import IndexedMatcher  # numpy: imported when a command runs
+
     if not directory.is_dir():
         why = "it is a file" if directory.exists() else "no such directory"
         raise InputError(f"not a workload folder ({why})", path=str(directory))
@@ -115,6 +116,8 @@ def _pct(xs: Sequence[float], q: float) -> float:
 
 
 def _bench(n: int, m: int, seed: int, batch: int | None, sample: int) -> dict[str, Any]:
+    from pubguard.matching import IndexedMatcher, ReferenceMatcher
+
     t0 = time.perf_counter()
     filters, events = _workload(n, m, seed)
     gen_s = time.perf_counter() - t0
