@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,26 @@ def _cluster_file(state: Path) -> dict[str, Any]:
         return json.loads((state / "cluster.json").read_text())  # type: ignore[no-any-return]
     except (OSError, ValueError):
         raise StateError(f"no cluster is running from {state} (pubguard cluster up)") from None
+
+
+def _entries(state: Path) -> set[str] | None:
+    """What the state folder holds before ``cluster up`` (``None``: there is no folder)."""
+    return {p.name for p in state.iterdir()} if state.is_dir() else None
+
+
+def _remove_new(state: Path, before: set[str] | None) -> None:
+    """After a failed ``cluster up``: remove what this invocation created in ``state`` (broker
+    folders, the PKI made on first use, the folder itself), and nothing that was there."""
+    if before is None:
+        shutil.rmtree(state, ignore_errors=True)
+        return
+    for p in state.iterdir() if state.is_dir() else ():
+        if p.name in before:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 async def _client(state: Path, broker: str, identity: str, durable: bool = False) -> Any:
@@ -107,7 +128,7 @@ def register(cli: click.Group) -> None:
             raise ConfigError(f"--state {state} is a file, not a folder", key="state")
         if (state / "cluster.json").exists():
             raise StateError(f"a cluster is already running from {state} (cluster down first)")
-        cfg = load_cluster_config(config, state_dir=state)
+        before = _entries(state)
 
         async def up() -> dict[str, int]:
             c = LocalCluster(cfg, detached=True)
@@ -121,7 +142,12 @@ def register(cli: click.Group) -> None:
             c.procs.clear()  # keep them running: `cluster down` stops them
             return c.ports
 
-        ports = asyncio.run(up())
+        try:
+            cfg = load_cluster_config(config, state_dir=state)
+            ports = asyncio.run(up())
+        except BaseException:  # a port in use, a bad setting, ^C: leave no half-made cluster
+            _remove_new(state, before)
+            raise
         for name, port in ports.items():
             console.print(f"{name}  tls://127.0.0.1:{port}")
         console.print(f"{len(ports)} brokers up; state in {state}")
@@ -209,7 +235,8 @@ def register(cli: click.Group) -> None:
     @_STATE
     @click.option("--broker", default="b0", show_default=True)
     @click.option("--identity", default="cli", show_default=True)
-    @click.option("--count", type=int, default=0, help="Stop after this many events (0: never).")
+    @click.option("--count", type=click.IntRange(min=0), default=0,
+                  help="Stop after this many events (0: never).")  # fmt: skip
     @click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds idle.")
     @click.argument("filter_text")
     def subscribe_cmd(state: Path, broker: str, identity: str, count: int, timeout: float,
