@@ -13,7 +13,6 @@ Examples::
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import sys
@@ -26,7 +25,6 @@ from rich.table import Table
 
 from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
 from pubguard.errors import ConfigError, InputError, PubguardError, StateError
-from pubguard.model import event_from_json
 
 __all__ = ["NETWORK_PROFILES", "register"]
 
@@ -121,6 +119,8 @@ def register(cli: click.Group) -> None:
     @_STATE
     def cluster_up(config: Path | None, state: Path) -> None:
         """Start the brokers of a topology as background processes on loopback."""
+        import asyncio
+
         from pubguard.net.cluster import LocalCluster
         from pubguard.net.config import load_cluster_config
 
@@ -174,6 +174,8 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     def cluster_demo(events: int, in_process: bool, as_json: bool) -> None:
         """A 7-broker stock-quote market: who received what (checked against the oracle)."""
+        import asyncio
+
         from pubguard.net.demo import TRADERS, network_demo
 
         say = None if as_json else (lambda s: console.print(f"[dim]{s}[/dim]"))
@@ -207,6 +209,10 @@ def register(cli: click.Group) -> None:
     @click.argument("events", nargs=-1)
     def publish_cmd(state: Path, broker: str, identity: str, events: tuple[str, ...]) -> None:
         """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin."""
+        import asyncio
+
+        from pubguard.model import event_from_json
+
         if not events and sys.stdin.isatty():  # would wait for input the user did not mean
             raise InputError("give events as arguments, or pipe JSON lines on stdin")
         lines = list(events) or [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
@@ -242,6 +248,8 @@ def register(cli: click.Group) -> None:
     def subscribe_cmd(state: Path, broker: str, identity: str, count: int, timeout: float,
                       filter_text: str) -> None:  # fmt: skip
         """Print matching events as JSON lines until interrupted (or --count / --timeout)."""
+        import asyncio
+
         from pubguard.errors import ParseError
         from pubguard.model import Filter
 
@@ -295,6 +303,8 @@ def register(cli: click.Group) -> None:
                       subscribers: int, in_process: bool, quick: bool, repeat: int,
                       merkle_batch: int, plot: Path | None, as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
+        import asyncio
+
         from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
         from pubguard.net.config import PROFILES
 
@@ -427,6 +437,8 @@ def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
 
 
 def _show_status(state: Path, as_json: bool) -> None:
+    import asyncio
+
     from pubguard.net.cluster import cluster_status
 
     statuses = asyncio.run(cluster_status(state))
