@@ -21,16 +21,16 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 from rich.table import Table
 
-from pubguard.broker.core import Broker
 from pubguard.cli.common import console, get_group, print_json, progress
-from pubguard.matching.reference import ReferenceMatcher
-from pubguard.schemes.base import Matcher
-from pubguard.schemes.plain import PlainScheme
+
+if TYPE_CHECKING:  # the broker core and the schemes are imported when the bench runs
+    from pubguard.broker.core import Broker
+    from pubguard.schemes.plain import PlainScheme
 
 __all__ = ["register", "run_broker_bench"]
 
@@ -44,14 +44,22 @@ PAPER_NOTE: Final = (
 )
 
 
-class _LinearPlain(PlainScheme):
+def _linear_plain() -> PlainScheme:
     """The plain profile with the reference linear matcher: the in-process baseline."""
+    from pubguard.matching.reference import ReferenceMatcher
+    from pubguard.schemes.base import Matcher
+    from pubguard.schemes.plain import PlainScheme
 
-    def new_matcher(self) -> Matcher:
-        return ReferenceMatcher()  # type: ignore[return-value]
+    class _LinearPlain(PlainScheme):
+        def new_matcher(self) -> Matcher:
+            return ReferenceMatcher()  # type: ignore[return-value]
+
+    return _LinearPlain()
 
 
 def _broker(scheme: PlainScheme, n_subs: int) -> Broker:
+    from pubguard.broker.core import Broker
+
     b = Broker("bench", [scheme])
     b.add_link("c:pub", "client", "pub")
     for j in range(LINKS):
@@ -91,6 +99,8 @@ def _measure(n_subs: int, events: int, batch: int, ref_events: int, payload: int
     rng = random.Random(f"bench-broker:{seed}:{n_subs}")
     # fresh event ids for every run: a repeated id is a duplicate, dropped unmatched
     runs = [_publications(n_subs, events, payload, rng, f"r{r}") for r in range(2 * repeat)]
+    from pubguard.schemes.plain import PlainScheme
+
     indexed = _broker(PlainScheme(), n_subs)
     it = iter(runs)
 
@@ -109,7 +119,7 @@ def _measure(n_subs: int, events: int, batch: int, ref_events: int, payload: int
     delivered = indexed.counters["delivered"]
     # the baseline, and agreement of the two on the same publications
     sample = _publications(n_subs, ref_events, payload, rng, "ref")
-    linear = _broker(_LinearPlain(), n_subs)
+    linear = _broker(_linear_plain(), n_subs)
     c0 = time.thread_time()
     want = [linear.handle(w, "c:pub", 0.0) for w in sample]
     t_ref = time.thread_time() - c0

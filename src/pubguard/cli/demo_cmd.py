@@ -23,7 +23,6 @@ Every broker process is stopped and the Spark session closed before the command 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -270,6 +269,8 @@ def register(cli: click.Group) -> None:
     def demo(profile: str, events: int, seed: int, in_process: bool, no_spark: bool,
              master: str, spark_events: int, as_json: bool) -> None:  # fmt: skip
         """The secure hospital network with a curious cloud broker, then a Spark run."""
+        import asyncio
+
         from pubguard.cli.pipeline_cmds import check_master
         from pubguard.net.hospital import hospital_demo
 

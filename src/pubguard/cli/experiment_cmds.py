@@ -21,14 +21,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 from rich.table import Table
 
 from pubguard.cli.common import console, err_console, get_group, print_json, progress
 from pubguard.errors import ConfigError, ValidationError
-from pubguard.keys.groups import ChurnResult, analytical_ratio, simulate_churn
+
+if TYPE_CHECKING:  # the key services are imported when an experiment runs
+    from pubguard.keys.groups import ChurnResult
 
 __all__ = ["register"]
 
@@ -86,10 +88,14 @@ def _row(r: ChurnResult) -> dict[str, Any]:
 def _run(
     ns: int, draw: Callable[[random.Random], tuple[int, int]], seed: int, joins: int, **kw: Any
 ) -> ChurnResult:
+    from pubguard.keys.groups import simulate_churn
+
     return simulate_churn(ns=ns, draw=draw, joins=joins, rng=random.Random(seed), **kw)
 
 
 def _cost_ratio(joins: int, seed: int, quick: bool) -> dict[str, Any]:
+    from pubguard.keys.groups import analytical_ratio
+
     phis = [10, 100, 1000, 10_000]
     ns_table = [10, 100, 1000] if quick else [10, 100, 1000, 10_000]
     ns_uniform = ns_table if quick else [10, 32, 100, 316, 1000, 3162, 10_000]

@@ -20,20 +20,24 @@ import time
 import timeit
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json
-from pubguard.crypto import KH, H, KeyedHash, SecretBytes, SigningKey, aad_for, seal
 from pubguard.errors import ValidationError
-from pubguard.keys import KDC, KeyCache, MetaService, TopicKeys, derive_from, ktid, nakt_cover
+
+if TYPE_CHECKING:  # crypto and the key services are imported when a command runs
+    from pubguard.crypto import SecretBytes
+    from pubguard.keys import KDC
 
 __all__ = ["register"]
 
 
 def _master(hex_text: str | None) -> SecretBytes:
+    from pubguard.crypto import SecretBytes
+
     if not hex_text:
         raise ValidationError("refusing to derive keys: give the master secret with --master-hex")
     try:
@@ -61,6 +65,8 @@ def register(cli: click.Group) -> None:
     @click.option("--value", type=int, required=True)
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
     def nakt_id(range_size: int, least_count: int, value: int, as_json: bool) -> None:
+        from pubguard.keys import ktid
+
         k = ktid(value, range_size, least_count)
         if as_json:
             print_json({"ktid": k})
@@ -76,6 +82,8 @@ def register(cli: click.Group) -> None:
     def cover(
         range_size: int, least_count: int, low: int, high: int, snap: bool, as_json: bool
     ) -> None:
+        from pubguard.keys import nakt_cover
+
         c = nakt_cover(low, high, range_size, least_count, snap=snap)
         if as_json:
             print_json({"cover": c})
@@ -101,6 +109,8 @@ def register(cli: click.Group) -> None:
         epoch: int | None,
         as_json: bool,
     ) -> None:
+        from pubguard.keys import KDC, MetaService
+
         master = _master(master_hex)
         out: dict[str, str]
         if scheme == "eventguard":
@@ -169,10 +179,14 @@ def _tree(r: int) -> int:
 
 def _cold_gen(kdc: KDC, lo: int, hi: int, t: int) -> dict[str, SecretBytes]:
     """Key generation from ``rk`` with nothing memoised: K(w), the root, then the cover."""
+    from pubguard.keys import TopicKeys
+
     return TopicKeys(kdc.topic_key("bench")).numeric_auth_keys("num", lo, hi, t, 1)
 
 
 def _table1(kdc: KDC, n: int, rep: int) -> list[dict[str, Any]]:
+    from pubguard.keys import derive_from
+
     rows = []
     for r, (p_keys, p_gen, p_der) in PAPER_T1.items():
         t = _tree(r)
@@ -204,6 +218,8 @@ def _table1(kdc: KDC, n: int, rep: int) -> list[dict[str, Any]]:
 
 
 def _table2(kdc: KDC, n: int, rep: int, items: int, rng: random.Random) -> list[dict[str, Any]]:
+    from pubguard.keys import derive_from, ktid
+
     t = _tree(10_000)
     rows = []
     for phi, (p_keys, p_gen, p_der) in PAPER_T2.items():
@@ -234,6 +250,8 @@ def _table2(kdc: KDC, n: int, rep: int, items: int, rng: random.Random) -> list[
 
 def _cached(kdc: KDC, n: int, rep: int, items: int, rng: random.Random) -> dict[str, Any]:
     """psguard.txt §3.2.3: derivations that hit the subscriber's KeyCache."""
+    from pubguard.keys import KeyCache, ktid
+
     t = _tree(10_000)
     cache = KeyCache(capacity=1 << 16)  # large enough that every derived key stays cached
     cache.add_all("bench", kdc.numeric_auth_keys("bench", "num", 1, t - 2, t, 1))
@@ -251,6 +269,8 @@ def _cached(kdc: KDC, n: int, rep: int, items: int, rng: random.Random) -> dict[
 
 
 def _eventguard(n: int, rep: int) -> tuple[list[dict[str, Any]], float]:
+    from pubguard.crypto import KH, H, KeyedHash, SecretBytes, SigningKey, aad_for, seal
+
     key = SecretBytes(bytes(range(32)))
     key16 = SecretBytes(bytes(range(16)))  # a native AES-128 key (no per-call HKDF stretch)
     kh = KeyedHash(key)
@@ -308,6 +328,9 @@ def _eventguard(n: int, rep: int) -> tuple[list[dict[str, Any]], float]:
 @click.option("--quick", is_flag=True, help="Few iterations (smoke test; noisy numbers).")
 @click.option("--seed", type=int, default=1, show_default=True)
 def bench_keys(as_json: bool, quick: bool, seed: int) -> None:
+    from pubguard.crypto import SecretBytes
+    from pubguard.keys import KDC
+
     n, rep, items = (2, 2, 5) if quick else (20, 15, 200)  # calls per run, runs, work items
     rng = random.Random(seed)
     kdc = KDC(SecretBytes(bytes(range(32))))

@@ -29,18 +29,20 @@ authority-signed revocation list drop its publications from then on (docs/keyser
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
 import os
 import signal
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import click
 
 from pubguard.cli.common import err_console, get_group
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["KDC_MASTER_ENV", "MASTER_ENV", "register"]
 
@@ -79,6 +81,8 @@ def _kdc(policy: Path | None) -> object:
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    import asyncio
+
     while os.getppid() == parent_pid:
         await asyncio.sleep(0.5)
     stop.set()
@@ -94,6 +98,8 @@ async def _serve(
     tdn_ca: Path | None = None,
     kdc: object = None,
 ) -> None:
+    import asyncio
+
     from pubguard.crypto import SecretBytes, random_bytes
     from pubguard.crypto.x509 import Role, server_ssl_context
     from pubguard.keys.ms import MetaService
@@ -266,6 +272,8 @@ def register(cli: click.Group) -> None:
               parent_pid: int | None, tdn_ca: Path | None, kdc_policy: Path | None) -> None:  # fmt: skip
         """Serve the meta-service (and optionally the PSGuard KDC / default authority):
         permits, tokens and epoch keys for authenticated clients."""
+        import asyncio
+
         _master()  # a bad master or CA is a one-line error before anything is created
         kdc = _kdc(kdc_policy)
         if tdn_ca is not None:

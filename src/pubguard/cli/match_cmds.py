@@ -15,15 +15,16 @@ import sys
 import time
 from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json, progress
 from pubguard.errors import InputError, ValidationError
-from pubguard.matching import IndexedMatcher, ReferenceMatcher
-from pubguard.model import Event, Filter, format_filter, read_events, read_subscriptions
+
+if TYPE_CHECKING:  # the matchers and the model are imported when a command runs
+    from pubguard.model import Event, Filter
 
 __all__ = ["register"]
 
@@ -38,6 +39,8 @@ MATCH_BATCH: Final = 1024
 def load_subscriptions(path: Path) -> tuple[dict[str, Filter], dict[str, set[str]]]:
     """Filters by id and their subscribers; a filter id reused with other constraints is an
     error naming the line. Filters without an id are named by their text form."""
+    from pubguard.model import format_filter, read_subscriptions
+
     filters: dict[str, Filter] = {}
     subscribers: dict[str, set[str]] = {}
     for n, sub in enumerate(read_subscriptions(path), 1):
@@ -55,6 +58,9 @@ def load_subscriptions(path: Path) -> tuple[dict[str, Filter], dict[str, set[str
 
 
 def _match_workload(directory: Path, summary: bool) -> None:
+    from pubguard.matching import IndexedMatcher  # numpy: imported when a command runs
+    from pubguard.model import read_events
+
     if not directory.is_dir():
         why = "it is a file" if directory.exists() else "no such directory"
         raise InputError(f"not a workload folder ({why})", path=str(directory))
@@ -115,6 +121,8 @@ def _pct(xs: Sequence[float], q: float) -> float:
 
 
 def _bench(n: int, m: int, seed: int, batch: int | None, sample: int) -> dict[str, Any]:
+    from pubguard.matching import IndexedMatcher, ReferenceMatcher
+
     t0 = time.perf_counter()
     filters, events = _workload(n, m, seed)
     gen_s = time.perf_counter() - t0

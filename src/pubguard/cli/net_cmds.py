@@ -13,8 +13,8 @@ Examples::
 
 from __future__ import annotations
 
-import asyncio
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,6 @@ from rich.table import Table
 
 from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
 from pubguard.errors import ConfigError, InputError, PubguardError, StateError
-from pubguard.model import event_from_json
 
 __all__ = ["NETWORK_PROFILES", "register"]
 
@@ -48,6 +47,26 @@ def _cluster_file(state: Path) -> dict[str, Any]:
         return json.loads((state / "cluster.json").read_text())  # type: ignore[no-any-return]
     except (OSError, ValueError):
         raise StateError(f"no cluster is running from {state} (pubguard cluster up)") from None
+
+
+def _entries(state: Path) -> set[str] | None:
+    """What the state folder holds before ``cluster up`` (``None``: there is no folder)."""
+    return {p.name for p in state.iterdir()} if state.is_dir() else None
+
+
+def _remove_new(state: Path, before: set[str] | None) -> None:
+    """After a failed ``cluster up``: remove what this invocation created in ``state`` (broker
+    folders, the PKI made on first use, the folder itself), and nothing that was there."""
+    if before is None:
+        shutil.rmtree(state, ignore_errors=True)
+        return
+    for p in state.iterdir() if state.is_dir() else ():
+        if p.name in before:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 async def _client(state: Path, broker: str, identity: str, durable: bool = False) -> Any:
@@ -100,6 +119,8 @@ def register(cli: click.Group) -> None:
     @_STATE
     def cluster_up(config: Path | None, state: Path) -> None:
         """Start the brokers of a topology as background processes on loopback."""
+        import asyncio
+
         from pubguard.net.cluster import LocalCluster
         from pubguard.net.config import load_cluster_config
 
@@ -107,7 +128,7 @@ def register(cli: click.Group) -> None:
             raise ConfigError(f"--state {state} is a file, not a folder", key="state")
         if (state / "cluster.json").exists():
             raise StateError(f"a cluster is already running from {state} (cluster down first)")
-        cfg = load_cluster_config(config, state_dir=state)
+        before = _entries(state)
 
         async def up() -> dict[str, int]:
             c = LocalCluster(cfg, detached=True)
@@ -121,7 +142,12 @@ def register(cli: click.Group) -> None:
             c.procs.clear()  # keep them running: `cluster down` stops them
             return c.ports
 
-        ports = asyncio.run(up())
+        try:
+            cfg = load_cluster_config(config, state_dir=state)
+            ports = asyncio.run(up())
+        except BaseException:  # a port in use, a bad setting, ^C: leave no half-made cluster
+            _remove_new(state, before)
+            raise
         for name, port in ports.items():
             console.print(f"{name}  tls://127.0.0.1:{port}")
         console.print(f"{len(ports)} brokers up; state in {state}")
@@ -148,6 +174,8 @@ def register(cli: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True)
     def cluster_demo(events: int, in_process: bool, as_json: bool) -> None:
         """A 7-broker stock-quote market: who received what (checked against the oracle)."""
+        import asyncio
+
         from pubguard.net.demo import TRADERS, network_demo
 
         say = None if as_json else (lambda s: console.print(f"[dim]{s}[/dim]"))
@@ -181,6 +209,10 @@ def register(cli: click.Group) -> None:
     @click.argument("events", nargs=-1)
     def publish_cmd(state: Path, broker: str, identity: str, events: tuple[str, ...]) -> None:
         """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin."""
+        import asyncio
+
+        from pubguard.model import event_from_json
+
         if not events and sys.stdin.isatty():  # would wait for input the user did not mean
             raise InputError("give events as arguments, or pipe JSON lines on stdin")
         lines = list(events) or [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
@@ -209,12 +241,15 @@ def register(cli: click.Group) -> None:
     @_STATE
     @click.option("--broker", default="b0", show_default=True)
     @click.option("--identity", default="cli", show_default=True)
-    @click.option("--count", type=int, default=0, help="Stop after this many events (0: never).")
+    @click.option("--count", type=click.IntRange(min=0), default=0,
+                  help="Stop after this many events (0: never).")  # fmt: skip
     @click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds idle.")
     @click.argument("filter_text")
     def subscribe_cmd(state: Path, broker: str, identity: str, count: int, timeout: float,
                       filter_text: str) -> None:  # fmt: skip
         """Print matching events as JSON lines until interrupted (or --count / --timeout)."""
+        import asyncio
+
         from pubguard.errors import ParseError
         from pubguard.model import Filter
 
@@ -268,6 +303,8 @@ def register(cli: click.Group) -> None:
                       subscribers: int, in_process: bool, quick: bool, repeat: int,
                       merkle_batch: int, plot: Path | None, as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
+        import asyncio
+
         from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
         from pubguard.net.config import PROFILES
 
@@ -400,6 +437,8 @@ def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
 
 
 def _show_status(state: Path, as_json: bool) -> None:
+    import asyncio
+
     from pubguard.net.cluster import cluster_status
 
     statuses = asyncio.run(cluster_status(state))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 from rich import box
@@ -15,9 +15,15 @@ from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json, progress
 from pubguard.errors import ValidationError
-from pubguard.sim.scaling import PROFILES as SCALING_PROFILES
 
 __all__ = ["register"]
+
+# pubguard.sim.scaling.PROFILES, spelled out so that ``--help`` need not import the simulation
+# and every scheme (tests/cli/test_cli_startup.py checks that the two agree)
+SCALING_PROFILES: Final = (
+    "plain", "psguard", "psguard-merkle", "psguard-paper", "eventguard", "eventguard-nosig", "eventguard-merkle",
+    "default", "default-merkle", "narada",
+)  # fmt: skip
 
 
 def _csv(text: str, what: str, conv: Callable[[str], Any]) -> tuple[Any, ...]:

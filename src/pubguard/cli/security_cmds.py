@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json, progress
 from pubguard.errors import ConfigError, ValidationError
-from pubguard.sim.flood import VARIANTS, CostModel, FloodParams, PointResult, run_flood
+
+if TYPE_CHECKING:  # the simulation (networkx, the schemes) is imported when the command runs
+    from pubguard.sim.flood import FloodParams, PointResult
 
 __all__ = ["register"]
+
+# pubguard.sim.flood.VARIANTS, spelled out so that ``--help`` need not import the simulation
+# (tests/cli/test_cli_startup.py checks that the two agree)
+VARIANTS: Final = ("guard", "noguard", "plain")
 
 LABELS: Final = {
     "guard": "eventguard, routing guard",
@@ -264,6 +270,8 @@ def flood(as_json: bool, out: Path, arity: int, depth: int, subscribers_per_leaf
           route_us: float, check_us: float, verify_us: float, time_scale: float,
           variants: str, seed: int) -> None:  # fmt: skip
     """eventguard.txt Fig. 13 and Fig. 3: a flooding broker with and without the routing guard."""
+    from pubguard.sim.flood import VARIANTS, CostModel, FloodParams, run_flood
+
     vs = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in vs if v not in VARIANTS]
     if not vs or bad:

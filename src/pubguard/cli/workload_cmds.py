@@ -11,16 +11,19 @@ one-line error, as is a non-empty output folder without ``--force``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json, progress
 from pubguard.errors import ConfigError
-from pubguard.sim.workloads import SHAPES, generate, load_workload
 
 __all__ = ["register", "workload_generate"]
+
+# the keys of pubguard.sim.workloads.SHAPES, spelled out so that ``--help`` need not import the
+# workload generators and numpy (tests/cli/test_cli_startup.py checks that the two agree)
+SHAPE_NAMES: Final = ("vcaps", "eventguard", "psguard")
 
 # (option name, parameter key, type, help)
 _SIZE_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
@@ -45,6 +48,8 @@ _LARGE = 200_000  # rough count of records above which a progress bar is worth s
 
 
 def _defaults_help() -> str:
+    from pubguard.sim.workloads import SHAPES
+
     lines = []
     for shape, params in SHAPES.items():
         vals = ", ".join(f"{k}={v}" for k, v in params.items())
@@ -53,6 +58,8 @@ def _defaults_help() -> str:
 
 
 def _size_estimate(shape: str, params: dict[str, Any]) -> int:
+    from pubguard.sim.workloads import SHAPES
+
     p = {**SHAPES[shape], **params}
     if shape == "vcaps":
         subs = p["subscribers"] * min(p["max_filters_per_subscriber"], p["filters"]) // 2
@@ -74,6 +81,8 @@ def _summary_table(meta: dict[str, Any], out: Path) -> Table:
 def workload_generate(
     shape: str, out: Path, seed: int, force: bool, as_json: bool, **sizes: Any
 ) -> None:
+    from pubguard.sim.workloads import SHAPES, generate
+
     params = {k: v for k, v in sizes.items() if v is not None}
     for opt, key, _, _ in _SIZE_OPTIONS:
         if key in params and key not in SHAPES[shape]:
@@ -96,6 +105,29 @@ def workload_generate(
         console.print(_summary_table(meta, out))
 
 
+class _GenerateCommand(click.Command):
+    """``workload generate``, whose full help ends with each shape's defaults: that part is
+    built on first use (``generate --help``), so listing the commands imports no generator."""
+
+    @property  # type: ignore[override]
+    def help(self) -> str | None:
+        if self._help is None:
+            return None
+        if not self._help_done:
+            self._help += "\n\n" + _defaults_help()
+            self._help_done = True
+        return self._help
+
+    @help.setter
+    def help(self, text: str | None) -> None:
+        self._help, self._help_done = text, False
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        if self.short_help:
+            return super().get_short_help_str(limit)
+        return click.utils.make_default_short_help(self._help or "", limit)
+
+
 def register(cli: click.Group) -> None:
     group = get_group(cli, "workload", "Generate and inspect workloads.")
 
@@ -115,12 +147,13 @@ def register(cli: click.Group) -> None:
         help="output folder (created; must be empty unless --force)",
     )(cmd)
     cmd = click.option(
-        "--shape", type=click.Choice(list(SHAPES)), required=True, help="paper shape"
+        "--shape", type=click.Choice(list(SHAPE_NAMES)), required=True, help="paper shape"
     )(cmd)
     group.command(
         "generate",
+        cls=_GenerateCommand,
         help="Generate a seeded workload folder (subscriptions.jsonl, events.jsonl, "
-        "workload.json) in the shape a paper measured.\n\n" + _defaults_help(),
+        "workload.json) in the shape a paper measured.",
     )(cmd)
     _register_info(group)
 
@@ -137,6 +170,8 @@ def _register_info(group: click.Group) -> None:
     @click.option("--json", "as_json", is_flag=True, help="print one JSON object")
     def _info(directory: Path, as_json: bool) -> None:
         """Load a workload folder strictly and print its counts."""
+        from pubguard.sim.workloads import load_workload
+
         w = load_workload(directory)
         counts = {
             "types": len(w.types),

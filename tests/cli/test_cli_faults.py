@@ -1,0 +1,58 @@
+"""Two faults of the network commands a new-user audit found: a failed ``cluster up`` left its
+half-made broker folders behind, and ``subscribe --count -3`` was accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from pubguard.cli.main import cli
+
+# one broker that cannot listen: 192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this host,
+# so the broker process exits after the CLI made the PKI and the broker's folder
+UNBINDABLE = 'host = "192.0.2.1"\n[topology]\nkind = "tree"\narity = 2\ndepth = 0\n'
+
+
+def _failed_up(config: Path, state: Path) -> str:
+    res = CliRunner().invoke(cli, ["cluster", "up", "--config", str(config), "--state", str(state)])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output
+    return res.stderr.strip()
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() if p.is_file() else "/"
+            for p in sorted(root.rglob("*"))}  # fmt: skip
+
+
+def test_failed_cluster_up_removes_what_it_created_and_only_that(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.toml"
+    config.write_text(UNBINDABLE)
+    fresh = tmp_path / "fresh"
+    err = _failed_up(config, fresh)
+    assert err.startswith("pubguard: error: broker b0 exited with 1")
+    assert "192.0.2.1" in err
+    assert not fresh.exists()  # the folder this invocation made, PKI and b0/ inside, is gone
+
+    # a state folder that was there keeps what it held; only the new entries go
+    kept = tmp_path / "kept"
+    (kept / "notes").mkdir(parents=True)
+    (kept / "notes" / "mine.txt").write_text("mine")
+    (kept / "b0.txt").write_text("not a broker folder")
+    before = _tree(kept)
+    _failed_up(config, kept)
+    assert _tree(kept) == before
+
+
+def test_subscribe_refuses_a_negative_count(tmp_path: Path) -> None:
+    state = tmp_path / "net"
+    res = CliRunner().invoke(cli, ["subscribe", "--state", str(state), "--count", "-3", "x > 1"])
+    assert res.exit_code == 2  # a usage error, as click reports it
+    assert "Invalid value for '--count'" in res.stderr
+    assert "-3 is not in the range x>=0" in res.stderr
+    assert not state.exists()
+    # 0 (never stop) is still accepted: it gets as far as looking for the cluster
+    res = CliRunner().invoke(cli, ["subscribe", "--state", str(state), "--count", "0", "x > 1"])
+    assert res.exit_code == 1
+    assert "no cluster is running" in res.stderr
