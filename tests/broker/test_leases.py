@@ -88,7 +88,8 @@ def test_a_lapsed_subscription_is_forgotten_at_every_broker(tmp_path: Path, prof
     ch.subscribe("s", built=NOW)
     assert len(ch.child.subscriptions()) == len(ch.parent.subscriptions()) == 1
     assert ch.publish("e1", NOW + 1) == {"s"}
-    assert ch.parent.expire(LEASE + 1) == []  # a child's entry: LEASE_SLACK longer
+    ch.parent.expire(LEASE + 1)  # a child's entry: LEASE_SLACK longer
+    assert len(ch.parent.subscriptions()) == 1
     # before the lease ends nothing lapses, and a withdrawal without the proof is refused
     assert ch.child.expire(LEASE - 1) == [] and len(ch.child.subscriptions()) == 1
     fwd = ch.parent.subscriptions()[0][1]
@@ -154,6 +155,40 @@ def test_a_publication_signed_as_its_epoch_ends_is_not_refused_in_transit(
     assert ch.parent.drops == {}
     assert ch.publish("late", END - 0.01, arrive=END + MAX_DELAY + 0.5) == set()
     assert dict(ch.parent.drops) == {DropReason.STALE: 1}  # max_delay still bounds the tail
+
+
+@pytest.mark.parametrize("profile", ["default", "eventguard"])
+def test_an_advertisement_lapses_with_its_permit_and_a_renewal_replaces_it(
+    tmp_path: Path, profile: str
+) -> None:
+    """Advertisements rest on a permit of one epoch too: each broker forgets one whose permit
+    ran out (the one from another broker LEASE_SLACK later); the publisher's advertisement
+    renewed in place (same id, the next epoch's permit) outlives it."""
+    from pubguard.broker import Advertise
+
+    ch = Chain(tmp_path, profile)
+    pa = ch.pub.protect_advertisement(Filter.parse(CARDIO), now=NOW)
+    for a in ch.parent.handle(Advertise("ad", profile, pa.filter, pa.meta), "pub", NOW):
+        if isinstance(a, Forward) and a.link == "down":
+            ch.child.handle(a.message.to_wire(), "up", NOW)
+    assert ch.parent.status()["advertisements"] == 1
+    assert ch.child.status()["advertisements"] == 1
+    assert ch.parent.expire(LEASE - 1) == [] and ch.child.expire(LEASE - 1) == []
+    down = ch.parent.expire(LEASE + 1)  # the publisher's own: lapses here, forwarded down
+    assert ch.parent.status()["advertisements"] == 0
+    for a in down:
+        if isinstance(a, Forward) and a.link == "down":
+            ch.child.handle(a.message.to_wire(), "up", LEASE + 1)  # proof-less: accepted
+    assert ch.child.status()["advertisements"] == 0 and ch.child.drops == {}
+    assert ch.parent.counters["advertise.expired"] == 1
+    # renewed in place before the lease ends: the new permit's lease applies
+    ch2 = Chain(tmp_path / "again", profile)
+    pa = ch2.pub.protect_advertisement(Filter.parse(CARDIO), now=NOW)
+    ch2.parent.handle(Advertise("ad", profile, pa.filter, pa.meta), "pub", NOW)
+    pa = ch2.pub.protect_advertisement(Filter.parse(CARDIO), now=END + 0.5)
+    ch2.parent.handle(Advertise("ad", profile, pa.filter, pa.meta), "pub", END + 0.5)
+    ch2.parent.expire(LEASE + 1)
+    assert ch2.parent.status()["advertisements"] == 1 and ch2.parent.drops == {}
 
 
 def test_leases_are_restored_with_the_state(tmp_path: Path) -> None:

@@ -69,6 +69,7 @@ class CoreHooks:
         def _persist(self, table: str, key: str, value: Mapping[str, Any]) -> None: ...
         def _unpersist(self, table: str, key: str) -> None: ...
         def _fwd_id(self, key: Key) -> str: ...
+        def _lease_advert(self, key: Key, msg: Advertise) -> None: ...
 
 
 class AdvertisementRouting(CoreHooks):
@@ -76,6 +77,7 @@ class AdvertisementRouting(CoreHooks):
 
     links: dict[str, LinkInfo]
     _advs: dict[Key, Advertise]
+    _adv_expiry: dict[Key, float]
     counters: Counter[str]
 
     def _on_advertise(self, msg: Advertise, link: LinkInfo, now: float) -> list[Action]:
@@ -94,6 +96,7 @@ class AdvertisementRouting(CoreHooks):
         out: list[Action] = []
         if prior != msg:
             self._advs[key] = msg
+            self._lease_advert(key, msg)
             self._persist("advertisements", skey(key), {"link": key[0], "message": msg.to_wire()})
             for lk in self._broker_links(except_=link.link_id):
                 out.append(self._advertise_to(lk, key, msg))
@@ -120,6 +123,7 @@ class AdvertisementRouting(CoreHooks):
 
     def _remove_adv(self, key: Key, meta: Mapping[str, Any], src: str) -> list[Action]:
         adv = self._advs.pop(key)
+        self._adv_expiry.pop(key, None)
         self._unpersist("advertisements", skey(key))
         fid = self._fwd_id(key)
         return [

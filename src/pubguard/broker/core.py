@@ -21,10 +21,10 @@ tree; each broker has at most one *parent* link, any number of *child* broker li
 - **unsubscribe** removes the entry; if it had been forwarded, the broker forwards the
   unsubscribe (with the unsubscriber's ``meta``) and forwards every filter that becomes
   uncovered. Unknown ids are acknowledged (idempotent, for retried frames).
-- **leases**: a scheme whose subscriptions rest on a permit of one key epoch reports when
-  it ends (``lease_end``); ``expire(now)``, called periodically by the driver, forgets
-  subscriptions past it, so one whose subscriber vanished without a withdrawal does not
-  stay upstream for ever (live subscribers renew: ``pubguard.net.client``).
+- **leases**: a scheme whose subscriptions and advertisements rest on a permit of one key
+  epoch reports when it ends (``lease_end``); ``expire(now)``, called periodically by the
+  driver, forgets entries past it, so one whose client vanished without a withdrawal does not
+  stay upstream for ever (live clients renew: ``pubguard.net.renewal``).
 - **publish** goes to the parent unless it came from there (so every publication reaches the
   root of the tree) and to every child or client link with a matching filter, never back to the
   child it came from. On a tree this delivers each event exactly once to every subscriber
@@ -171,6 +171,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self._subs: dict[Key, _Entry] = {}
         self._advs: dict[Key, Advertise] = {}
         self._next_expiry = _NEVER  # the earliest lease end of any entry (expire's fast exit)
+        self._adv_expiry: dict[Key, float] = {}  # advertisements' lease ends
         self._dedup = DedupWindow(dedup_window, dedup_capacity)
         # the guards' context of the last message without a prior entry (CheckContext is
         # frozen: a run of publications from one link at one time shares one)
@@ -385,19 +386,31 @@ class Broker(PublicationRouting, AdvertisementRouting):
         return self._upward(entry.profile, added, removed, meta)
 
     def _entry(self, link_id: str, msg: Subscribe, pf: Any, prof: _Profile) -> _Entry:
-        lease = getattr(prof.scheme, "lease_end", None)
+        return _Entry(msg.profile, pf, msg, self._lease(link_id, msg, prof.scheme))
+
+    def _lease(self, link_id: str, msg: Subscribe | Advertise, scheme: Any) -> float | None:
+        """When ``msg`` (stored from ``link_id``) lapses: the scheme's ``lease_end``, plus
+        LEASE_SLACK for what another broker forwarded (it lapses it first and forwards what
+        it covered, a renewal, before this copy goes: no gap in coverage); None: never."""
+        lease = getattr(scheme, "lease_end", None)
         try:
             expires = lease(msg) if lease is not None else None
         except _DECODE_ERRORS:  # checked by the scheme already; a stored one is trusted
             expires = None
         info = self.links.get(link_id)
-        if expires is not None and info is not None and info.kind is LinkKind.CHILD:
-            # the child lapses it first and forwards what it covered (a renewal) before
-            # this copy goes: no gap in coverage up the tree
+        if expires is not None and info is not None and info.kind is not LinkKind.CLIENT:
             expires += LEASE_SLACK
         if expires is not None and expires < self._next_expiry:
             self._next_expiry = expires
-        return _Entry(msg.profile, pf, msg, expires)
+        return expires
+
+    def _lease_advert(self, key: Key, msg: Advertise) -> None:
+        prof = self._profile(msg.profile)
+        exp = None if prof is None else self._lease(key[0], msg, prof.scheme)
+        if exp is None:
+            self._adv_expiry.pop(key, None)
+        else:
+            self._adv_expiry[key] = exp
 
     # -- leases ---------------------------------------------------------------------------------
     def expire(self, now: float) -> list[Action]:
@@ -418,8 +431,17 @@ class Broker(PublicationRouting, AdvertisementRouting):
         for key in due:
             out += self._remove_sub(key, {})
         self.counters["subscribe.expired"] += len(due)
+        gone = [k for k, t in self._adv_expiry.items() if t < now and k in self._advs]
+        for key in gone:  # an advertisement's permit ran out the same way (eventguard §4.8)
+            del self._adv_expiry[key]
+            out += self._remove_adv(key, {}, key[0])
+        self.counters["advertise.expired"] += len(gone)
         self._next_expiry = min(
-            (e.expires for e in self._subs.values() if e.expires is not None), default=_NEVER
+            (
+                *(e.expires for e in self._subs.values() if e.expires is not None),
+                *self._adv_expiry.values(),
+            ),
+            default=_NEVER,
         )
         return self._outgoing(out, now)
 
@@ -604,6 +626,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             if not isinstance(adv, Advertise):
                 raise StateError("stored advertisement is not an advertise message")
             self._advs[(str(v["link"]), adv.adv_id)] = adv
+            self._lease_advert((str(v["link"]), adv.adv_id), adv)
 
 
 def _profile_of(m: Message) -> str:

@@ -20,6 +20,9 @@ gap:
 - Otherwise (eventguard: the MS grants the current epoch only, and ``T(w)`` survives epochs,
   so the old generation keeps routing the new epoch's events) the next generation is asked
   for ``RENEW_AFTER`` seconds after the epoch ends.
+- Advertisements are renewed in place (same id, the new epoch's permit) ``RENEW_AFTER``
+  seconds after the change: routing does not depend on them, and brokers forget one whose
+  permit ran out.
 - The old generation is retired ``renew_grace`` seconds after its epoch ends (events of the
   old epoch are stale at the brokers by then: ``max_delay``). A scheme with
   ``leased_subscriptions`` needs nothing sent: every broker forgets it when its permit runs
@@ -40,11 +43,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from pubguard.broker.messages import Subscribe, Unsubscribe
+from pubguard.broker.messages import Advertise, Subscribe, Unsubscribe
 from pubguard.errors import DropError, PubguardError
 from pubguard.net.withdrawal import blocks_on_io
 
 if TYPE_CHECKING:
+    from pubguard.model.filters import Filter
     from pubguard.net.subscription import Subscription
     from pubguard.schemes.base import ClientScheme
 
@@ -78,6 +82,7 @@ class SubscriptionRenewal:
         identity: str
         renew_grace: float
         _subs: dict[str, Subscription]
+        _adverts: dict[str, Filter]
         _closing: bool
 
         async def _send(self, msg: dict[str, Any]) -> None: ...
@@ -111,10 +116,13 @@ class SubscriptionRenewal:
                     log.warning("client %s: cannot learn the key epoch: %s", self.identity, exc)
                     await asyncio.sleep(RENEW_RETRY)
                     continue
-                if end is None or not self._subs:  # until a subscription is made
+                if end is None or not (self._subs or self._adverts):  # until one is made
                     wake.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(wake.wait(), RENEW_IDLE)
+                    continue
+                if end <= self._renewed_through:  # done; its grants are not renewed yet
+                    await asyncio.sleep(RENEW_RETRY)
                     continue
                 if ahead:  # RENEW_LEAD before the end, at most a quarter of an epoch
                     span = ends(end + _NEXT) - end
@@ -131,9 +139,12 @@ class SubscriptionRenewal:
                     await asyncio.sleep(RENEW_RETRY)
                     continue
                 self._renewed_through = end
-                t = asyncio.get_running_loop().create_task(self._retire_at(end + self.renew_grace))
-                retire.add(t)
-                t.add_done_callback(retire.discard)
+                loop = asyncio.get_running_loop()
+                for coro in (self._retire_at(end + self.renew_grace),
+                             self._readvertise_at(end + RENEW_AFTER)):  # fmt: skip
+                    t = loop.create_task(coro)
+                    retire.add(t)
+                    t.add_done_callback(retire.discard)
         finally:
             for t in list(retire):
                 t.cancel()
@@ -185,6 +196,26 @@ class SubscriptionRenewal:
         hooks = self._renewal_hooks()
         if hooks is not None and hooks[1] and time.time() < through:
             await self._renew_one(sub, through, through + _NEXT)
+
+    async def _readvertise_at(self, at: float) -> None:
+        """Advertise again, in place (same id), with the new epoch's permit once it began:
+        brokers forget an advertisement whose permit ran out (``Broker.expire``). Routing
+        does not depend on advertisements, so this need not come ahead."""
+        await asyncio.sleep(max(0.0, at - time.time()))
+        for aid, f in list(self._adverts.items()):
+            try:
+                if blocks_on_io(self.scheme):
+                    pf = await asyncio.to_thread(self.scheme.protect_advertisement, f,
+                                                 now=time.time())  # fmt: skip
+                else:
+                    pf = self.scheme.protect_advertisement(f, now=time.time())
+            except (PubguardError, OSError) as exc:
+                log.warning("client %s: advertisement %s not renewed: %s", self.identity, aid,
+                            exc)  # fmt: skip
+                continue
+            if aid in self._adverts:
+                await self._send(Advertise(aid, self.scheme.profile, pf.filter,
+                                           pf.meta).to_wire())  # fmt: skip
 
     async def _retire_at(self, at: float) -> None:
         await asyncio.sleep(max(0.0, at - time.time()))

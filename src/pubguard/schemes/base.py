@@ -51,9 +51,10 @@ A scheme has two faces:
   leaves on a link (per-hop signatures, re-encryption, suppression); ``ctx.link`` is the link
   it leaves on. A scheme whose ``outgoing`` is the identity may set the class attribute
   ``rewrites_outgoing = False`` so the core skips the call on the publication fast path.
-- optional ``lease_end(subscribe_message) -> float | None``: when a stored subscription's
-  authority runs out (a permit of one key epoch, plus ``max_delay``); the core forgets it then
-  (``Broker.expire``). Absent or None: it lasts until withdrawn or its link goes.
+- optional ``lease_end(message) -> float | None``: when a stored subscription's (or
+  advertisement's) authority runs out (a permit of one key epoch, plus ``max_delay``); the
+  core forgets it then (``Broker.expire``). Absent or None: it lasts until withdrawn or its
+  link goes.
 
 On the client side, a scheme whose subscriptions are bound to a key epoch offers
 ``epoch_end(now) -> float | None`` (when the epoch current at ``now`` ends, None if unknown)

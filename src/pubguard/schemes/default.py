@@ -400,10 +400,10 @@ class DefaultBroker(TokenRouting):
         return p
 
     def lease_end(self, message: Any) -> float | None:
-        """When a stored subscription's permit has run out: the end of its epoch plus
-        ``max_delay`` (publications of that epoch may still arrive until then). The core
-        forgets the subscription after it (``Broker.expire``); a live subscriber has renewed
-        with the next epoch's permit by then."""
+        """When a stored subscription's (advertisement's) permit has run out: the end of its
+        epoch plus ``max_delay`` (publications of that epoch may still arrive until then).
+        The core forgets it then (``Broker.expire``); a live client has renewed it with the
+        next epoch's permit by then."""
         return AuthorityPermit.decode(message.meta["pm"]).not_after + self.window.max_delay
 
     def _valid(self, p: AuthorityPermit, kind: str, now: float) -> DropReason | None:

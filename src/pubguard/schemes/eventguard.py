@@ -236,9 +236,9 @@ class EventGuardBroker:
         return p
 
     def lease_end(self, message: Any) -> float | None:
-        """When a stored subscription's permit has run out (§4.8: permits live one epoch):
-        its expiry plus ``max_delay``. The core forgets the subscription after it
-        (``Broker.expire``); a live subscriber has renewed with the MS by then."""
+        """When a stored subscription's (advertisement's) permit has run out (§4.8: permits
+        live one epoch): its expiry plus ``max_delay``. The core forgets it then
+        (``Broker.expire``); a live client has renewed with the MS by then."""
         return decode_permit(message.meta["permit"]).expires_at + self.window.max_delay
 
     def _usable(self, p: Permit, now: float) -> DropReason | None:

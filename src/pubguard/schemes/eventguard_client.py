@@ -140,8 +140,9 @@ class EventGuardClient:
     leased_subscriptions = True
 
     def epoch_end(self, now: float) -> float | None:
-        """When the newest live subscribe permit runs out (None: no subscription)."""
-        return max((g.permit.expires_at for _, g in self._subs), default=None)
+        """When the newest live subscribe or advertise permit runs out (None: neither)."""
+        ads = (g.permit.expires_at for gs in self._ads.values() for g in gs)
+        return max((*(g.permit.expires_at for _, g in self._subs), *ads), default=None)
 
     def _learn(self, w: str, token: bytes, epoch: int, key: SecretBytes) -> None:
         self._topics[token] = w
@@ -166,8 +167,9 @@ class EventGuardClient:
     ) -> ProtectedFilter:
         w = topic_of(f)
         g = self.ms.advertise(self.name, self._sk.public, w, now=now, rng=rng)
-        with self._grants:
-            self._ads.setdefault(w, []).append(g)
+        with self._grants:  # grants whose epoch is over are neither withdrawn nor renewed
+            live = [h for h in self._ads.get(w, ()) if h.permit.expires_at >= now]
+            self._ads[w] = [*live, g]
         self._learn(w, g.permit.token, g.permit.epoch, g.key)
         wire = {"token": g.permit.token, "publisher": self.name, "pk": g.permit.publisher_key}
         return ProtectedFilter(wire, {"permit": g.permit.to_bytes()})
