@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
+import tomllib
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,7 +14,8 @@ from typing import Any, TypeVar
 import pytest
 
 from pubguard.net.cluster import LocalCluster
-from pubguard.net.config import load_cluster_config
+from pubguard.net.config import load_cluster_config, parse_cluster_config
+from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 T = TypeVar("T")
 
@@ -56,6 +60,23 @@ def start_cluster(aloop: LoopThread, state: Path, *, in_process: bool) -> LocalC
         aloop.run(cluster.stop())
         raise
     return cluster
+
+
+@contextlib.contextmanager
+def keyed_cluster(aloop: LoopThread, state: Path, toml_text: str,
+                  **bundle: Any) -> Iterator[LocalCluster]:  # fmt: skip
+    """Broker processes from ``toml_text`` serving the security profiles with keys from a
+    ``KeyBundle(state / "keys", now=<now>, types=(HOSPITAL,), **bundle)``, started for the
+    block and stopped after it (a module fixture's body)."""
+    cfg = parse_cluster_config(tomllib.loads(toml_text), base=state)
+    bundle.setdefault("now", time.time())
+    bundle.setdefault("types", (HOSPITAL,))
+    c = LocalCluster(cfg, bundle=KeyBundle(state / "keys", **bundle))
+    try:
+        aloop.run(c.start(), timeout=90)
+        yield c
+    finally:
+        aloop.run(c.stop(), timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ they share signatures (the subscriber verifies one root per batch, counted by it
 from __future__ import annotations
 
 import asyncio
-import time
-import tomllib
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,11 +20,9 @@ from pubguard.errors import ValidationError
 from pubguard.model import Event
 from pubguard.net.client import Client, Subscription
 from pubguard.net.cluster import LocalCluster
-from pubguard.net.config import parse_cluster_config
 from pubguard.schemes.plain import PlainScheme
-from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
-from .conftest import LoopThread
+from .conftest import LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +39,9 @@ profiles = ["plain", "psguard", "eventguard", "default"]
 
 @pytest.fixture(scope="module")
 def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    state = tmp_path_factory.mktemp("batching")
-    cfg = parse_cluster_config(tomllib.loads(CLUSTER), base=state)
-    bundle = KeyBundle(state / "keys", now=time.time(), types=(HOSPITAL,),
-                       identities=["hosp"])  # fmt: skip
-    c = LocalCluster(cfg, bundle=bundle)
-    try:
-        aloop.run(c.start(), timeout=90)
+    with keyed_cluster(aloop, tmp_path_factory.mktemp("batching"), CLUSTER,
+                       identities=["hosp"]) as c:  # fmt: skip
         yield c
-    finally:
-        aloop.run(c.stop(), timeout=60)
 
 
 def _events(topic: str, tag: str, n: int) -> list[Event]:

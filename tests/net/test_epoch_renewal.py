@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import tomllib
 from collections.abc import Iterator
 
 import pytest
@@ -23,10 +22,9 @@ import pytest
 from pubguard.broker.core import LEASE_SLACK
 from pubguard.model import Event
 from pubguard.net.cluster import LocalCluster
-from pubguard.net.config import parse_cluster_config
-from pubguard.schemes.registry import HOSPITAL, KeyBundle
+from pubguard.schemes.registry import HOSPITAL
 
-from .conftest import LoopThread
+from .conftest import LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -46,17 +44,11 @@ heartbeat_interval = 0.5
 
 @pytest.fixture(scope="module")
 def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    state = tmp_path_factory.mktemp("renewal")
-    cfg = parse_cluster_config(tomllib.loads(CLUSTER), base=state)
     now = time.time()
-    bundle = KeyBundle(state / "keys", now=now, types=(HOSPITAL,), identities=["hosp"],
-                       epoch_length=EPOCH, origin=now - 1.0, max_delay=MAX_DELAY)  # fmt: skip
-    c = LocalCluster(cfg, bundle=bundle)
-    try:
-        aloop.run(c.start(), timeout=90)
+    with keyed_cluster(aloop, tmp_path_factory.mktemp("renewal"), CLUSTER, now=now,
+                       identities=["hosp"], epoch_length=EPOCH, origin=now - 1.0,
+                       max_delay=MAX_DELAY) as c:  # fmt: skip
         yield c
-    finally:
-        aloop.run(c.stop(), timeout=60)
 
 
 @pytest.mark.parametrize("profile", ["psguard", "default", "eventguard"])

@@ -11,7 +11,6 @@ other's traffic.
 from __future__ import annotations
 
 import json
-import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +20,9 @@ import pytest
 from pubguard.model import Event
 from pubguard.net.client import Subscription
 from pubguard.net.cluster import LocalCluster
-from pubguard.net.config import parse_cluster_config
-from pubguard.schemes.registry import HOSPITAL, BrokerKeys, KeyBundle
+from pubguard.schemes.registry import BrokerKeys
 
-from .conftest import LoopThread
+from .conftest import LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -47,17 +45,10 @@ AGES = (12, 20, 25, 30, 31, 35, 64, 27)
 
 @pytest.fixture(scope="module")
 def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    state = tmp_path_factory.mktemp("profiles")
-    cfg = parse_cluster_config(tomllib.loads(CLUSTER), base=state)
     policy = {f"sub-{t}": [f'topic = "{_topic(t)}" && {RANGE}'] for t in ("ps", "df")}
-    bundle = KeyBundle(state / "keys", now=time.time(), types=(HOSPITAL,), master=MASTER,
-                       subscribers=policy, identities=["hosp"])  # fmt: skip
-    c = LocalCluster(cfg, bundle=bundle)
-    try:
-        aloop.run(c.start(), timeout=90)
+    with keyed_cluster(aloop, tmp_path_factory.mktemp("profiles"), CLUSTER, master=MASTER,
+                       subscribers=policy, identities=["hosp"]) as c:  # fmt: skip
         yield c
-    finally:
-        aloop.run(c.stop(), timeout=60)
 
 
 def _topic(tag: str) -> str:
