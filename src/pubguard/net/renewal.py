@@ -149,6 +149,13 @@ class SubscriptionRenewal:
             for t in list(retire):
                 t.cancel()
 
+    async def _protect(self, method: Any, f: Filter, now: float) -> Any:
+        """``method(f, now=now)``; in a worker thread when it calls a remote MS (eventguard),
+        so the loop is not stalled (as the withdrawal permits, net/withdrawal.py)."""
+        if blocks_on_io(self.scheme):
+            return await asyncio.to_thread(method, f, now=now)
+        return method(f, now=now)
+
     async def _renew_all(self, end: float, build_at: float | None) -> bool:
         """Send the next generation of every subscription not yet renewed past ``end``;
         False if some could not be built for now (tried again later)."""
@@ -162,10 +169,7 @@ class SubscriptionRenewal:
     async def _renew_one(self, sub: Subscription, end: float, build_at: float | None) -> bool:
         at = time.time() if build_at is None else build_at
         try:
-            if blocks_on_io(self.scheme):  # a remote MS (eventguard): not on the loop
-                pf = await asyncio.to_thread(self.scheme.protect_filter, sub.filter, now=at)
-            else:
-                pf = self.scheme.protect_filter(sub.filter, now=at)
+            pf = await self._protect(self.scheme.protect_filter, sub.filter, at)
         except DropError as exc:  # the key service refuses: rights withdrawn or revoked
             log.warning("client %s: subscription %s not renewed for the next key epoch (%s):"
                         " it ends", self.identity, sub.id, exc.reason.value)  # fmt: skip
@@ -204,11 +208,7 @@ class SubscriptionRenewal:
         await asyncio.sleep(max(0.0, at - time.time()))
         for aid, f in list(self._adverts.items()):
             try:
-                if blocks_on_io(self.scheme):
-                    pf = await asyncio.to_thread(self.scheme.protect_advertisement, f,
-                                                 now=time.time())  # fmt: skip
-                else:
-                    pf = self.scheme.protect_advertisement(f, now=time.time())
+                pf = await self._protect(self.scheme.protect_advertisement, f, time.time())
             except (PubguardError, OSError) as exc:
                 log.warning("client %s: advertisement %s not renewed: %s", self.identity, aid,
                             exc)  # fmt: skip
