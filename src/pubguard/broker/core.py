@@ -108,7 +108,7 @@ _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliv
 _DECODE_ERRORS = DECODE_ERRORS
 _IN_KEY: Final = {op: f"in.{op}" for op in KNOWN_OPS}  # counter names, built once
 _NEVER: Final = float("inf")
-#: seconds a subscription forwarded by a child broker outlives its lease here (see _entry)
+#: seconds an entry another broker forwarded outlives its lease here (see Broker._lease)
 LEASE_SLACK: Final = 5.0
 
 
@@ -414,11 +414,11 @@ class Broker(PublicationRouting, AdvertisementRouting):
 
     # -- leases ---------------------------------------------------------------------------------
     def expire(self, now: float) -> list[Action]:
-        """Forget every subscription whose lease ended before ``now``: the schemes whose
-        subscriptions rest on a permit of one key epoch (eventguard.txt §4.8, the default
-        profile's subscribe permit) report its end plus their ``max_delay`` as ``lease_end``.
-        A live subscriber renews before then (a new subscription with the next epoch's permit,
-        ``net.client``); one that vanished without unsubscribing is forgotten here, and the
+        """Forget every subscription and advertisement whose lease ended before ``now``: the
+        schemes whose entries rest on a permit of one key epoch (eventguard.txt §4.8, the
+        default profile's permits) report its end plus their ``max_delay`` as ``lease_end``.
+        A live client renews before then (the next epoch's permit, ``net.renewal``); one that
+        vanished without withdrawing is forgotten here, and the
         withdrawal this broker forwards carries no proof, which the broker above accepts for
         a permit that has run out (its own ``expire`` would remove it as well). The driver
         calls this periodically; it returns at once until the earliest lease ends."""
