@@ -183,3 +183,32 @@ def test_altering_the_batch_size_is_forged(world: World) -> None:
                                                      pes[5].body, meta).to_wire(), at=NOW + 1)  # fmt: skip
     world.sim.run()
     assert [r.drop.reason for r in world.sim.drops[drops:]] == [DropReason.FORGED] * 2
+
+
+def test_a_batch_prepared_across_an_epoch_change_carries_each_records_own_permit(
+    world: World,
+) -> None:
+    """The net client prepares each publication as it is published and signs the batch on the
+    next loop iteration: records stamped in epoch e and signed in e+1 keep e's permit (the
+    brokers check the permit's epoch against the record's; CI found one lost this way)."""
+    from pubguard.broker import Publish
+
+    keys = world.auth.keys
+    end = keys.origin + (keys.epoch_at(NOW) + 1) * keys.epoch_length
+    rng = random.Random(4)
+    prepared = [world.pub.prepare_event(ev(21 + i, eid=f"x{i}"), now=end - 0.01, rng=rng)
+                for i in range(2)]  # fmt: skip
+    prepared.append(world.pub.prepare_event(ev(23, eid="x2"), now=end + 0.01, rng=rng))
+    pes = world.pub.sign_prepared(prepared, now=end + 0.02, rng=rng)
+    epochs = [AuthorityPermit.decode(pe.meta["pm"]).epoch for pe in pes]
+    e = keys.epoch_at(NOW)
+    assert epochs == [r.epoch for r, _ in prepared] == [e, e, e + 1]
+    assert pes[0].meta["sig"] == pes[1].meta["sig"] != pes[2].meta["sig"]  # one root per epoch
+    drops = len(world.sim.drops)
+    for pe in pes:
+        world.sim.send_raw("hospital", "a1", Publish(pe.event_id, DEFAULT, pe.routing, pe.body,
+                                                     pe.meta).to_wire(), at=end + 0.03)  # fmt: skip
+    world.sim.run()
+    assert world.sim.drops[drops:] == []
+    # the epoch-e subscriptions open the epoch-e records (x2 waits for their renewal)
+    assert world.got("any") == [21, 22]

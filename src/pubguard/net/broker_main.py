@@ -84,14 +84,22 @@ def _serve_maybe_profiled(config: BrokerConfig, parent_pid: int | None) -> None:
         prof.dump_stats(str(Path(out) / f"{config.name}.prof"))
 
 
+def _env_verbosity() -> int:
+    raw = os.environ.get("PUBGUARD_BROKER_VERBOSE", "0").strip() or "0"
+    return int(raw) if raw.isdigit() else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pubguard-broker")
     ap.add_argument("--config", required=True, type=Path)
     ap.add_argument("--parent-pid", type=int, default=None)
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
+    # PUBGUARD_BROKER_VERBOSE=1|2 does the same for brokers started by a cluster (logs every
+    # drop with its reason, op and message id at 2)
+    verbose = args.verbose + _env_verbosity()
     logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
+        level=logging.WARNING - 10 * min(verbose, 2),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:

@@ -26,6 +26,7 @@ authority's list of revoked keys (and the CA's CRL for certificate serials), han
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random as _random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -163,8 +164,10 @@ class DefaultClient:
         self._ps = PSGuardClient(name, authority.keys, mode=mode, sign_records=False)
         self.cert_serial = cert_serial
         self._subs: dict[str, AuthorityPermit] = {}  # str(filter) -> subscribe permit
-        self._pm: AuthorityPermit | None = None
-        self._pm_blob = b""
+        self._pm: AuthorityPermit | None = None  # the latest publish permit
+        #: epoch -> (publish permit, its encoding), the last two: a record prepared in one
+        #: epoch and signed in the next carries the permit of its own epoch
+        self._pms: dict[int, tuple[AuthorityPermit, bytes]] = {}
         self._last = (-1, -1)
         self._roots = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
         #: publish permits verified once per (authority key, permit) (schemes/verified.py)
@@ -244,11 +247,15 @@ class DefaultClient:
     # -- publisher ------------------------------------------------------------------------------
     def _permit(self, now: float, rng: _random.Random | None) -> tuple[AuthorityPermit, bytes]:
         p = self._pm
-        if p is None or not p.not_before <= now < p.not_after:
-            p = self.authority.publish_permit(self.name, self.verify_key, now=now,
-                                              serial=self.cert_serial, rng=rng)  # fmt: skip
-            self._pm, self._pm_blob = p, p.encode()
-        return p, self._pm_blob
+        if p is not None and p.not_before <= now < p.not_after:
+            return self._pms[p.epoch]
+        p = self.authority.publish_permit(self.name, self.verify_key, now=now,
+                                          serial=self.cert_serial, rng=rng)  # fmt: skip
+        self._pm = p
+        self._pms[p.epoch] = (p, p.encode())
+        for e in sorted(self._pms)[:-2]:
+            del self._pms[e]
+        return self._pms[p.epoch]
 
     def protect_events(
         self, events: Sequence[Event], *, now: float, rng: _random.Random | None = None
@@ -282,7 +289,20 @@ class DefaultClient:
         the publish permit, its sequence number and its Merkle path."""
         if not prepared:
             return []
-        _, blob = self._permit(now, rng)
+        out: list[ProtectedEvent] = []
+        # one root per epoch: a batch prepared across an epoch change is signed in two runs,
+        # each under the permit of its records' epoch (brokers check the permit's epoch
+        # against the record's)
+        for epoch, run in itertools.groupby(prepared, key=lambda rq: rq[0].epoch):
+            out += self._sign_run(list(run), epoch, rng)
+        return out
+
+    def _sign_run(
+        self, prepared: list[tuple[ProtectedRecord, int]], epoch: int, rng: _random.Random | None
+    ) -> list[ProtectedEvent]:
+        held = self._pms.get(epoch)
+        # prepare_event fetched it; re-fetch at the record's own time if it was pruned since
+        blob = held[1] if held else self._permit(prepared[0][0].ts / 1000.0, rng)[1]
         root, paths = merkle_batch([leaf_digest(r, q, blob) for r, q in prepared])
         sig = self._sk.sign(signed_root(ROOT_TAG, root, len(prepared)))
         out = []
