@@ -143,3 +143,53 @@ def test_a_vanished_subscriber_is_forgotten_upstream_when_its_permit_runs_out(
     assert held == base + 1
     assert kept == base + 1 and refused >= 1  # the fake-unsubscribe guard held
     assert after == base  # the lease ended: forgotten without the subscriber's proof
+
+
+def test_a_fresh_session_in_the_ahead_window_re_sends_both_generations(
+    aloop: LoopThread, cluster: LocalCluster
+) -> None:
+    """psguard renews ahead (EPOCH / 4 before the end here): a subscriber whose connection
+    breaks in that window and finds a fresh session at its broker re-subscribes the running
+    epoch's generation as well as the next one, so this epoch's publications still match
+    (before, only the next epoch's was re-sent and they were lost until the epoch ended)."""
+
+    async def scenario() -> list[tuple[str, float, float, float]]:
+        sub = await cluster.connect("b1", "sub-fresh", profile="psguard", renew_grace=GRACE)
+        pub = await cluster.connect("b0", "hosp", profile="psguard")
+        s = await sub.subscribe('topic = "fresh"')
+        await sub.flush()
+        await cluster.wait_quiescent()
+        tries: list[tuple[str, float, float, float]] = []
+        for attempt in range(3):  # each epoch once, until the publication lands in the window
+            while not [e for _, e in s.old if e > time.time() + 0.2]:
+                await asyncio.sleep(0.01)  # the ahead renewal
+            end = max(e for _, e in s.old)
+            seen = sub.reconnects
+            assert sub._writer is not None
+            sub._writer.transport.abort()  # the broker drops the non-durable session
+            while sub.reconnects == seen:
+                await asyncio.sleep(0.01)
+            await sub.flush()
+            await cluster.wait_quiescent()
+            eid, t0 = f"fresh-{attempt}", time.time()
+            await pub.publish(Event({"topic": "fresh", "age": 30, "patientRecord": eid},
+                                    id=eid, type=HOSPITAL.name))  # fmt: skip
+            await pub.flush()
+            t1 = time.time()
+            try:
+                got = (await s.next(timeout=3)).event.id
+            except TimeoutError:
+                got = "-"
+            tries.append((got, t0, t1, end))
+            if t1 < end:  # published in the running epoch: the case under test
+                break
+            while time.time() < end + GRACE:
+                await asyncio.sleep(0.05)
+        await pub.close()
+        await sub.close()
+        return tries
+
+    tries = aloop.run(scenario(), timeout=60)
+    got, t0, t1, end = tries[-1]
+    assert t1 < end, tries  # one attempt was published before its epoch ended
+    assert got == f"fresh-{len(tries) - 1}", tries

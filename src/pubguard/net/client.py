@@ -421,6 +421,25 @@ class Client(ClientLink, SubscriptionRenewal):
 
     # -- sending ---------------------------------------------------------------------------
 
+    def _subscribe_msgs(self, sub: Subscription) -> list[dict[str, Any]]:
+        """What re-subscribes ``sub`` on a fresh session: the current generation, preceded by
+        any older one whose epoch is still running (renewed ahead, pubguard.net.renewal:
+        without it this epoch's publications would not match until the epoch ends). An old
+        generation whose epoch is over is not rebuilt: its permit would be refused."""
+        now = time.time()
+        msgs = []
+        for wid, end in sub.old:
+            if end <= now:
+                continue
+            try:
+                pf = self.scheme.protect_filter(sub.filter, now=now)
+            except PubguardError as exc:  # refused now: the current generation decides
+                log.info("client %s: old generation %s not re-sent: %s", self.identity, wid,
+                         exc)  # fmt: skip
+                continue
+            msgs.append(Subscribe(wid, self.scheme.profile, pf.filter, pf.meta).to_wire())
+        return [*msgs, self._subscribe_msg(sub)]  # the current last: the scheme keeps its keys
+
     def _subscribe_msg(self, sub: Subscription) -> dict[str, Any]:
         # the current generation, for the epoch it was built for (renewed ahead: the next)
         pf = self.scheme.protect_filter(sub.filter, now=max(time.time(), sub.built_at))

@@ -92,7 +92,7 @@ class ClientLink:
     _closing: bool
     _last_rx: float
     _pending_frames: list[dict[str, Any]]
-    _subscribe_msg: Callable[[Subscription], dict[str, Any]]
+    _subscribe_msgs: Callable[[Subscription], list[dict[str, Any]]]
     _advertise_msg: Callable[[str, Filter], dict[str, Any]]
     _write: Callable[[dict[str, Any]], None]
 
@@ -146,7 +146,7 @@ class ClientLink:
             old = [m for m in self._unacked.values() if m.get("op") == "publish"]
             self._unacked.clear()
             self._tx_next = 1
-            msgs = [self._subscribe_msg(s) for s in self._subs.values()]
+            msgs = [m for s in self._subs.values() for m in self._subscribe_msgs(s)]
             msgs += [self._advertise_msg(a, f) for a, f in self._adverts.items()]
             for m in msgs + old:
                 self._unacked[self._tx_next] = m

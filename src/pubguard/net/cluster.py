@@ -313,6 +313,8 @@ class LocalCluster:
         if profile is not None and profile != "plain" and "scheme" not in kw:
             kw["scheme"] = keyservice_scheme(self, profile, identity, topics=topics,
                                              now=time.time())  # fmt: skip
+            # an old generation lasts as long as the brokers' timestamp window
+            kw.setdefault("renew_grace", self.bundle.max_delay)
         return await connect(
             self.url(broker), identity=identity, ssl=self.pki.client_context(identity), **kw
         )
