@@ -13,6 +13,8 @@ a blocked loop makes none.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import random
 import socket
 import time
@@ -31,9 +33,12 @@ from pubguard.net.keyservice_client import KeyServiceClient
 from pubguard.net.pki import ClusterPki
 from pubguard.net.server import BrokerServer
 from pubguard.net.withdrawal import blocks_on_io
+from pubguard.schemes.default import DefaultBroker
+from pubguard.schemes.default_client import DefaultAuthority, DefaultClient
 from pubguard.schemes.eventguard import EventGuardBroker
 from pubguard.schemes.eventguard_client import EventGuardClient
 
+from ..schemes.test_psguard_net import MASTER, SCHEMA
 from .conftest import LoopThread
 
 TICK = 0.02  # seconds between ticks of the watching coroutine
@@ -115,3 +120,117 @@ def test_blocks_on_io_only_for_a_remote_ms(tmp_path: Path, ms_kind: str) -> None
         ctx = ClusterPki(tmp_path / "pki").client_context("x")
         scheme.ms = KeyServiceClient("127.0.0.1", 1, ctx, ms_key=ms.public_key)  # type: ignore[assignment]
     assert blocks_on_io(scheme) is (ms_kind == "remote")
+
+
+def _restart(cfg: BrokerConfig, port: int) -> BrokerConfig:
+    """``cfg`` on ``port`` with a new state directory: a broker that lost its state, so its
+    clients find a fresh session."""
+    return dataclasses.replace(cfg, port=port, state_dir=cfg.state_dir / f"run-{port}")
+
+
+def test_a_fresh_session_re_subscribes_off_the_loop_and_retries_a_dead_ms(
+    aloop: LoopThread, tmp_path: Path
+) -> None:
+    """The broker restarts (a fresh session): the eventguard client's re-subscription asks the
+    MS for a permit again. With a remote MS that never answers, that call runs in a worker
+    thread (the loop keeps ticking: no gap near the MS timeout) and the reconnection is retried;
+    once the MS answers again the client re-subscribes."""
+    pki = ClusterPki(tmp_path / "pki")
+    ident = pki.identity("b0", Role.BROKER)
+    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
+                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    ms = MetaService(SecretBytes(random.Random(8).randbytes(32)))
+    hole = socket.create_server(("127.0.0.1", 0), backlog=8)
+
+    def serve(port: int) -> BrokerServer:
+        s = BrokerServer(_restart(cfg, port))
+        s.core.schemes.register(EventGuardBroker(ms.public_key))
+        return s
+
+    async def scenario() -> tuple[float, int, int, int]:
+        server = serve(0)
+        port = await server.start()
+        scheme = EventGuardClient("again", ms)
+        c = await connect(f"tls://127.0.0.1:{port}", identity="again",
+                          ssl=pki.client_context("again"), scheme=scheme)  # fmt: skip
+        try:
+            await c.subscribe('topic = "w1"')
+            await c.flush()
+            scheme.ms = KeyServiceClient("127.0.0.1", hole.getsockname()[1],  # type: ignore[assignment]
+                                         pki.client_context("again"), timeout=0.6,
+                                         ms_key=ms.public_key)  # fmt: skip
+            await server.close()
+            server = serve(port)
+            await server.start()
+            stamps: list[float] = []
+            t_end = time.monotonic() + 2.0
+            while time.monotonic() < t_end:  # the reconnection attempts wait on the dead MS
+                stamps.append(time.monotonic())
+                await asyncio.sleep(TICK)
+            gap = max(b - a for a, b in itertools.pairwise(stamps))
+            stalled_reconnects = c.reconnects
+            scheme.ms = ms  # the MS is back
+            while c.reconnects == 0:
+                await asyncio.sleep(0.02)
+            await c.flush()
+            return gap, stalled_reconnects, c.reconnects, server.status()["subscriptions"]
+        finally:
+            await c.close()
+            await server.close()
+
+    try:
+        gap, stalled, reconnects, subs = aloop.run(scenario(), timeout=60)
+    finally:
+        hole.close()
+    assert gap < 0.3  # the 0.6 s MS timeouts never held the loop
+    assert stalled == 0 and reconnects == 1  # retried until the MS answered, then re-subscribed
+    assert subs == 1
+
+
+def test_a_subscription_the_authority_refuses_on_a_fresh_session_ends_alone(
+    aloop: LoopThread, tmp_path: Path
+) -> None:
+    """default profile: the subscriber's rights are withdrawn, then the broker restarts. The
+    re-subscription is refused by the authority: that subscription ends (its iteration
+    stops), the link comes back and the subscriber's other subscription is restored."""
+    pki = ClusterPki(tmp_path / "pki")
+    ident = pki.identity("b0", Role.BROKER)
+    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
+                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    auth = DefaultAuthority(MASTER, SCHEMA, subscribers={"sub": ['topic = "cardio"',
+                                                                 'topic = "onco"']},
+                            publishers={"hospital": ["cardio", "onco"]})  # fmt: skip
+
+    def serve(port: int) -> BrokerServer:
+        s = BrokerServer(_restart(cfg, port))
+        s.core.schemes.register(DefaultBroker(auth.public_key))
+        return s
+
+    async def scenario() -> tuple[bool, int, int]:
+        server = serve(0)
+        port = await server.start()
+        c = await connect(f"tls://127.0.0.1:{port}", identity="sub",
+                          ssl=pki.client_context("sub"), scheme=DefaultClient("sub", auth))  # fmt: skip
+        try:
+            cardio = await c.subscribe('topic = "cardio"')
+            await c.subscribe('topic = "onco"')
+            await c.flush()
+            auth.keys.set_subscriber("sub", ['topic = "onco"'])  # cardio withdrawn
+            await server.close()
+            server = serve(port)
+            await server.start()
+            while c.reconnects == 0:
+                await asyncio.sleep(0.02)
+            await c.flush()
+            try:
+                await cardio.next(timeout=5)
+                ended = False
+            except StopAsyncIteration:
+                ended = True
+            return ended, c.reconnects, server.status()["subscriptions"]
+        finally:
+            await c.close()
+            await server.close()
+
+    ended, reconnects, subs = aloop.run(scenario(), timeout=60)
+    assert ended and reconnects == 1 and subs == 1

@@ -63,6 +63,7 @@ from pubguard.broker.messages import (
     publish_wire,
 )
 from pubguard.errors import (
+    DropError,
     PubguardError,
     StateError,
     TransportError,
@@ -82,7 +83,7 @@ from pubguard.net.framing import (
 from pubguard.net.io_conn import FrameConnection
 from pubguard.net.renewal import GENERATION_SEP, SubscriptionRenewal
 from pubguard.net.subscription import Delivery, Handler, Subscription
-from pubguard.net.withdrawal import withdrawal_meta_off_loop
+from pubguard.net.withdrawal import blocks_on_io, withdrawal_meta_off_loop
 from pubguard.schemes.base import ClientScheme, ProtectedEvent
 from pubguard.schemes.plain import PlainScheme, new_event_id
 
@@ -420,6 +421,39 @@ class Client(ClientLink, SubscriptionRenewal):
             self._status.pop(q, None)
 
     # -- sending ---------------------------------------------------------------------------
+
+    async def _fresh_session_msgs(self) -> list[dict[str, Any]]:
+        """Every live subscription and advertisement again, for a broker that does not know
+        this session; built in a worker thread when the scheme calls a remote MS (one call
+        each: the loop is not stalled for them, as for renewals)."""
+
+        def build() -> tuple[list[dict[str, Any]], list[tuple[str, str, DropError]]]:
+            msgs: list[dict[str, Any]] = []
+            refused = []  # rights withdrawn or revoked meanwhile: (kind, id, error)
+            for sub in list(self._subs.values()):
+                try:
+                    msgs += self._subscribe_msgs(sub)
+                except DropError as exc:
+                    refused.append(("subscription", sub.id, exc))
+            for aid, f in list(self._adverts.items()):
+                try:
+                    msgs.append(self._advertise_msg(aid, f))
+                except DropError as exc:
+                    refused.append(("advertisement", aid, exc))
+            return msgs, refused
+
+        try:
+            msgs, refused = await asyncio.to_thread(build) if blocks_on_io(self.scheme) else build()
+        except (PubguardError, OSError) as exc:  # the key service unreachable: try again
+            raise TransportError(f"cannot re-subscribe: {exc}") from exc
+        for kind, ident, err in refused:  # as a refused renewal (pubguard.net.renewal): it ends
+            log.warning("client %s: %s %s refused by the key service on a fresh session (%s):"
+                        " it ends", self.identity, kind, ident, err.reason.value)  # fmt: skip
+            if kind == "advertisement":
+                self._adverts.pop(ident, None)
+            elif (sub := self._subs.pop(ident, None)) is not None:
+                sub._close()
+        return msgs
 
     def _subscribe_msgs(self, sub: Subscription) -> list[dict[str, Any]]:
         """What re-subscribes ``sub`` on a fresh session: the current generation, preceded by

@@ -23,7 +23,7 @@ import logging
 import ssl as _ssl
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from pubguard.broker.messages import Deliver, Error, decode_deliver, decode_message
@@ -92,8 +92,7 @@ class ClientLink:
     _closing: bool
     _last_rx: float
     _pending_frames: list[dict[str, Any]]
-    _subscribe_msgs: Callable[[Subscription], list[dict[str, Any]]]
-    _advertise_msg: Callable[[str, Filter], dict[str, Any]]
+    _fresh_session_msgs: Callable[[], Awaitable[list[dict[str, Any]]]]
     _write: Callable[[dict[str, Any]], None]
 
     async def _handshake(self) -> None:
@@ -126,15 +125,21 @@ class ClientLink:
         except BaseException:
             conn.close()
             raise
+        resumed = bool(first.get("resumed", False))
+        try:  # a fresh session's re-subscriptions, built before anything is written
+            fresh = [] if resumed else await self._fresh_session_msgs()
+        except BaseException:
+            conn.close()
+            raise
         self.broker_name = first["name"]
         self._writer = conn
         self._last_rx = time.monotonic()
-        self._resume(bool(first.get("resumed", False)), first["rx"])
+        self._resume(resumed, first["rx"], fresh)
         self._acked_rx = self._rx_seq  # the broker resends what follows this (hello)
         self._connected.set()
         self._pending_frames = frames[1:]
 
-    def _resume(self, resumed: bool, peer_rx: int) -> None:
+    def _resume(self, resumed: bool, peer_rx: int, fresh: list[dict[str, Any]]) -> None:
         w = self._writer
         assert w is not None
         if resumed:
@@ -146,9 +151,7 @@ class ClientLink:
             old = [m for m in self._unacked.values() if m.get("op") == "publish"]
             self._unacked.clear()
             self._tx_next = 1
-            msgs = [m for s in self._subs.values() for m in self._subscribe_msgs(s)]
-            msgs += [self._advertise_msg(a, f) for a, f in self._adverts.items()]
-            for m in msgs + old:
+            for m in fresh + old:
                 self._unacked[self._tx_next] = m
                 self._tx_next += 1
         for seq, m in self._unacked.items():
