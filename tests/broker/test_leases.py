@@ -207,3 +207,33 @@ def test_psguard_subscriptions_hold_no_lease(tmp_path: Path) -> None:
     ch = Chain(tmp_path, "psguard")
     ch.subscribe("s", built=NOW)
     assert ch.child.expire(1e12) == [] and len(ch.child.subscriptions()) == 1
+
+
+def test_a_grandchilds_held_generation_promoted_at_the_lapse_is_accepted_above(
+    tmp_path: Path,
+) -> None:
+    """eventguard, three levels (the soak found it): the child holds its own subscriber's
+    old generation ``s``, a grandchild's copy ``t`` of the same topic (LEASE_SLACK longer) and
+    its subscriber's renewal ``s@1``, all one token (T(w) survives epochs), so only ``s`` was
+    forwarded. When ``s`` lapses the child forwards the next in line, the grandchild's ``t``,
+    whose permit has run out; the parent accepts it for as long as the child may hold it (it
+    refused it before, and the topic went unrouted until the grandchild's own lapse arrived)."""
+    ch = Chain(tmp_path, "eventguard")
+    ch.child.add_link("g", LinkKind.CHILD, "grandchild")
+    ch.subscribe("s", built=NOW)
+    other = ch.bundle.client("eventguard", "sub2")
+    pf = other.protect_filter(Filter.parse(CARDIO), now=NOW)
+    ch.pump(ch.child.handle(Subscribe("t", "eventguard", pf.filter, pf.meta), "g", NOW), NOW)
+    ch.subscribe("s@1", built=END + 1, at=END + 1)
+    assert len(ch.child.subscriptions()) == 3 and len(ch.parent.subscriptions()) == 1
+    up = ch.child.expire(LEASE + 1)  # "s" lapses; "t" is held LEASE_SLACK longer
+    sent = [(type(a.message).__name__, a.message.meta == pf.meta) for a in up
+            if isinstance(a, Forward)]  # fmt: skip
+    assert sent == [("Subscribe", True), ("Unsubscribe", False)]  # "t" forwarded, then "s" gone
+    ch.pump(up, LEASE + 1)
+    assert ch.parent.drops == {} and len(ch.parent.subscriptions()) == 1
+    assert ch.publish("e3", LEASE + 2) == {"s@1"}  # still routed down to the child
+    # a client may not do the same: its permit must be current
+    late = other.protect_filter(Filter.parse(CARDIO), now=NOW)
+    ch.child.handle(Subscribe("u", "eventguard", late.filter, late.meta), "c", LEASE + 2)
+    assert ch.child.drops == {DropReason.UNAUTHORISED: 1}

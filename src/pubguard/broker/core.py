@@ -91,6 +91,7 @@ from pubguard.errors import (
     ValidationError,
 )
 from pubguard.schemes.base import (
+    LEASE_SLACK,
     BrokerScheme,
     CheckContext,
     LinkInfo,
@@ -108,8 +109,6 @@ _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliv
 _DECODE_ERRORS = DECODE_ERRORS
 _IN_KEY: Final = {op: f"in.{op}" for op in KNOWN_OPS}  # counter names, built once
 _NEVER: Final = float("inf")
-#: seconds an entry another broker forwarded outlives its lease here (see Broker._lease)
-LEASE_SLACK: Final = 5.0
 
 
 @dataclass(slots=True)
@@ -426,7 +425,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             return []
         due = [k for k, e in self._subs.items() if e.expires is not None and e.expires < now]
         # covered entries first, so an expiring cover never forwards an expiring entry it covered
-        due.sort(key=lambda k: k in self._profiles[self._subs[k].profile].fwd)
+        due.sort(key=lambda k: k in self._profiles[self._subs[k].profile].fwd.forwarded)
         out: list[Action] = []
         for key in due:
             out += self._remove_sub(key, {})

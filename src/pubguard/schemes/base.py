@@ -80,13 +80,14 @@ import enum
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from random import Random
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
 
 from pubguard.errors import DropReason, ValidationError
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 
 __all__ = [
+    "LEASE_SLACK",
     "BrokerScheme",
     "CheckContext",
     "ClientScheme",
@@ -99,6 +100,7 @@ __all__ = [
     "Scheme",
     "SchemeRegistry",
     "WireValue",
+    "forwarded_grace",
     "withdrawal_meta",
 ]
 
@@ -113,6 +115,23 @@ class LinkKind(enum.StrEnum):
     PARENT = "parent"  # the broker one level closer to the root
     CHILD = "child"  # a broker one level further from the root
     CLIENT = "client"  # a publisher or subscriber attached to this broker
+
+
+#: seconds an entry another broker forwarded outlives its lease (``lease_end``) at the broker
+#: that stores it (``Broker._lease``): the sender lapses its own copy first and forwards what
+#: that copy covered (a renewal) before this copy goes, so there is no gap in coverage
+LEASE_SLACK: Final = 5.0
+
+
+def forwarded_grace(link: LinkInfo, max_delay: float) -> float:
+    """How long after its permit's end a subscription or advertisement that *another broker*
+    forwards is still accepted: as long as that broker may hold it (``max_delay`` plus
+    ``LEASE_SLACK``, see ``Broker._lease``). A broker forwards such a held copy when the
+    entry that covered it lapses first (eventguard's ``T(w)`` survives epochs, so an old
+    generation from a grandchild may cover its own renewal); refusing it would leave the
+    topic unrouted until the grandchild's withdrawal arrives. It grants nothing new: the
+    copy would have been held here as long had it been forwarded before. Clients get none."""
+    return 0.0 if link.kind is LinkKind.CLIENT else max_delay + LEASE_SLACK
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ import msgpack
 from pubguard.crypto import H, VerifyKey, sha256_fast
 from pubguard.crypto.x509 import Certificate, RevocationList
 from pubguard.errors import DropReason, ValidationError
-from pubguard.schemes.base import CheckContext, LinkKind
+from pubguard.schemes.base import CheckContext, LinkKind, forwarded_grace
 from pubguard.schemes.guard_check import checked
 from pubguard.schemes.guards import (
     DEFAULT_BAN,
@@ -406,13 +406,15 @@ class DefaultBroker(TokenRouting):
         next epoch's permit by then."""
         return AuthorityPermit.decode(message.meta["pm"]).not_after + self.window.max_delay
 
-    def _valid(self, p: AuthorityPermit, kind: str, now: float) -> DropReason | None:
+    def _valid(
+        self, p: AuthorityPermit, kind: str, now: float, late: float = 0.0
+    ) -> DropReason | None:
         if p.kind != kind:
             return DropReason.UNAUTHORISED
         # a subscribe permit of the next epoch is good up to NEXT_EPOCH_WINDOW ahead (its
         # keys are served then: a renewal without a gap, pubguard.net.renewal)
         early = max(self.window.max_delay, NEXT_EPOCH_WINDOW if kind == SUBSCRIBE else 0.0)
-        if not p.not_before - early <= now <= p.not_after:
+        if not p.not_before - early <= now <= p.not_after + late:
             return DropReason.UNAUTHORISED  # another epoch: renew with the authority
         if p.key in self.revoked or p.serial in self._revoked_serials:
             return DropReason.REVOKED
@@ -462,7 +464,9 @@ class DefaultBroker(TokenRouting):
             return DropReason.UNAUTHORISED  # no authority permit, no routing state
         p = self.permit(blob, ctx.now)
         sub = m.op == "subscribe"
-        bad = self._valid(p, SUBSCRIBE if sub else PUBLISH, ctx.now)
+        # a copy another broker still holds is good as long as it may hold it (leases)
+        late = forwarded_grace(ctx.link, self.window.max_delay)
+        bad = self._valid(p, SUBSCRIBE if sub else PUBLISH, ctx.now, late)
         if bad is not None:
             return bad
         if sub and (not pf.scopes or p.digest != filter_digest(pf)):

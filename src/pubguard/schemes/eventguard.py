@@ -58,7 +58,7 @@ from pubguard.keys.ms import (
     UnsubscriptionPermit,
     decode_permit,
 )
-from pubguard.schemes.base import CheckContext, Matcher
+from pubguard.schemes.base import CheckContext, Matcher, forwarded_grace
 from pubguard.schemes.eventguard_wire import (
     EVENTGUARD,
     MAX_TOPICS,
@@ -241,10 +241,10 @@ class EventGuardBroker:
         (``Broker.expire``); a live client has renewed with the MS by then."""
         return decode_permit(message.meta["permit"]).expires_at + self.window.max_delay
 
-    def _usable(self, p: Permit, now: float) -> DropReason | None:
+    def _usable(self, p: Permit, now: float, late: float = 0.0) -> DropReason | None:
         if p.issued_at > now + self.window.max_delay:
             return DropReason.STALE  # issued in the future beyond the clock-skew allowance
-        if now > p.expires_at:
+        if now > p.expires_at + late:
             return DropReason.UNAUTHORISED  # the epoch ended: renew with the MS (§4.8)
         return None
 
@@ -306,7 +306,8 @@ class EventGuardBroker:
                 return DropReason.UNAUTHORISED
             if p.publisher_key in self.revoked:
                 return DropReason.REVOKED
-        bad = self._usable(p, ctx.now)
+        # a copy another broker still holds is good as long as it may hold it (§4.8 leases)
+        bad = self._usable(p, ctx.now, forwarded_grace(ctx.link, self.window.max_delay))
         if bad is not None:
             return bad
         if not st.bindings.bind((cls.__name__, p.ident), (ctx.link.link_id, ident)):
