@@ -251,6 +251,27 @@ def test_epoch_change_locks_out_a_withdrawn_filter(world):
         stay.open_event(newer.event_id, newer.routing, newer.body, newer.meta, now=later + 100)
 
 
+def test_a_subscriber_renewed_ahead_still_opens_the_previous_epochs_late_events(world):
+    """Renewed ahead (net/renewal.py), a subscriber holds the next epoch's keys while the
+    current one runs; an event of the previous epoch that a restarted broker delivers late
+    (its durable outbox) still opens. The chaos soak found it: only two epochs were held,
+    the current and the next, so such events were lost as ``invalid token``."""
+    _, psk, _ = world
+    svc = service(epoch_length=100.0)
+    pub = PSGuardClient("hospital", svc, signing_key=psk)
+    sub = PSGuardClient("stay", svc)
+    f = Filter.parse('topic = "cardio"')
+    sub.protect_filter(f, now=NOW)  # epoch 10: [1000, 1100)
+    late = pub.protect_event(ev(25, eid="late"), now=NOW + 90, rng=rng())
+    sub.protect_filter(f, now=NOW + 100.5)  # epoch 11, renewed ahead at NOW + 80
+    sub.protect_filter(f, now=NOW + 200.5)  # epoch 12, renewed ahead at NOW + 180
+    opened = sub.open_event(late.event_id, late.routing, late.body, late.meta, now=NOW + 185)
+    assert opened.id == "late" and sorted(k[1] for k in sub._held) == [10, 11, 12]
+    sub.protect_filter(f, now=NOW + 300.5)  # epoch 13: epoch 10's keys are gone
+    with pytest.raises(InvalidToken):
+        sub.open_event(late.event_id, late.routing, late.body, late.meta, now=NOW + 285)
+
+
 def test_end_to_end_on_a_broker_tree(world):
     svc, psk, _ = world
     sim = Simulator(ary_tree(2, 2), lambda _b: [PSGuardBroker({"hospital": psk.public})],

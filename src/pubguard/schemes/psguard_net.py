@@ -316,10 +316,12 @@ class PSGuardClient:
         return rows
 
     def _hold(self, f: Filter, keys: FilterKeys) -> None:
-        """Keep ``f``'s keys of this epoch and of the one before (events still in flight at an
-        epoch change open with the old keys; older ones are dropped)."""
+        """Keep ``f``'s keys of this epoch and of the two before: a subscription renewed
+        ahead (``pubguard.net.renewal``) holds the next epoch's keys while the current one
+        runs, and events of the previous epoch still in flight, or held in a durable outbox
+        while a broker restarted, open with theirs. Older ones are dropped."""
         self._held[(str(f), keys.epoch)] = _Held(f, keys)
-        for k in [k for k in self._held if k[0] == str(f) and k[1] < keys.epoch - 1]:
+        for k in [k for k in self._held if k[0] == str(f) and k[1] < keys.epoch - 2]:
             del self._held[k]
 
     def protect_filter(
