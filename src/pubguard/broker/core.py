@@ -411,6 +411,15 @@ class Broker(PublicationRouting, AdvertisementRouting):
         else:
             self._adv_expiry[key] = exp
 
+    def before_commit(self) -> None:
+        """The driver is about to commit the transaction of a batch: schemes with state that
+        must commit with it (``before_commit``: the replay state of narada and default) write
+        it now."""
+        for scheme in self.schemes:
+            hook = getattr(scheme, "before_commit", None)
+            if hook is not None:
+                hook()
+
     # -- leases ---------------------------------------------------------------------------------
     def expire(self, now: float) -> list[Action]:
         """Forget every subscription and advertisement whose lease ended before ``now``: the

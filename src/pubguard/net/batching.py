@@ -119,6 +119,7 @@ class BatchProcessing:
                     if self.store is not None and link.durable:
                         self.store.set_rx(link.link_id, link.rx_seq)
             self._persist_new()
+            self.core.before_commit()  # the schemes' replay state commits with the batch
         self._pump_all()
         for link in acks:
             link.send_control(protocol.ack(link.rx_seq))
@@ -184,6 +185,7 @@ class BatchProcessing:
         if self.store is not None:
             with self.store.batch():
                 self._persist_new()
+                self.core.before_commit()
         else:
             self._persist_new()
         self._pump_all()

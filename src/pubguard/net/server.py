@@ -65,6 +65,7 @@ from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
 from pubguard.schemes.revocation_list import RevocationFeed
 from pubguard.store.broker_state import BrokerStore, LinkRow
+from pubguard.store.sqlite import Database
 
 __all__ = ["HANDSHAKE_TIMEOUT", "REVOKED_LOG_EVERY", "BrokerServer", "run_broker", "schemes_for"]
 
@@ -84,11 +85,13 @@ def schemes_for(
     *,
     now: float | None = None,
     state_dir: Path | None = None,
+    replay_db: Database | None = None,
 ) -> SchemeRegistry:
     """The broker faces of every profile a broker serves, built from public key material only
     (``keys``: a :class:`~pubguard.schemes.registry.BrokerKeys` or the path of its JSON; not
-    needed for plain). ``state_dir``: where narada / default keep their replay state
-    (``replay.db``), so a restarted broker reopens no replay window (narada §V-B)."""
+    needed for plain). Where narada / default keep their replay state, so a restarted broker
+    reopens no replay window (narada §V-B): ``replay_db``, the broker's own state database
+    (committed with each batch: a durable broker), else ``state_dir/replay.db``."""
     names = (profiles,) if isinstance(profiles, str) else tuple(profiles)
     for p in names:
         if p not in PROFILES:
@@ -101,7 +104,7 @@ def schemes_for(
                           key="keys")  # fmt: skip
     bk = keys if isinstance(keys, BrokerKeys) else BrokerKeys.load(keys)
     t = time.time() if now is None else now
-    return build_registry(names, bk, now=t, state_dir=state_dir)
+    return build_registry(names, bk, now=t, state_dir=state_dir, replay_db=replay_db)
 
 
 def _peer_identity(writer: FrameConnection) -> tuple[str | None, str | None]:
@@ -128,9 +131,9 @@ class BrokerServer(BatchProcessing, ParentLink):
         if config.durable:
             config.state_dir.mkdir(parents=True, exist_ok=True)
             self.store = BrokerStore(config.state_dir / "broker.db")
+        replay_db = self.store.db if self.store is not None else None
         self.core = Broker(config.name, schemes_for(config.served, config.keys,
-                           state_dir=config.state_dir if config.durable else None),
-                           store=self.store)  # fmt: skip
+                           replay_db=replay_db), store=self.store)  # fmt: skip
         self._record = config.record.open("ab") if config.record is not None else None
         self.links: dict[str, Link] = {}
         self.stats: Counter[str] = Counter()

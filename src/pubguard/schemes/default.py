@@ -374,6 +374,11 @@ class DefaultBroker(TokenRouting):
             st = self._state[ctx.broker_id] = _PerBroker(StrikeCounter(*self._strike_args))
         return st
 
+    def before_commit(self) -> None:
+        """The broker's batch is about to commit: its accepted (ts, seq) commit with it
+        (``ReplayState(deferred=True)`` on the broker's own database; narada §V-B)."""
+        self.replay.flush_pending()
+
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         st = self._per(ctx)
         return checked(st.strikes, ctx, lambda: self._check(message, ctx, st),

@@ -51,15 +51,31 @@ class ReplayState:
     at most ``reserve`` seconds after a crash, fresh messages of entities that were active just
     before it. :meth:`flush` (clean shutdown) writes the exact state instead. ``reserve=0``
     writes through on every message.
+
+    ``deferred=True`` is for a ``db`` that is the broker's own state database: accepted
+    messages are only marked, and :meth:`flush_pending` writes their exact state inside the
+    broker's transaction for the batch that accepted them (``Broker.before_commit``). Then the
+    replay state and the broker's processing (routing tables, outboxes, the link's processed
+    sequence) commit together: after ``kill -9`` a message is refused as a replay exactly
+    when its batch was committed, and one its sender must resend (not acknowledged) is
+    accepted, so the restart neither reopens a replay window nor loses fresh messages.
     """
 
     COMPONENT: Final = "pubguard_replay"
 
-    def __init__(self, db: Database | None = None, *, reserve: float = DEFAULT_REPLAY_RESERVE):
+    def __init__(
+        self,
+        db: Database | None = None,
+        *,
+        reserve: float = DEFAULT_REPLAY_RESERVE,
+        deferred: bool = False,
+    ) -> None:
         if reserve < 0:
             raise ValidationError("reserve must be >= 0")
         self._db = db
         self._reserve_ms = int(reserve * 1000)
+        self._deferred = deferred
+        self._dirty: set[tuple[str, bytes]] = set()
         self._mem: dict[tuple[str, bytes], tuple[int, int]] = {}
         self._floor: dict[tuple[str, bytes], tuple[int, int]] = {}  # persisted bound
         self._loaded: set[str] = set()
@@ -92,6 +108,9 @@ class ReplayState:
         self._mem[k] = (ts_ms, seq)
         if self._db is None:
             return
+        if self._deferred:
+            self._dirty.add(k)
+            return
         floor = self._floor.get(k)
         if floor is None or (ts_ms, seq) > floor:
             bound = (ts_ms + self._reserve_ms, seq if self._reserve_ms == 0 else 2**62)
@@ -104,6 +123,15 @@ class ReplayState:
         if reason is None:
             self.accept(scope, entity, ts_ms, seq)
         return reason
+
+    def flush_pending(self) -> None:
+        """``deferred``: write the exact state of the entities accepted since the last call,
+        inside the caller's open transaction (the broker's batch)."""
+        if not self._dirty or self._db is None:
+            return
+        dirty, self._dirty = self._dirty, set()
+        for k in dirty:
+            self._write(k[0], k[1], self._mem[k])
 
     def flush(self) -> None:
         """Persist the exact state (a clean shutdown gives up no reserved window)."""

@@ -298,6 +298,11 @@ class NaradaBroker:
         return message
 
     # -- the checks ------------------------------------------------------------------------------
+    def before_commit(self) -> None:
+        """The broker's batch is about to commit: its accepted (ts, seq) commit with it
+        (``ReplayState(deferred=True)`` on the broker's own database; narada §V-B)."""
+        self.replay.flush_pending()
+
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         now = ctx.now
         if now > self._clock.now:

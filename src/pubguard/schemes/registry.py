@@ -169,10 +169,16 @@ class BrokerKeys:
 
 
 def make_broker_scheme(
-    profile: str, keys: BrokerKeys, *, now: float, db: Database | None = None
+    profile: str,
+    keys: BrokerKeys,
+    *,
+    now: float,
+    db: Database | None = None,
+    deferred: bool = False,
 ) -> BrokerScheme:
     """The broker face of ``profile``. ``db``: where replay state lives (narada, default), so a
-    restarted broker keeps refusing replays; None keeps it in memory."""
+    restarted broker keeps refusing replays; None keeps it in memory. ``deferred``: ``db`` is
+    the broker's own state database, written in its batch transactions (``ReplayState``)."""
     match _check(profile):
         case "plain":
             return PlainScheme()
@@ -191,14 +197,14 @@ def make_broker_scheme(
                 raise ConfigError("narada brokers need the CA certificate", key="ca_cert")
             return NaradaBroker(ca_cert=keys.ca_cert, kmc_certs=keys.kmc_certs, now=now,
                                 crl=keys.crl, max_delay=keys.max_delay,
-                                replay=ReplayState(db))  # fmt: skip
+                                replay=ReplayState(db, deferred=deferred))  # fmt: skip
         case _:
             if keys.authority_key is None:
                 raise ConfigError("default brokers need the authority key", key="authority_key")
             return DefaultBroker(keys.authority_key, max_delay=keys.max_delay,
                                  revoked=keys.revoked, ca_cert=keys.ca_cert,
                                  crl=keys.crl if keys.ca_cert else None, now=now,
-                                 replay=ReplayState(db))  # fmt: skip
+                                 replay=ReplayState(db, deferred=deferred))  # fmt: skip
 
 
 def build_registry(
@@ -207,15 +213,20 @@ def build_registry(
     *,
     now: float,
     state_dir: Path | str | None = None,
+    replay_db: Database | None = None,
 ) -> SchemeRegistry:
-    """A registry with the broker face of every named profile. With ``state_dir`` the replay
-    state of narada and default is kept in ``<state_dir>/replay.db`` (one database, scoped)."""
-    db = None
+    """A registry with the broker face of every named profile. The replay state of narada and
+    default: with ``replay_db`` (the broker's own state database) in its batch transactions;
+    else with ``state_dir`` in ``<state_dir>/replay.db`` (one database, scoped); else in
+    memory."""
+    db = replay_db
     names = list(dict.fromkeys(profiles))
-    if state_dir is not None and {"narada", "default"} & set(names):
+    if db is None and state_dir is not None and {"narada", "default"} & set(names):
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         db = Database(Path(state_dir) / "replay.db")
-    return SchemeRegistry(make_broker_scheme(p, keys, now=now, db=db) for p in names)
+    return SchemeRegistry(make_broker_scheme(p, keys, now=now, db=db,
+                                             deferred=replay_db is not None)
+                          for p in names)  # fmt: skip
 
 
 # -- the trusted bundle -------------------------------------------------------------------------
