@@ -127,11 +127,13 @@ def _print_network(r: Any) -> None:
     cv = r.curious
     size = sum(cv.files.values())
     verdict = "[green]0 found[/green]" if not cv.hits else f"[red]{len(cv.hits)} found: {cv.hits[:5]}[/red]"  # fmt: skip
-    console.print(f"{CURIOUS}'s view: {len(cv.messages)} messages recorded, {len(cv.files)} files "
-                  f"({size:,} B: {', '.join(sorted(cv.files))}) scanned for {cv.needles} "
-                  f"plaintext strings (every patientRecord, payload, topic and age): {verdict}. "
-                  f"The same scan finds {cv.control_hits}/{cv.needles} in the plain profile's "
-                  "wire form of these events.")  # fmt: skip
+    # the verdict first: it must not be wrapped apart, whatever the file list's length
+    console.print(f"{CURIOUS}'s view: {verdict} of {cv.needles} plaintext strings (every "
+                  f"patientRecord, payload, topic and age) in its {len(cv.messages)} recorded "
+                  f"messages and {len(cv.files)} files ({size:,} B: "
+                  f"{', '.join(sorted(cv.files))}). The same scan finds "
+                  f"{cv.control_hits}/{cv.needles} in the plain profile's wire form of these "
+                  "events.")  # fmt: skip
 
 
 def _print_revocation(act: Any) -> None:
