@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.experiment_cmds",  # experiments psguard-cost-ratio, bench kmc-oft
     "pubguard.cli.scaling_cmds",  # experiments scaling
     "pubguard.cli.net_cmds",  # broker, cluster, publish, subscribe, status, bench network
+    "pubguard.cli.soak_cmd",  # cluster soak
     "pubguard.cli.pipeline_cmds",  # pipeline ..., spark-cluster, bench pipeline
     "pubguard.cli.demo_cmd",  # demo
     "pubguard.cli.security_cmds",  # experiments flood

@@ -1,0 +1,99 @@
+"""``pubguard cluster soak``: key-epoch changes and broker crashes under a steady stream, per
+profile (``pubguard.net.soak``).
+
+Example::
+
+    pubguard cluster soak --profiles psguard,default,eventguard --duration 40 \\
+        --kill b1@8 --kill b2@18 --kill b0@28
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from pubguard.cli.common import console, err_console, get_group, print_json, progress
+
+__all__ = ["register"]
+
+
+def register(cli: click.Group) -> None:
+    cluster = get_group(cli, "cluster", "Start, stop and inspect a local broker network.")
+
+    @cluster.command("soak")
+    @click.option("--profiles", default="plain,psguard,default,eventguard", show_default=True,
+                  help="Comma-separated: plain, psguard, default, eventguard.")  # fmt: skip
+    @click.option("--brokers", type=click.IntRange(2, 8), default=3, show_default=True,
+                  help="Brokers in the chain b0 - b1 - ...; publishers on b0, a durable "
+                       "subscriber per profile on each other broker.")  # fmt: skip
+    @click.option("--epoch", type=click.FloatRange(1.0, 3600.0), default=3.0, show_default=True,
+                  help="Key epoch, seconds.")  # fmt: skip
+    @click.option("--duration", type=click.FloatRange(1.0, 3600.0), default=40.0,
+                  show_default=True, help="Seconds of publishing.")  # fmt: skip
+    @click.option("--kill", "kills", multiple=True, metavar="BROKER@SECONDS",
+                  help="kill -9 a broker then (repeatable); default b1@8, b2@18, b0@28 "
+                       "(those within the chain and the duration).")  # fmt: skip
+    @click.option("--no-kill", is_flag=True, help="No outages: epoch changes only.")
+    @click.option("--outage", type=click.FloatRange(0.1, 60.0), default=1.5, show_default=True,
+                  help="Seconds a killed broker stays down.")  # fmt: skip
+    @click.option("--max-delay", type=click.FloatRange(1.0, 600.0), default=10.0,
+                  show_default=True, help="The brokers' timestamp window, seconds.")  # fmt: skip
+    @click.option("--rate", type=click.FloatRange(1.0, 500.0), default=30.0, show_default=True,
+                  help="Events per second per profile.")  # fmt: skip
+    @click.option("--state", type=click.Path(path_type=Path), default=None,
+                  help="Keep the cluster's state (logs, SQLite) here (default: a temporary "
+                       "folder).")  # fmt: skip
+    @click.option("--json", "as_json", is_flag=True)
+    def soak_cmd(profiles: str, brokers: int, epoch: float, duration: float,
+                 kills: tuple[str, ...], no_kill: bool, outage: float, max_delay: float,
+                 rate: float, state: Path | None, as_json: bool) -> None:  # fmt: skip
+        """Publish across key-epoch changes while brokers are killed and restarted: what each
+        profile's subscribers lost, and when."""
+        import asyncio
+
+        from pubguard.net.soak import parse_kill, soak
+
+        names = tuple(p.strip() for p in profiles.split(",") if p.strip())
+        if no_kill:
+            plan: list[tuple[str, float]] = []
+        elif kills:
+            plan = [parse_kill(k) for k in kills]
+        else:
+            plan = [(b, t) for b, t in (("b1", 8.0), ("b2", 18.0), ("b0", 28.0))
+                    if int(b[1:]) < brokers and t < duration]  # fmt: skip
+        with progress() as bar:
+            task = bar.add_task(f"soak: {', '.join(names)}", total=duration)
+            r = asyncio.run(soak(names, brokers=brokers, epoch=epoch, duration=duration,
+                                 kills=plan, outage=outage, max_delay=max_delay, rate=rate,
+                                 state_dir=state,
+                                 tick=lambda s: bar.update(task, completed=s)))  # fmt: skip
+        if as_json:
+            print_json(r.to_json())
+            return
+        t = Table(title=f"soak: {brokers}-broker chain, {duration:g} s, epoch {epoch:g} s, "
+                        f"max_delay {max_delay:g} s")  # fmt: skip
+        for col in ("profile", "subscriber at", "sent", "received", "lost", "dup", "order",
+                    "lost ranges (sent at, seconds) and what they follow"):  # fmt: skip
+            t.add_column(col, justify="right" if col in ("sent", "received", "lost", "dup")
+                         else "left")  # fmt: skip
+        for s in r.subscribers:
+            ranges = "\n".join(f"{s.profile}-{a}..{b} ({t0:.2f}-{t1:.2f}): {r.context(t0)}"
+                               for a, b, t0, t1 in s.lost[:6])  # fmt: skip
+            if len(s.lost) > 6:
+                ranges += f"\n... {len(s.lost) - 6} more"
+            lost = "[green]0[/green]" if not s.lost_count else f"[red]{s.lost_count}[/red]"
+            t.add_row(s.profile, s.broker, str(s.sent), str(s.received), lost,
+                      str(s.duplicates), "yes" if s.in_order else "[red]no[/red]",
+                      ranges or "-")  # fmt: skip
+        console.print(t)
+        outs = "; ".join(f"{o.broker} down {o.at:.1f}-{o.back:.1f} s" for o in r.outages)
+        console.print(f"epoch changes at {', '.join(f'{c:.1f}' for c in r.epoch_changes)} s; "
+                      f"outages: {outs or 'none'}")  # fmt: skip
+        console.print("lossless: " + ", ".join(
+            f"{p} {'[green]yes[/green]' if r.lossless(p) else '[red]no[/red]'}"
+            for p in r.profiles))  # fmt: skip
+        err_console.print("[dim]psguard and default lose the new epoch's events when an outage "
+                          "spans an ahead renewal and the change after it (docs/network.md, "
+                          "Key epochs)[/dim]")  # fmt: skip
