@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pubguard.broker.messages import Advertise, Subscribe, Unsubscribe
 from pubguard.errors import DropError, PubguardError
 from pubguard.net.withdrawal import blocks_on_io
+from pubguard.schemes.psguard_keyservice import NEXT_EPOCH_WINDOW
 
 if TYPE_CHECKING:
     from pubguard.model.filters import Filter
@@ -57,7 +58,12 @@ __all__ = ["GENERATION_SEP", "RENEW_AFTER", "RENEW_LEAD", "RENEW_RETRY", "Subscr
 log = logging.getLogger("pubguard.net.client")
 
 GENERATION_SEP: Final = "@"  # <sub id>@<generation> on the wire (user ids may not hold it)
-RENEW_LEAD: Final = 20.0  # seconds before an epoch ends that an ahead renewal is sent
+#: seconds before an epoch ends that an ahead renewal is sent: as early as the key service
+#: serves the next epoch (NEXT_EPOCH_WINDOW) less a 15 s clock allowance. Earlier is better:
+#: the renewal must reach the brokers above before the change, and one down then holds it
+#: back (``pubguard cluster soak``); it costs a revocation nothing, since any client may
+#: fetch the next epoch's keys NEXT_EPOCH_WINDOW ahead anyway.
+RENEW_LEAD: Final = NEXT_EPOCH_WINDOW - 15.0
 RENEW_AFTER: Final = 0.5  # seconds after an epoch ends that an MS renewal is asked for
 RENEW_RETRY: Final = 2.0  # seconds between attempts when the key service cannot be reached
 RENEW_IDLE: Final = 5.0  # seconds between looks while no subscription needs renewing
