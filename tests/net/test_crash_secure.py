@@ -19,21 +19,14 @@ import pytest
 
 from pubguard.model import Event
 from pubguard.net.cluster import LocalCluster
+from pubguard.net.config import chain_toml
 from pubguard.schemes.registry import HOSPITAL
 
 from .conftest import LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 
-CLUSTER = """
-publishers = ["hosp"]
-[topology]
-kind = "edges"
-edges = [["b0", "b1"], ["b1", "b2"]]
-[broker]
-profiles = ["default"]
-heartbeat_interval = 0.5
-"""
+CLUSTER = chain_toml(3, ["default"], publishers=["hosp"], heartbeat_interval=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -84,4 +77,3 @@ def test_kill_9_of_a_replay_checking_broker_loses_no_fresh_publication(
     sent, got, drops = aloop.run(scenario(), timeout=120)
     assert got == sent, sorted(set(sent) - set(got))  # each once, in order, none lost
     assert drops.get("replayed", 0) == 0, drops
-

@@ -24,6 +24,7 @@ import pytest
 from pubguard.broker.core import LEASE_SLACK
 from pubguard.model import Event
 from pubguard.net.cluster import LocalCluster
+from pubguard.net.config import chain_toml
 from pubguard.schemes.registry import HOSPITAL
 
 from .conftest import LoopThread, keyed_cluster
@@ -33,15 +34,9 @@ pytestmark = pytest.mark.slow
 EPOCH = 4.0  # seconds
 MAX_DELAY = 1.0  # brokers' timestamp window: leases end one second after the permit
 GRACE = 0.5  # the client retires an old generation this long after its epoch
-CLUSTER = """
-publishers = ["hosp"]
-[topology]
-kind = "edges"
-edges = [["b0", "b1"], ["b1", "b2"]]
-[broker]
-profiles = ["psguard", "eventguard", "default"]
-heartbeat_interval = 0.5
-"""
+CLUSTER = chain_toml(
+    3, ["psguard", "eventguard", "default"], publishers=["hosp"], heartbeat_interval=0.5
+)
 
 
 @pytest.fixture(scope="module")

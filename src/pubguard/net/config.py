@@ -56,8 +56,9 @@ to ``<state>/pki/broker-keys.json`` (beside the CA) and points every broker's ``
 
 from __future__ import annotations
 
+import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -73,6 +74,7 @@ __all__ = [
     "ParentLink",
     "RevocationSource",
     "TlsFiles",
+    "chain_toml",
     "load_broker_config",
     "load_cluster_config",
     "parse_broker_config",
@@ -378,6 +380,24 @@ def tree_edges(arity: int, depth: int, prefix: str = "b") -> list[tuple[str, str
     """Edges (parent, child) of a complete ``arity``-ary tree of ``depth`` (root alone: 0)."""
     n = sum(arity**d for d in range(depth + 1))
     return [(f"{prefix}{(i - 1) // arity}", f"{prefix}{i}") for i in range(1, n)]
+
+
+def chain_toml(
+    brokers: int,
+    profiles: Iterable[str],
+    *,
+    publishers: Iterable[str] = (),
+    heartbeat_interval: float | None = None,
+) -> str:
+    """The cluster.toml text of a chain ``b0 - b1 - ... - b<brokers-1>`` serving ``profiles``
+    (for :func:`parse_cluster_config`; the soak and the network tests)."""
+    edges = json.dumps([[f"b{i}", f"b{i + 1}"] for i in range(brokers - 1)])
+    lines = [f"publishers = {json.dumps(list(publishers))}", "[topology]", 'kind = "edges"',
+             f"edges = {edges}", "[broker]",
+             f"profiles = {json.dumps(list(dict.fromkeys(profiles)))}"]  # fmt: skip
+    if heartbeat_interval is not None:
+        lines.append(f"heartbeat_interval = {heartbeat_interval}")
+    return "\n".join(lines) + "\n"
 
 
 def parse_cluster_config(

@@ -40,7 +40,7 @@ from typing import Any, Final
 from pubguard.errors import ConfigError
 from pubguard.model import Event
 from pubguard.net.cluster import LocalCluster
-from pubguard.net.config import parse_cluster_config
+from pubguard.net.config import chain_toml, parse_cluster_config
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 __all__ = ["SOAK_PROFILES", "Outage", "SoakResult", "SubscriberResult", "parse_kill", "soak"]
@@ -138,14 +138,6 @@ def parse_kill(text: str) -> tuple[str, float]:
     return name, t
 
 
-def _chain(brokers: int, profiles: Sequence[str]) -> str:
-    edges = ", ".join(f'["b{i}", "b{i + 1}"]' for i in range(brokers - 1))
-    pubs = ", ".join(f'"pub-{p}"' for p in profiles)
-    served = ", ".join(f'"{p}"' for p in dict.fromkeys(("plain", *profiles)))
-    return (f"publishers = [{pubs}]\n[topology]\nkind = \"edges\"\nedges = [{edges}]\n"
-            f"[broker]\nprofiles = [{served}]\nheartbeat_interval = {HEARTBEAT}\n")  # fmt: skip
-
-
 def _check(profiles: Sequence[str], brokers: int, kills: Sequence[tuple[str, float]],
            duration: float, epoch: float, outage: float) -> None:  # fmt: skip
     bad = [p for p in profiles if p not in SOAK_PROFILES]
@@ -189,7 +181,9 @@ async def soak(
     with contextlib.ExitStack() as stack:
         if state_dir is None:
             state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
-        cfg = parse_cluster_config(tomllib.loads(_chain(brokers, profiles)), base=state_dir)
+        text = chain_toml(brokers, ("plain", *profiles), publishers=[f"pub-{p}" for p in profiles],
+                          heartbeat_interval=HEARTBEAT)  # fmt: skip
+        cfg = parse_cluster_config(tomllib.loads(text), base=state_dir)
         now = time.time()
         bundle = KeyBundle(state_dir / "keys", now=now, types=(HOSPITAL,),
                            identities=[f"pub-{p}" for p in profiles], epoch_length=epoch,
