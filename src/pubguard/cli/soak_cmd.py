@@ -24,7 +24,7 @@ def register(cli: click.Group) -> None:
 
     @cluster.command("soak")
     @click.option("--profiles", default="plain,psguard,default,eventguard", show_default=True,
-                  help="Comma-separated: plain, psguard, default, eventguard.")  # fmt: skip
+                  help="Comma-separated: plain, psguard, default, eventguard, narada.")  # fmt: skip
     @click.option("--brokers", type=click.IntRange(2, 8), default=3, show_default=True,
                   help="Brokers in the chain b0 - b1 - ...; publishers on b0, a durable "
                        "subscriber per profile on each other broker.")  # fmt: skip

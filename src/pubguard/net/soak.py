@@ -45,8 +45,8 @@ from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 __all__ = ["SOAK_PROFILES", "Outage", "SoakResult", "SubscriberResult", "parse_kill", "soak"]
 
-#: the profiles a soak can run (narada's KMC topics need a per-topic set-up it does not do)
-SOAK_PROFILES: Final = ("plain", "psguard", "default", "eventguard")
+#: the profiles a soak can run
+SOAK_PROFILES: Final = ("plain", "psguard", "default", "eventguard", "narada")
 HEARTBEAT: Final = 0.5  # seconds: a dead peer is noticed quickly, leases are swept often
 
 
@@ -208,13 +208,14 @@ async def _run(cluster: LocalCluster, bundle: KeyBundle, profiles: tuple[str, ..
     clients: list[Any] = []
     for p in profiles:
         for b in leaves:
-            c = await cluster.connect(b, f"sub-{p}-{b}", profile=p, durable=True)
+            c = await cluster.connect(b, f"sub-{p}-{b}", profile=p, durable=True,
+                                      **_topics(p))  # fmt: skip
             clients.append(c)
             subs[(p, b)] = (c, await c.subscribe(f'topic = "soak-{p}"'))
             await c.flush()
     pubs = {}
     for p in profiles:
-        pubs[p] = await cluster.connect("b0", f"pub-{p}", profile=p)
+        pubs[p] = await cluster.connect("b0", f"pub-{p}", profile=p, **_topics(p))
         clients.append(pubs[p])
         if p == "eventguard":
             await pubs[p].advertise(f'topic = "soak-{p}"')  # eventguard.txt §4.3
@@ -279,6 +280,11 @@ async def _run(cluster: LocalCluster, bundle: KeyBundle, profiles: tuple[str, ..
             await c.close()
     return SoakResult(profiles, brokers, epoch, max_delay, duration,
                       [c for c in changes if 0 <= c <= duration], outages, results, drops)  # fmt: skip
+
+
+def _topics(profile: str) -> dict[str, Any]:
+    """narada: the KMC topic a client needs a token and key for (narada §IV)."""
+    return {"topics": (f"soak-{profile}",)} if profile == "narada" else {}
 
 
 def _judge(profile: str, broker: str, stamps: dict[int, float], got: list[str],
