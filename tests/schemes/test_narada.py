@@ -203,6 +203,42 @@ def test_replay_state_survives_a_broker_restart(pki, tmp_path):
     db.close()
 
 
+def test_deferred_replay_state_commits_with_the_callers_transaction(tmp_path):
+    """A durable broker's replay state lives in its own database and is written when its
+    batch commits (``flush_pending`` inside the transaction): exact, nothing reserved, and
+    nothing written for a batch that rolled back."""
+    db = Database(tmp_path / "broker.db")
+    rs = ReplayState(db, deferred=True)
+    assert rs.check_and_accept("b", b"e", 1_000_000, 1) is None
+    assert db.query("SELECT * FROM replay_state") == []  # marked, not written
+    with db.transaction():
+        rs.flush_pending()
+    assert ReplayState(db).check("b", b"e", 1_000_000, 1) is DropReason.REPLAYED
+    assert ReplayState(db).check("b", b"e", 1_000_000, 2) is None  # exact: nothing reserved
+    assert rs.check_and_accept("b", b"e", 1_000_001, 0) is None
+    with pytest.raises(RuntimeError), db.transaction():
+        rs.flush_pending()
+        raise RuntimeError("the batch failed")
+    assert ReplayState(db).check("b", b"e", 1_000_001, 0) is None  # rolled back with it
+
+
+def test_an_older_brokers_replay_db_is_carried_into_its_database(tmp_path):
+    """Upgrading a broker whose replay state was in ``replay.db`` reopens no replay window:
+    the rows are carried over (the later bound wins) and the file renamed."""
+    old = ReplayState(Database(tmp_path / "replay.db"), reserve=1.0)
+    old.accept("b", b"e", 2_000_000, 0)  # persisted as ts + 1 s reserved
+    db = Database(tmp_path / "broker.db")
+    newer = ReplayState(db, deferred=True)
+    newer.accept("b", b"f", 5, 5)
+    with db.transaction():
+        newer.flush_pending()
+    assert ReplayState.import_file(tmp_path / "replay.db", db) == 1
+    assert not (tmp_path / "replay.db").exists() and (tmp_path / "replay.db.imported").exists()
+    assert ReplayState(db).check("b", b"e", 2_000_999, 9) is DropReason.REPLAYED
+    assert ReplayState(db).check("b", b"f", 5, 5) is DropReason.REPLAYED
+    assert ReplayState.import_file(tmp_path / "replay.db", db) == 0  # once
+
+
 def test_reserved_replay_bound_writes_rarely_and_refuses_after_restart(tmp_path):
     db = Database(tmp_path / "r.db")
     rs = ReplayState(db, reserve=1.0)

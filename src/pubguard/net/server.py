@@ -61,6 +61,7 @@ from pubguard.net.parent_link import HANDSHAKE_TIMEOUT, ParentLink
 from pubguard.net.pki import peer_identity
 from pubguard.net.revocation import RevocationWatcher
 from pubguard.schemes.base import LinkKind, SchemeRegistry
+from pubguard.schemes.guards_narada import ReplayState
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
 from pubguard.schemes.revocation_list import RevocationFeed
@@ -132,6 +133,8 @@ class BrokerServer(BatchProcessing, ParentLink):
             config.state_dir.mkdir(parents=True, exist_ok=True)
             self.store = BrokerStore(config.state_dir / "broker.db")
         replay_db = self.store.db if self.store is not None else None
+        if replay_db is not None:  # an older broker's replay.db: carried over, not dropped
+            ReplayState.import_file(config.state_dir / "replay.db", replay_db)
         self.core = Broker(config.name, schemes_for(config.served, config.keys,
                            replay_db=replay_db), store=self.store)  # fmt: skip
         self._record = config.record.open("ab") if config.record is not None else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Generic, TypeVar
 
 from pubguard.errors import DropReason, ValidationError
@@ -81,6 +82,29 @@ class ReplayState:
         self._loaded: set[str] = set()
         if db is not None:
             db.migrate(self.COMPONENT, _REPLAY_MIGRATIONS)
+
+    @classmethod
+    def import_file(cls, path: Path, into: Database) -> int:
+        """Carry a separate replay database (``replay.db``, where brokers kept this state
+        before it moved into their own database) into ``into``, keeping the later bound per
+        entity, then rename it ``*.imported``, so an upgrade reopens no replay window.
+        Returns the rows carried; 0 if there is no such file."""
+        if not path.exists():
+            return 0
+        cls(into)  # the table
+        with Database(path) as old:
+            old.migrate(cls.COMPONENT, _REPLAY_MIGRATIONS)
+            rows = old.query("SELECT scope, entity, ts, seq FROM replay_state")
+        with into.transaction():
+            for r in rows:
+                into.execute(
+                    "INSERT INTO replay_state(scope, entity, ts, seq) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(scope, entity) DO UPDATE SET ts = excluded.ts, seq = excluded.seq"
+                    " WHERE (excluded.ts, excluded.seq) > (replay_state.ts, replay_state.seq)",
+                    (r["scope"], r["entity"], r["ts"], r["seq"]),
+                )
+        path.rename(path.with_name(path.name + ".imported"))
+        return len(rows)
 
     def _load(self, scope: str) -> None:
         self._loaded.add(scope)
