@@ -8,7 +8,7 @@ before it runs the ordinary broker (``pubguard.net.broker_main``):
 
 - the broker's schemes come from :func:`pubguard.schemes.registry.build_registry` over the
   public :class:`~pubguard.schemes.registry.BrokerKeys` in ``--keys`` (replay state in the
-  broker's state directory, so it survives a ``kill -9``);
+  broker's own database, as the server passes it, so it survives a ``kill -9``);
 - with ``--capture``, every frame the broker decodes is appended, re-encoded, to
   ``<state_dir>/capture.in`` and every frame it encodes to ``<state_dir>/capture.out``: what a
   curious broker sees of the network, readable back with ``FrameDecoder``.
@@ -32,8 +32,11 @@ from pubguard.schemes.registry import BrokerKeys, build_registry
 
 
 def install_profiles(keys: BrokerKeys, profiles: list[str], state_dir: Path) -> None:
-    def schemes_for(*_args: Any, **_kw: Any) -> Any:  # whatever the server's signature
-        return build_registry(["plain", *profiles], keys, now=time.time(), state_dir=state_dir)
+    def schemes_for(*_args: Any, replay_db: Any = None, **_kw: Any) -> Any:
+        # the server passes its own database for the replay state (it commits with each
+        # batch); without one, <state_dir>/replay.db
+        return build_registry(["plain", *profiles], keys, now=time.time(),
+                              state_dir=state_dir, replay_db=replay_db)  # fmt: skip
 
     server_mod.schemes_for = schemes_for  # type: ignore[assignment]
 
