@@ -1,10 +1,8 @@
 """``python -m tests.security.secure_broker --config broker.toml --keys keys.json --profiles
 default [--capture]``: one broker process serving the secure profiles, with a frame capture.
 
-The net layer has no hook yet for either (issue 5 report): ``net/server.py``'s
-``schemes_for(profile)`` knows only ``plain``, and nothing records what a broker reads and
-writes after TLS decryption. This entry point, used by the security tests only, installs both
-before it runs the ordinary broker (``pubguard.net.broker_main``):
+It runs the ordinary broker (``pubguard.net.broker_main``) with two things installed that
+only the security tests want:
 
 - the broker's schemes come from :func:`pubguard.schemes.registry.build_registry` over the
   public :class:`~pubguard.schemes.registry.BrokerKeys` in ``--keys`` (replay state in the
