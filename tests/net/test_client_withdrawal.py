@@ -234,3 +234,47 @@ def test_a_subscription_the_authority_refuses_on_a_fresh_session_ends_alone(
 
     ended, reconnects, subs = aloop.run(scenario(), timeout=60)
     assert ended and reconnects == 1 and subs == 1
+
+
+def test_a_publishers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
+    aloop: LoopThread, tmp_path: Path
+) -> None:
+    """An eventguard publisher's first publication of a new epoch renews its grant with the
+    MS (§4.8). With a remote MS that call runs in a worker thread: the loop keeps ticking
+    while it waits (here on an MS that never answers, until its 0.6 s timeout), and the
+    publication fails with a typed error."""
+    pki = ClusterPki(tmp_path / "pki")
+    ident = pki.identity("b0", Role.BROKER)
+    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
+                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    ms = MetaService(SecretBytes(random.Random(9).randbytes(32)), epoch_length=1.0,
+                     origin=time.time())  # fmt: skip
+    hole = socket.create_server(("127.0.0.1", 0), backlog=8)
+
+    async def scenario() -> tuple[float, int, BaseException | None]:
+        server = BrokerServer(cfg)
+        server.core.schemes.register(EventGuardBroker(ms.public_key))
+        port = await server.start()
+        scheme = EventGuardClient("pub", ms)
+        c = await connect(f"tls://127.0.0.1:{port}", identity="pub",
+                          ssl=pki.client_context("pub"), scheme=scheme)  # fmt: skip
+        try:
+            await c.advertise('topic = "w"')
+            await c.publish({"topic": "w", "x": 1})  # this epoch's grant: no MS call
+            await c.flush()
+            scheme.ms = KeyServiceClient("127.0.0.1", hole.getsockname()[1],  # type: ignore[assignment]
+                                         pki.client_context("pub"), timeout=0.6,
+                                         ms_key=ms.public_key)  # fmt: skip
+            await asyncio.sleep(ms.epoch_end(ms.epoch_at(time.time())) - time.time() + 0.05)
+            return await _ticks_during(c.publish({"topic": "w", "x": 2}))
+        finally:
+            scheme.ms = ms  # type: ignore[assignment]
+            await c.close()
+            await server.close()
+
+    try:
+        took, ticks, err = aloop.run(scenario(), timeout=60)
+    finally:
+        hole.close()
+    assert isinstance(err, TransportError)  # the MS never answered: a typed error ...
+    assert took >= 0.5 and ticks >= 0.5 * took / TICK  # ... the loop ticking meanwhile

@@ -274,7 +274,7 @@ class Client(ClientLink, SubscriptionRenewal):
         prof = profile or self.scheme.profile
         if self.batch_sign:
             return await self._publish_batched(ev, prof)
-        pe = self.scheme.protect_event(ev, now=time.time())
+        pe = await self._off_loop_if_due(self.scheme.protect_event, ev)
         msg = publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta)
         await self._send(msg)
         return pe.event_id
@@ -284,7 +284,7 @@ class Client(ClientLink, SubscriptionRenewal):
         await self._await_credit()
         if ev.id is None:
             ev = Event(ev.attrs, id=new_event_id(), type=ev.type, payload=ev.payload)
-        prepared = self.scheme.prepare_event(ev, now=time.time())  # type: ignore[attr-defined]
+        prepared = await self._off_loop_if_due(self.scheme.prepare_event, ev)  # type: ignore[attr-defined]
         if _rough_size(ev) > MAX_FRAME_SIZE // 4:  # alone, so a FrameError reaches the caller
             self._sign_batch()
             (pe,) = self.scheme.sign_prepared([prepared], now=time.time())  # type: ignore[attr-defined]
@@ -302,6 +302,16 @@ class Client(ClientLink, SubscriptionRenewal):
                 await w.drain()
         assert ev.id is not None
         return ev.id
+
+    async def _off_loop_if_due(self, protect: Any, ev: Event) -> Any:
+        """``protect(ev, now=now)``; in a worker thread when it is about to ask a remote MS
+        (an eventguard publisher's first publication of a new epoch renews its grant, §4.8),
+        as renewals and withdrawals are (net/withdrawal.py)."""
+        now = time.time()
+        due = getattr(self.scheme, "key_service_due", None)
+        if due is not None and blocks_on_io(self.scheme) and due(ev, now):
+            return await asyncio.to_thread(protect, ev, now=now)
+        return protect(ev, now=now)
 
     def _sign_batch(self) -> None:
         """Sign the pending publications (one Merkle root per run of one profile) and queue

@@ -254,6 +254,17 @@ class EventGuardClient:
             out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
         return out
 
+    def key_service_due(self, event: Event, now: float) -> bool:
+        """Whether protecting ``event`` at ``now`` first asks the MS (its topic's newest grant
+        ran out with its epoch, §4.8): ``pubguard.net.client`` then protects it in a worker
+        thread when the MS is remote, so the loop is not held for the round trip."""
+        w = event.get(TOPIC)
+        if not isinstance(w, str):
+            return False
+        with self._grants:
+            grants = self._ads.get(w)
+            return grants is not None and bool(grants) and now > grants[-1].permit.expires_at
+
     def _grant_for(self, w: str, now: float) -> AdvertisementGrant:
         grants = self._ads.get(w)
         if not grants:
