@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ from pubguard.crypto import SecretBytes
 from pubguard.crypto.x509 import Role
 from pubguard.errors import TransportError
 from pubguard.keys.ms import MetaService
-from pubguard.net.client import WITHDRAW_TIMEOUT, connect
+from pubguard.net.client import WITHDRAW_TIMEOUT, Client, connect
 from pubguard.net.config import BrokerConfig, TlsFiles
 from pubguard.net.keyservice_client import KeyServiceClient
 from pubguard.net.pki import ClusterPki
@@ -66,11 +67,21 @@ async def _ticks_during(aw: Awaitable[object]) -> tuple[float, int, BaseExceptio
     return t1 - t0, sum(1 for s in stamps if t0 < s < t1), err
 
 
-def test_dead_ms_stalls_neither_the_loop_nor_close(aloop: LoopThread, tmp_path: Path) -> None:
+def _b0(tmp_path: Path) -> tuple[ClusterPki, BrokerConfig]:
+    """A CA under ``tmp_path`` and broker b0's config (mutual TLS, state in ``tmp_path/b0``)."""
     pki = ClusterPki(tmp_path / "pki")
     ident = pki.identity("b0", Role.BROKER)
-    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
-                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    tls = TlsFiles(ident.ca_path, ident.cert_path, ident.key_path)
+    return pki, BrokerConfig("b0", tmp_path / "b0", port=0, tls=tls)
+
+
+async def _client(port: int, pki: ClusterPki, name: str, scheme: Any) -> Client:
+    return await connect(f"tls://127.0.0.1:{port}", identity=name,
+                         ssl=pki.client_context(name), scheme=scheme)  # fmt: skip
+
+
+def test_dead_ms_stalls_neither_the_loop_nor_close(aloop: LoopThread, tmp_path: Path) -> None:
+    pki, cfg = _b0(tmp_path)
     ms = MetaService(SecretBytes(random.Random(7).randbytes(32)))
     hole = socket.create_server(("127.0.0.1", 0), backlog=8)  # listens; never accepts nor answers
     hole_port = hole.getsockname()[1]
@@ -85,8 +96,7 @@ def test_dead_ms_stalls_neither_the_loop_nor_close(aloop: LoopThread, tmp_path: 
         port = await server.start()
         try:
             scheme = EventGuardClient("leaver", ms)
-            c = await connect(f"tls://127.0.0.1:{port}", identity="leaver",
-                              ssl=pki.client_context("leaver"), scheme=scheme)  # fmt: skip
+            c = await _client(port, pki, "leaver", scheme)
             s1 = await c.subscribe('topic = "w1"')
             await c.subscribe('topic = "w2"')
             await c.flush()
@@ -135,10 +145,7 @@ def test_a_fresh_session_re_subscribes_off_the_loop_and_retries_a_dead_ms(
     MS for a permit again. With a remote MS that never answers, that call runs in a worker
     thread (the loop keeps ticking: no gap near the MS timeout) and the reconnection is retried;
     once the MS answers again the client re-subscribes."""
-    pki = ClusterPki(tmp_path / "pki")
-    ident = pki.identity("b0", Role.BROKER)
-    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
-                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    pki, cfg = _b0(tmp_path)
     ms = MetaService(SecretBytes(random.Random(8).randbytes(32)))
     hole = socket.create_server(("127.0.0.1", 0), backlog=8)
 
@@ -151,8 +158,7 @@ def test_a_fresh_session_re_subscribes_off_the_loop_and_retries_a_dead_ms(
         server = serve(0)
         port = await server.start()
         scheme = EventGuardClient("again", ms)
-        c = await connect(f"tls://127.0.0.1:{port}", identity="again",
-                          ssl=pki.client_context("again"), scheme=scheme)  # fmt: skip
+        c = await _client(port, pki, "again", scheme)
         try:
             await c.subscribe('topic = "w1"')
             await c.flush()
@@ -193,10 +199,7 @@ def test_a_subscription_the_authority_refuses_on_a_fresh_session_ends_alone(
     """default profile: the subscriber's rights are withdrawn, then the broker restarts. The
     re-subscription is refused by the authority: that subscription ends (its iteration
     stops), the link comes back and the subscriber's other subscription is restored."""
-    pki = ClusterPki(tmp_path / "pki")
-    ident = pki.identity("b0", Role.BROKER)
-    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
-                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    pki, cfg = _b0(tmp_path)
     auth = DefaultAuthority(MASTER, SCHEMA, subscribers={"sub": ['topic = "cardio"',
                                                                  'topic = "onco"']},
                             publishers={"hospital": ["cardio", "onco"]})  # fmt: skip
@@ -209,8 +212,7 @@ def test_a_subscription_the_authority_refuses_on_a_fresh_session_ends_alone(
     async def scenario() -> tuple[bool, int, int]:
         server = serve(0)
         port = await server.start()
-        c = await connect(f"tls://127.0.0.1:{port}", identity="sub",
-                          ssl=pki.client_context("sub"), scheme=DefaultClient("sub", auth))  # fmt: skip
+        c = await _client(port, pki, "sub", DefaultClient("sub", auth))
         try:
             cardio = await c.subscribe('topic = "cardio"')
             await c.subscribe('topic = "onco"')
@@ -243,10 +245,7 @@ def test_a_publishers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
     MS (§4.8). With a remote MS that call runs in a worker thread: the loop keeps ticking
     while it waits (here on an MS that never answers, until its 0.6 s timeout), and the
     publication fails with a typed error."""
-    pki = ClusterPki(tmp_path / "pki")
-    ident = pki.identity("b0", Role.BROKER)
-    cfg = BrokerConfig("b0", tmp_path / "b0", port=0,
-                       tls=TlsFiles(ident.ca_path, ident.cert_path, ident.key_path))  # fmt: skip
+    pki, cfg = _b0(tmp_path)
     ms = MetaService(SecretBytes(random.Random(9).randbytes(32)), epoch_length=1.0,
                      origin=time.time())  # fmt: skip
     hole = socket.create_server(("127.0.0.1", 0), backlog=8)
@@ -256,8 +255,7 @@ def test_a_publishers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
         server.core.schemes.register(EventGuardBroker(ms.public_key))
         port = await server.start()
         scheme = EventGuardClient("pub", ms)
-        c = await connect(f"tls://127.0.0.1:{port}", identity="pub",
-                          ssl=pki.client_context("pub"), scheme=scheme)  # fmt: skip
+        c = await _client(port, pki, "pub", scheme)
         try:
             await c.advertise('topic = "w"')
             await c.publish({"topic": "w", "x": 1})  # this epoch's grant: no MS call
