@@ -178,24 +178,25 @@ async def soak(
     """Run one soak (see the module docstring); ``tick(seconds)`` reports progress."""
     profiles = tuple(dict.fromkeys(profiles))
     _check(profiles, brokers, kills, duration, epoch, outage)
-    with contextlib.ExitStack() as stack:
-        if state_dir is None:
-            state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
-        text = chain_toml(brokers, ("plain", *profiles), publishers=[f"pub-{p}" for p in profiles],
-                          heartbeat_interval=HEARTBEAT)  # fmt: skip
-        cfg = parse_cluster_config(tomllib.loads(text), base=state_dir)
-        now = time.time()
-        bundle = KeyBundle(state_dir / "keys", now=now, types=(HOSPITAL,),
-                           identities=[f"pub-{p}" for p in profiles], epoch_length=epoch,
-                           origin=now - epoch / 2, max_delay=max_delay)  # fmt: skip
-        cluster = LocalCluster(cfg, bundle=bundle)
-        await cluster.start()
-        try:
-            return await _run(cluster, bundle, profiles, brokers, epoch, duration, kills,
-                              outage, max_delay, rate, settle, seed, tick)  # fmt: skip
-        finally:
-            await cluster.stop()
-    raise AssertionError("unreachable")  # pragma: no cover
+    if state_dir is None:
+        with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+            return await soak(profiles, brokers=brokers, epoch=epoch, duration=duration,
+                              kills=kills, outage=outage, max_delay=max_delay, rate=rate,
+                              settle=settle, state_dir=Path(tmp), seed=seed, tick=tick)  # fmt: skip
+    text = chain_toml(brokers, ("plain", *profiles), publishers=[f"pub-{p}" for p in profiles],
+                      heartbeat_interval=HEARTBEAT)  # fmt: skip
+    cfg = parse_cluster_config(tomllib.loads(text), base=state_dir)
+    now = time.time()
+    bundle = KeyBundle(state_dir / "keys", now=now, types=(HOSPITAL,),
+                       identities=[f"pub-{p}" for p in profiles], epoch_length=epoch,
+                       origin=now - epoch / 2, max_delay=max_delay)  # fmt: skip
+    cluster = LocalCluster(cfg, bundle=bundle)
+    await cluster.start()
+    try:
+        return await _run(cluster, bundle, profiles, brokers, epoch, duration, kills, outage,
+                          max_delay, rate, settle, seed, tick)  # fmt: skip
+    finally:
+        await cluster.stop()
 
 
 async def _run(cluster: LocalCluster, bundle: KeyBundle, profiles: tuple[str, ...],

@@ -263,7 +263,9 @@ class EventGuardClient:
             return False
         with self._grants:
             grants = self._ads.get(w)
-            return grants is not None and bool(grants) and now > grants[-1].permit.expires_at
+            if not grants:
+                return False  # not advertised: _seal raises the typed error, no MS call
+            return now > grants[-1].permit.expires_at
 
     def _grant_for(self, w: str, now: float) -> AdvertisementGrant:
         grants = self._ads.get(w)
