@@ -94,6 +94,7 @@ def register(cli: click.Group) -> None:
         console.print("lossless: " + ", ".join(
             f"{p} {'[green]yes[/green]' if r.lossless(p) else '[red]no[/red]'}"
             for p in r.profiles))  # fmt: skip
-        err_console.print("[dim]psguard and default lose the new epoch's events when an outage "
-                          "spans an ahead renewal and the change after it (docs/network.md, "
-                          "Key epochs)[/dim]")  # fmt: skip
+        if any(not r.lossless(p) for p in r.profiles if p in ("psguard", "default")):
+            err_console.print("[dim]psguard and default lose the new epoch's events when an "
+                              "outage spans an ahead renewal and the change after it "
+                              "(docs/network.md, Key epochs)[/dim]")  # fmt: skip
