@@ -67,3 +67,27 @@ def test_parse_kill() -> None:
     for bad in ("b2", "@3", "b2@", "b2@-1", "b2@x"):
         with pytest.raises(ConfigError):
             parse_kill(bad)
+
+
+def test_the_report_prints_each_lost_range_whole_on_a_narrow_terminal() -> None:
+    """The ranges used to be a table column, which an 80-column terminal (or a log) wrapped
+    into a word per line and cut with an ellipsis."""
+    from rich.console import Console
+
+    from pubguard.cli.soak_cmd import render
+    from pubguard.net.soak import Outage, SoakResult
+
+    lost = [(640, 655, 24.69, 25.13), (1210, 1239, 49.68, 50.12)]
+    subs = [SubscriberResult("default", "b4", 1648, 1602, 0, True, 12, lost),
+            SubscriberResult("plain", "b4", 1669, 1669, 0, True, 0)]  # fmt: skip
+    r = SoakResult(("plain", "default"), 5, 5.0, 10.0, 60.0, [4.7, 24.66, 49.66],
+                   [Outage("b3", 22.0, 25.0), Outage("b4", 47.0, 50.1)], subs, {})  # fmt: skip
+    out, err = Console(width=80, record=True), Console(width=80, record=True)
+    render(r, out, err)
+    text = out.export_text()
+    assert ("  default at b4: default-640..655, sent 24.69-25.13 s: 0.03 s after the epoch "
+            "change at 24.66 s; b3 down\n") in text  # fmt: skip
+    assert ("  default at b4: default-1210..1239, sent 49.68-50.12 s: 0.02 s after the epoch "
+            "change at 49.66 s; b4 down\n") in text  # fmt: skip
+    assert "…" not in text and "lossless: plain yes, default no" in text
+    assert "Key epochs" in err.export_text()

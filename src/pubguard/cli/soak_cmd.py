@@ -10,13 +10,18 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from pubguard.cli.common import console, err_console, get_group, print_json, progress
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from pubguard.net.soak import SoakResult
+
+__all__ = ["register", "render"]
 
 
 def register(cli: click.Group) -> None:
@@ -72,29 +77,40 @@ def register(cli: click.Group) -> None:
         if as_json:
             print_json(r.to_json())
             return
-        t = Table(title=f"soak: {brokers}-broker chain, {duration:g} s, epoch {epoch:g} s, "
-                        f"max_delay {max_delay:g} s")  # fmt: skip
-        for col in ("profile", "subscriber at", "sent", "received", "lost", "dup", "order",
-                    "lost ranges (sent at, seconds) and what they follow"):  # fmt: skip
-            t.add_column(col, justify="right" if col in ("sent", "received", "lost", "dup")
-                         else "left")  # fmt: skip
-        for s in r.subscribers:
-            ranges = "\n".join(f"{s.profile}-{a}..{b} ({t0:.2f}-{t1:.2f}): {r.context(t0)}"
-                               for a, b, t0, t1 in s.lost[:6])  # fmt: skip
-            if len(s.lost) > 6:
-                ranges += f"\n... {len(s.lost) - 6} more"
-            lost = "[green]0[/green]" if not s.lost_count else f"[red]{s.lost_count}[/red]"
-            t.add_row(s.profile, s.broker, str(s.sent), str(s.received), lost,
-                      str(s.duplicates), "yes" if s.in_order else "[red]no[/red]",
-                      ranges or "-")  # fmt: skip
-        console.print(t)
-        outs = "; ".join(f"{o.broker} down {o.at:.1f}-{o.back:.1f} s" for o in r.outages)
-        console.print(f"epoch changes at {', '.join(f'{c:.1f}' for c in r.epoch_changes)} s; "
-                      f"outages: {outs or 'none'}")  # fmt: skip
-        console.print("lossless: " + ", ".join(
-            f"{p} {'[green]yes[/green]' if r.lossless(p) else '[red]no[/red]'}"
-            for p in r.profiles))  # fmt: skip
-        if any(not r.lossless(p) for p in r.profiles if p in ("psguard", "default")):
-            err_console.print("[dim]psguard and default lose the new epoch's events when an "
-                              "outage spans an ahead renewal and the change after it "
-                              "(docs/network.md, Key epochs)[/dim]")  # fmt: skip
+        render(r, console, err_console)
+
+
+def render(r: SoakResult, out: Console, err: Console) -> None:
+    """The soak report: a row per subscriber, then each lost range on a line of its own
+    (inside the table a narrow terminal wrapped them into a column a word wide)."""
+    t = Table(title=f"soak: {r.brokers}-broker chain, {r.duration:g} s, epoch {r.epoch:g} s, "
+                    f"max_delay {r.max_delay:g} s")  # fmt: skip
+    for col in ("profile", "subscriber at", "sent", "received", "lost", "dup", "order",
+                "lost ranges"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("profile", "subscriber at", "order")
+                     else "right")  # fmt: skip
+    lines: list[str] = []
+    for s in r.subscribers:
+        lines += [f"  {s.profile} at {s.broker}: {s.profile}-{a}..{b}, sent {t0:.2f}-"
+                  f"{t1:.2f} s: {r.context(t0)}" for a, b, t0, t1 in s.lost[:6]]  # fmt: skip
+        if len(s.lost) > 6:
+            lines.append(f"  {s.profile} at {s.broker}: ... {len(s.lost) - 6} more")
+        lost = "[green]0[/green]" if not s.lost_count else f"[red]{s.lost_count}[/red]"
+        t.add_row(s.profile, s.broker, str(s.sent), str(s.received), lost,
+                  str(s.duplicates), "yes" if s.in_order else "[red]no[/red]",
+                  str(len(s.lost)))  # fmt: skip
+    out.print(t)
+    if lines:
+        out.print("lost ranges (event ids, when they were sent, what they follow):")
+        for line in lines:
+            out.print(line, highlight=False, soft_wrap=True)  # whole lines in a log
+    outs = "; ".join(f"{o.broker} down {o.at:.1f}-{o.back:.1f} s" for o in r.outages)
+    out.print(f"epoch changes at {', '.join(f'{c:.1f}' for c in r.epoch_changes)} s; "
+              f"outages: {outs or 'none'}")  # fmt: skip
+    out.print("lossless: " + ", ".join(
+        f"{p} {'[green]yes[/green]' if r.lossless(p) else '[red]no[/red]'}"
+        for p in r.profiles))  # fmt: skip
+    if any(not r.lossless(p) for p in r.profiles if p in ("psguard", "default")):
+        err.print("[dim]psguard and default lose the new epoch's events when an outage "
+                  "spans an ahead renewal and the change after it (docs/network.md, Key "
+                  "epochs)[/dim]")  # fmt: skip
