@@ -25,11 +25,12 @@ from typing import Any
 import pytest
 
 from pubguard.crypto import SecretBytes
-from pubguard.crypto.x509 import Role
+from pubguard.crypto.x509 import Role, server_ssl_context
 from pubguard.errors import TransportError
 from pubguard.keys.ms import MetaService
 from pubguard.net.client import WITHDRAW_TIMEOUT, Client, connect
 from pubguard.net.config import BrokerConfig, TlsFiles
+from pubguard.net.keyservice import KeyServiceCore, KeyServiceServer
 from pubguard.net.keyservice_client import KeyServiceClient
 from pubguard.net.pki import ClusterPki
 from pubguard.net.server import BrokerServer
@@ -276,3 +277,110 @@ def test_a_publishers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
         hole.close()
     assert isinstance(err, TransportError)  # the MS never answered: a typed error ...
     assert took >= 0.5 and ticks >= 0.5 * took / TICK  # ... the loop ticking meanwhile
+
+
+def test_a_subscribers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
+    aloop: LoopThread, tmp_path: Path
+) -> None:
+    """An eventguard subscriber's first event of a new epoch renews its grant with the MS
+    (§4.8). With a remote MS the event is opened in a worker thread, the deliveries behind it
+    wait in order, and the loop keeps running: here the key service is served by this very
+    loop, so a renewal made on the loop could never be answered (it timed out and the new
+    epoch's events were lost)."""
+    pki, cfg = _b0(tmp_path)
+    ms = MetaService(SecretBytes(random.Random(11).randbytes(32)), epoch_length=1.5,
+                     origin=time.time())  # fmt: skip
+    ident = pki.identity("ms", Role.MS)
+    ks = KeyServiceServer(KeyServiceCore(ms), server_ssl_context(ident.cert_path, ident.key_path,
+                                                                 ident.ca_path))  # fmt: skip
+
+    async def scenario() -> tuple[list[int], float, int, int, int]:
+        server = BrokerServer(cfg)
+        server.core.schemes.register(EventGuardBroker(ms.public_key))
+        port, ks_port = await server.start(), await ks.start()
+        scheme = EventGuardClient("sub", ms)
+        pub = await _client(port, pki, "pub", EventGuardClient("pub", ms))
+        sub = await _client(port, pki, "sub", scheme)
+        try:
+            await pub.advertise('topic = "w"')
+            s = await sub.subscribe('topic = "w"')
+            await sub.flush()  # the broker holds the subscription
+            await pub.publish({"topic": "w", "x": 0})  # this epoch's key: no MS call
+            got = [(await s.next(timeout=5)).event["x"]]
+            scheme.ms = KeyServiceClient("127.0.0.1", ks_port, pki.client_context("sub"),  # type: ignore[assignment]
+                                         timeout=3.0, ms_key=ms.public_key)  # fmt: skip
+            await asyncio.sleep(ms.epoch_end(ms.epoch_at(time.time())) - time.time() + 0.02)
+
+            async def the_next_epoch() -> None:
+                for x in range(1, 6):
+                    await pub.publish({"topic": "w", "x": x})
+                got.extend([(await s.next(timeout=5)).event["x"] for _ in range(5)])
+
+            took, ticks, err = await _ticks_during(the_next_epoch())
+            assert err is None, err
+            return got, took, ticks, ks.core.stats["ok:renew_subscription"], sub.delivers
+        finally:
+            scheme.ms = ms  # type: ignore[assignment]
+            await sub.close()
+            await pub.close()
+            await server.close()
+            await ks.stop()
+
+    got, took, _, served, delivers = aloop.run(scenario(), timeout=60)
+    assert got == [0, 1, 2, 3, 4, 5] and delivers == 6  # in order, none lost
+    # the loop answered the key service meanwhile: on the loop, the renewal waited out the
+    # key service client's 3 s timeout and failed
+    assert took < 3.0
+    assert served >= 1  # the new epoch's key came from the key service
+
+
+def test_deliveries_held_behind_a_renewal_stay_unacknowledged_until_handed_over(
+    aloop: LoopThread, tmp_path: Path
+) -> None:
+    """A durable subscriber closes while the first event of a new epoch waits on an MS that
+    never answers: that delivery and the two queued behind it were never handed over, so
+    they are not acknowledged and the broker keeps them for the session (``parked``)."""
+    pki, cfg = _b0(tmp_path)
+    ms = MetaService(SecretBytes(random.Random(12).randbytes(32)), epoch_length=1.5,
+                     origin=time.time())  # fmt: skip
+    hole = socket.create_server(("127.0.0.1", 0), backlog=8)
+
+    async def scenario() -> tuple[int, int, int]:
+        server = BrokerServer(cfg)
+        server.core.schemes.register(EventGuardBroker(ms.public_key))
+        port = await server.start()
+        scheme = EventGuardClient("sub", ms)
+        pub = await _client(port, pki, "pub", EventGuardClient("pub", ms))
+        sub = await connect(f"tls://127.0.0.1:{port}", identity="sub", durable=True,
+                            ssl=pki.client_context("sub"), scheme=scheme)  # fmt: skip
+        try:
+            await pub.advertise('topic = "w"')
+            s = await sub.subscribe('topic = "w"')
+            await sub.flush()
+            await pub.publish({"topic": "w", "x": 0})
+            await s.next(timeout=5)
+            scheme.ms = KeyServiceClient("127.0.0.1", hole.getsockname()[1],  # type: ignore[assignment]
+                                         pki.client_context("sub"), timeout=5.0,
+                                         ms_key=ms.public_key)  # fmt: skip
+            await asyncio.sleep(ms.epoch_end(ms.epoch_at(time.time())) - time.time() + 0.02)
+            for x in range(1, 4):
+                await pub.publish({"topic": "w", "x": x})
+            await pub.flush()
+            deadline = time.monotonic() + 5
+            while sub.delivers < 4 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            held = len(sub._held or ())
+            await sub.close()  # the renewal still waits on the MS
+            await asyncio.sleep(0.2)
+            return sub.delivers, held, server.status()["parked"]
+        finally:
+            scheme.ms = ms  # type: ignore[assignment]
+            await pub.close()
+            await server.close()
+
+    try:
+        delivers, held, parked = aloop.run(scenario(), timeout=60)
+    finally:
+        hole.close()
+    assert delivers == 4 and held == 3  # the first of the new epoch and the two behind it
+    assert parked == 3  # not acknowledged: the durable session gets them again

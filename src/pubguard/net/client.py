@@ -224,7 +224,7 @@ class Client(ClientLink, SubscriptionRenewal):
         with contextlib.suppress(Exception):
             if self._writer is not None and self._unacked:
                 await self.flush(timeout=1.0)
-        for t in (self._renew_task, self._hb_task, self._task):
+        for t in (self._renew_task, self._hb_task, self._task, self._held_task):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

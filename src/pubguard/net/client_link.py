@@ -12,7 +12,10 @@ been processed). Deliveries are reliable messages: a sequence gap closes the lin
 duplicate is skipped, and what arrived is acknowledged cumulatively: at once when
 ``ACK_EVERY`` deliveries are unacknowledged, otherwise at most ``ACK_DELAY`` seconds later (one
 ack frame covers every delivery of a burst instead of one per read, which halves the frames a
-broker reads when it fans events out to many subscribers).
+broker reads when it fans events out to many subscribers). A delivery whose opening asks a
+remote key service first (``open_due``: an eventguard subscriber's first event of a new
+epoch, §4.8) is opened in a worker thread; the deliveries that arrive meanwhile wait behind
+it in order, and acknowledgements stop short of the first of them until they are handed over.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from typing import Any, Final
 
 from pubguard.broker.messages import Deliver, Error, decode_deliver, decode_message
 from pubguard.errors import FrameError, PubguardError, TransportError
+from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.net import protocol
 from pubguard.net.framing import encode_frame
 from pubguard.net.io_conn import FrameConnection, PeerClosed, open_frame_connection
 from pubguard.net.renewal import GENERATION_SEP, sub_id_of
 from pubguard.net.subscription import Delivery, Subscription
+from pubguard.net.withdrawal import blocks_on_io
 from pubguard.schemes.base import ClientScheme
 
 __all__ = [
@@ -94,6 +99,14 @@ class ClientLink:
     _pending_frames: list[dict[str, Any]]
     _fresh_session_msgs: Callable[[], Awaitable[list[dict[str, Any]]]]
     _write: Callable[[dict[str, Any]], None]
+    #: deliveries waiting behind one being opened in a worker thread (an eventguard
+    #: subscriber's first event of a new epoch renews its grant with a remote MS, §4.8), in
+    #: arrival order; None while deliveries are opened as they arrive
+    _held: deque[Deliver] | None = None
+    _held_task: asyncio.Task[None] | None = None
+    #: the sequence number of the first held delivery: acknowledgements stop short of it
+    #: until the held ones are handed over (a durable session gets them again otherwise)
+    _hold_from: int | None = None
 
     async def _handshake(self) -> None:
         try:
@@ -148,6 +161,8 @@ class ClientLink:
         else:
             # a fresh session on the broker: re-subscribe, re-advertise, resend publications
             self._rx_seq = 0
+            if self._held:
+                self._hold_from = 1  # the new session's deliveries queue behind the held
             old = [m for m in self._unacked.values() if m.get("op") == "publish"]
             self._unacked.clear()
             self._tx_next = 1
@@ -245,29 +260,25 @@ class ClientLink:
         if self._ack_timer is not None:
             self._ack_timer.cancel()
             self._ack_timer = None
-        if self._writer is not None and self._rx_seq > self._acked_rx:
-            self._acked_rx = self._rx_seq
-            self._write(protocol.ack(self._rx_seq))
+        upto = self._rx_seq if self._hold_from is None else self._hold_from - 1
+        if self._writer is not None and upto > self._acked_rx:
+            self._acked_rx = upto
+            self._write(protocol.ack(upto))
 
     def _on_message(self, wire: dict[str, Any]) -> None:
         msg = decode_deliver(wire) or decode_message(wire)  # the common delivery: one call
         if isinstance(msg, Deliver):
             self.delivers += 1
-            ev = msg.event
-            try:
-                event = self.scheme.open_event(
-                    ev.event_id, ev.routing, ev.body, ev.meta, now=time.time()
-                )
-            except PubguardError as exc:
-                log.warning("client %s: cannot open event %s: %s", self.identity, ev.event_id, exc)
+            if self._held is not None:
+                self._held.append(msg)  # in order, behind the one being opened
                 return
-            ids = msg.sub_ids
-            if len(ids) > 1 or GENERATION_SEP in ids[0]:  # renewed: <id>@<generation>
-                ids = tuple(dict.fromkeys(sub_id_of(w) for w in ids))  # one delivery each
-            for sid in ids:
-                sub = self._subs.get(sid)
-                if sub is not None:
-                    sub._push(Delivery(event, sid))
+            now = time.time()
+            if self._open_off_loop(msg, now):
+                self._held = deque((msg,))
+                self._hold_from = self._rx_seq
+                self._held_task = asyncio.get_running_loop().create_task(self._open_held())
+                return
+            self._hand_over(msg, self._open(msg, now))
         elif isinstance(msg, Error):
             self.errors.append(msg)
             log.warning(
@@ -277,6 +288,61 @@ class ClientLink:
                 msg.reason,
                 msg.detail,
             )
+
+    def _open_off_loop(self, msg: Deliver, now: float) -> bool:
+        """Whether opening ``msg`` asks a remote key service first (``open_due``): then it
+        is opened in a worker thread, as the publisher's renewals and the withdrawals are
+        (net/withdrawal.py), and the loop keeps running meanwhile."""
+        if not blocks_on_io(self.scheme):
+            return False
+        due = getattr(self.scheme, "open_due", None)
+        ev = msg.event
+        return due is not None and bool(due(ev.routing, ev.meta, now=now))
+
+    def _open(self, msg: Deliver, now: float) -> Event | None:
+        """The delivery's event, opened; None (logged) if it cannot be opened."""
+        ev = msg.event
+        try:
+            return self.scheme.open_event(ev.event_id, ev.routing, ev.body, ev.meta, now=now)
+        except PubguardError as exc:
+            log.warning("client %s: cannot open event %s: %s", self.identity, ev.event_id, exc)
+            return None
+
+    def _hand_over(self, msg: Deliver, event: Event | None) -> None:
+        if event is None:
+            return
+        ids = msg.sub_ids
+        if len(ids) > 1 or GENERATION_SEP in ids[0]:  # renewed: <id>@<generation>
+            ids = tuple(dict.fromkeys(sub_id_of(w) for w in ids))  # one delivery each
+        for sid in ids:
+            sub = self._subs.get(sid)
+            if sub is not None:
+                sub._push(Delivery(event, sid))
+
+    async def _open_held(self) -> None:
+        """Open the held deliveries in order (those that ask the key service in a worker
+        thread), hand each over, then take deliveries as they arrive again."""
+        held = self._held
+        assert held is not None
+        try:
+            while held:
+                msg = held[0]
+                now = time.time()
+                try:
+                    if self._open_off_loop(msg, now):
+                        event = await asyncio.to_thread(self._open, msg, now)
+                    else:
+                        event = self._open(msg, now)
+                except Exception:  # not a PubguardError: a bug; the rest still go out
+                    log.exception("client %s: opening %s failed", self.identity, msg.ref)
+                    event = None
+                held.popleft()
+                self._hand_over(msg, event)
+        finally:
+            if not held:  # (cancelled by close: the rest stay unacknowledged)
+                self._held = self._hold_from = self._held_task = None
+                if self._writer is not None:
+                    self._send_ack()
 
     async def _heartbeats(self) -> None:
         while not self._closing:

@@ -319,28 +319,49 @@ class EventGuardClient:
                 raise
         return self._open(f, event_id, body, now)
 
-    def _renew_for(self, f: PublicationFields, now: float) -> bool:
-        """Renew the live grant of a topic of ``f`` whose newest key is of an older epoch than
-        ``f``'s; True if a key of ``f``'s epoch was learned."""
+    def open_due(self, routing: Mapping[str, Any], meta: Mapping[str, Any], *,
+                 now: float) -> bool:  # fmt: skip
+        """Whether opening this delivery at ``now`` first asks the MS (the first event of a
+        new epoch on a subscribed topic renews its grant, §4.8): ``pubguard.net.client`` then
+        opens it in a worker thread when the MS is remote, so the loop is not held for the
+        round trip (nor for the MS's timeout when it is down)."""
+        try:
+            f = parse_publication(routing, meta)
+        except ValidationError:
+            return False  # open_event refuses it without a call
+        return self._renewal_due(f, now) is not None
+
+    def _renewal_due(self, f: PublicationFields, now: float) -> tuple[bytes, str, Any] | None:
+        """``(token, topic, grant)``: the live grant of a topic of ``f`` to renew because its
+        newest key is of an older epoch than ``f``'s; None if there is none."""
         for tok in f.tokens:
             w = self._topics.get(tok)
             if w is None or (tok, f.epoch) in self._keys:
                 continue
-            if f.epoch <= max((e for t, e in self._keys if t == tok), default=f.epoch):
+            # a snapshot: a renewal in a worker thread may be adding keys meanwhile
+            if f.epoch <= max((e for t, e in list(self._keys) if t == tok), default=f.epoch):
                 continue  # an old epoch's event: its key is gone for good
             with self._grants:
                 old = next((g for v, g in reversed(self._subs)
                             if v == w and now > g.permit.expires_at), None)  # fmt: skip
-            if old is None:
-                continue
-            try:
-                new = self._renew_sub(w, old, now)
-            except PubguardError:
-                return False  # withdrawn, revoked, or the MS unreachable: not opened
-            with self._grants:
-                self._subs = [(v, new if g is old else g) for v, g in self._subs]
-            return (tok, f.epoch) in self._keys
-        return False
+            if old is not None:
+                return tok, w, old
+        return None
+
+    def _renew_for(self, f: PublicationFields, now: float) -> bool:
+        """Renew the grant :meth:`_renewal_due` names; True if a key of ``f``'s epoch was
+        learned."""
+        due = self._renewal_due(f, now)
+        if due is None:
+            return False
+        tok, w, old = due
+        try:
+            new = self._renew_sub(w, old, now)
+        except PubguardError:
+            return False  # withdrawn, revoked, or the MS unreachable: not opened
+        with self._grants:
+            self._subs = [(v, new if g is old else g) for v, g in self._subs]
+        return (tok, f.epoch) in self._keys
 
     def _open(self, f: PublicationFields, event_id: str, body: bytes, now: float) -> Event:
         for i, tok in enumerate(f.tokens):
