@@ -212,3 +212,24 @@ def test_a_batch_prepared_across_an_epoch_change_carries_each_records_own_permit
     assert world.sim.drops[drops:] == []
     # the epoch-e subscriptions open the epoch-e records (x2 waits for their renewal)
     assert world.got("any") == [21, 22]
+
+
+def test_permit_lapsed_names_a_subscribe_or_publish_permit_past_its_epoch() -> None:
+    """What ``pubguard.net.client`` withdraws from its resend queue after an outage: the
+    broker would refuse it (``_valid``: no grace for a client) and strike the link."""
+    c = DefaultClient("young", authority())
+    sub = c.protect_filter(Filter.parse(YOUNG), now=NOW)
+    adv = DefaultClient("hospital", authority()).protect_advertisement(
+        Filter.parse('topic = "cardio"'), now=NOW
+    )
+    end = AuthorityPermit.decode(sub.meta["pm"]).not_after
+    assert end > NOW
+    for meta in (sub.meta, adv.meta):
+        assert not c.permit_lapsed(meta, now=NOW)
+    assert not c.permit_lapsed(sub.meta, now=end)
+    assert c.permit_lapsed(sub.meta, now=end + 0.001)
+    broker = DefaultBroker(authority().public_key)
+    p = broker.permit(sub.meta["pm"], end + 0.001)
+    assert broker._valid(p, "subscribe", end + 0.001) is DropReason.UNAUTHORISED
+    for bad in ({}, {"pm": "text"}, {"pm": b"\x00junk"}):
+        assert not c.permit_lapsed(bad, now=end + 1)  # the broker says why

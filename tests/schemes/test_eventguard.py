@@ -10,7 +10,7 @@ import pytest
 from pubguard.broker import Unsubscribe
 from pubguard.crypto import SecretBytes
 from pubguard.errors import DropReason, InvalidToken, StateError, ValidationError
-from pubguard.keys.ms import MetaService
+from pubguard.keys.ms import MetaService, decode_permit
 from pubguard.model import Event, Filter
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes import SchemeRegistry
@@ -198,3 +198,21 @@ def test_the_batch_size_is_signed():
     sim.run()
     assert [r.drop.reason for r in sim.drops] == [DropReason.FORGED] * 2
     assert [d.event["i"] for d in cs["s1"].deliveries] == [5]
+
+
+def test_permit_lapsed_names_a_subscribe_or_advertise_permit_past_its_epoch():
+    """What ``pubguard.net.client`` withdraws from its resend queue after an outage: the
+    broker would refuse it (``_usable``: no grace for a client) and strike the link."""
+    ms = make_ms()
+    c = EventGuardClient("s", ms)
+    now = ms.epoch_end(ms.epoch_at(10.0)) - 1.0
+    sub = c.protect_filter(Filter.parse(f'topic = "{TOPIC}"'), now=now)
+    adv = c.protect_advertisement(Filter.parse(f'topic = "{TOPIC}"'), now=now)
+    for meta in (sub.meta, adv.meta):
+        end = decode_permit(meta["permit"]).expires_at
+        assert not c.permit_lapsed(meta, now=end)
+        assert c.permit_lapsed(meta, now=end + 0.001)
+        broker = EventGuardBroker(ms.public_key)
+        assert broker._usable(decode_permit(meta["permit"]), end + 0.001) is DropReason.UNAUTHORISED
+    for bad in ({}, {"permit": "text"}, {"permit": b"\x00junk"}):
+        assert not c.permit_lapsed(bad, now=now)  # the broker says why

@@ -29,7 +29,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from pubguard.broker.messages import Deliver, Error, decode_deliver, decode_message
+from pubguard.broker.messages import Deliver, Error, Heartbeat, decode_deliver, decode_message
 from pubguard.errors import FrameError, PubguardError, TransportError
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
@@ -55,6 +55,9 @@ log = logging.getLogger("pubguard.net.client")
 CONNECT_TIMEOUT: Final = 10.0
 BACKOFF_MIN: Final = 0.05
 BACKOFF_MAX: Final = 2.0
+#: a reliable message the broker core ignores: what a withdrawn message's sequence carries
+_NOOP: Final = Heartbeat(0).to_wire()
+_PERMITTED: Final = frozenset({"subscribe", "advertise"})  # ops whose meta carries a permit
 ACK_EVERY: Final = 128  # unacknowledged deliveries that trigger an ack at once
 # seconds a delivery waits at most for its cumulative ack: with deliveries spread over many
 # subscribers each one gets a delivery every few ms even at 20,000 events/s, so 2 ms meant one
@@ -158,6 +161,7 @@ class ClientLink:
         if resumed:
             for s in [s for s in self._unacked if s <= peer_rx]:
                 del self._unacked[s]
+            self._withdraw_lapsed(time.time())
         else:
             # a fresh session on the broker: re-subscribe, re-advertise, resend publications
             self._rx_seq = 0
@@ -172,6 +176,23 @@ class ClientLink:
         for seq, m in self._unacked.items():
             w.write(encode_frame(protocol.message(seq, m)))
         self._credit.set()
+
+    def _withdraw_lapsed(self, now: float) -> None:
+        """Take out of the resend queue the subscriptions and advertisements whose permit ran
+        out while they waited there (``permit_lapsed``: the renewal loop builds a generation
+        per key epoch while the broker is away). A broker refuses a client's lapsed permit
+        and counts a strike against the link for each, so an honest subscriber with many
+        subscriptions could be banned as a flood for reconnecting after a long outage. A
+        no-op keeps each withdrawn message's sequence number: the stream stays gapless."""
+        lapsed = getattr(self.scheme, "permit_lapsed", None)
+        if lapsed is None:
+            return
+        unacked = self._unacked
+        for seq, m in unacked.items():
+            if m.get("op") in _PERMITTED:
+                meta = m.get("meta")
+                if isinstance(meta, dict) and lapsed(meta, now=now):
+                    unacked[seq] = _NOOP
 
     def _drop_connection(self) -> None:
         if self._ack_timer is not None:

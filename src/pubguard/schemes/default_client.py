@@ -220,6 +220,18 @@ class DefaultClient:
     ) -> ProtectedFilter:
         return ProtectedFilter({"g": []}, {"pm": self._permit(now, rng)[1]})
 
+    def permit_lapsed(self, meta: Mapping[str, Any], *, now: float) -> bool:
+        """Whether the subscribe or publish permit in ``meta`` ran out before ``now`` (its
+        epoch ended): brokers refuse it from a client, so ``pubguard.net.client`` does not
+        re-send it after an outage."""
+        blob = meta.get("pm")
+        if not isinstance(blob, bytes):
+            return False
+        try:
+            return now > AuthorityPermit.decode(blob).not_after
+        except (InvalidToken, ValidationError, TypeError, ValueError):
+            return False  # not ours to judge: the broker says why
+
     def unsubscribe_meta(self, f: Filter, *, now: float, rng: _random.Random | None = None,
                          op: str = "unsubscribe") -> dict[str, Any]:  # fmt: skip
         """The signed withdrawal of this client's subscription to ``f`` (or, with

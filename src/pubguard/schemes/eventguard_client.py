@@ -319,6 +319,18 @@ class EventGuardClient:
                 raise
         return self._open(f, event_id, body, now)
 
+    def permit_lapsed(self, meta: Mapping[str, Any], *, now: float) -> bool:
+        """Whether the subscribe or advertise permit in ``meta`` ran out before ``now`` (its
+        epoch ended, §4.8): brokers refuse it from a client, so ``pubguard.net.client``
+        does not re-send it after an outage."""
+        blob = meta.get("permit")
+        if not isinstance(blob, bytes):
+            return False
+        try:
+            return now > decode_permit(blob).expires_at
+        except (InvalidToken, ValidationError, TypeError, ValueError):
+            return False  # not ours to judge: the broker says why
+
     def open_due(self, routing: Mapping[str, Any], meta: Mapping[str, Any], *,
                  now: float) -> bool:  # fmt: skip
         """Whether opening this delivery at ``now`` first asks the MS (the first event of a
