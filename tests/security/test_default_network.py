@@ -217,7 +217,12 @@ def test_canary_reaches_authorised_subscribers_and_no_broker(net: Net) -> None:
         assert e["patientRecord"] == CANARY and e.payload == CANARY.encode()
     everything = files(net.state)
     kinds = {p.name for p in everything}
-    assert {"broker.log", "broker.db", "capture.in", "capture.out"} <= kinds  # replay state: broker.db
+    assert {
+        "broker.log",
+        "broker.db",
+        "capture.in",
+        "capture.out",
+    } <= kinds  # replay state: broker.db
     assert sum(b"e35" in data for p, data in everything.items() if p.name == "capture.in") >= 3
     assert sum(b"e35" in data for p, data in everything.items() if p.name == "capture.out") >= 3
     leaks = [str(p) for p, data in everything.items() if CANARY.encode() in data]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 
 import click
 
@@ -80,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

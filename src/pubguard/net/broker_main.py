@@ -65,7 +65,8 @@ def serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
     except OSError as exc:  # cannot listen (bad host, port in use) or reach its state files
         where = exc.filename or f"listen address {config.host}:{config.port}"
         # asyncio wraps bind errors in a long message; the errno says it in two words
-        why = os.strerror(exc.errno) if (exc.errno or 0) > 0 else (exc.strerror or str(exc))
+        code = exc.errno or 0
+        why = os.strerror(code) if code > 0 else (exc.strerror or str(exc))
         raise ConfigError(f"broker {config.name}: {where}: {why}") from None
 
 

@@ -251,7 +251,7 @@ class EventGuardBroker:
     def _check_publish(self, m: Any, ctx: CheckContext) -> DropReason | None:
         now = ctx.now
         last, toks = self._last_decoded
-        tokens = toks if last is m.routing else parse_tokens(m.routing)
+        tokens = toks if last is m.routing and toks is not None else parse_tokens(m.routing)
         publisher, epoch, ts, sig, index, size, path, wrapped, permits = _parse_meta(
             m.meta, len(tokens)
         )

@@ -37,7 +37,7 @@ import struct
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from pubguard.crypto import DIGEST_SIZE, H, VerifyKey
 from pubguard.crypto import sha256_fast as _sha
@@ -198,7 +198,7 @@ class SignedRootVerifier:
         if type(path) is not bytes:
             if any(type(x) is not bytes or len(x) != DIGEST_SIZE for x in path):
                 raise InvalidToken()
-            path = b"".join(path)
+            path = b"".join(cast("Sequence[bytes]", path))
         return self.verify_packed(key, leaf, sig, now, index, size, path)
 
     def verify_packed(
