@@ -259,7 +259,7 @@ def test_a_subscriber_renewed_ahead_still_opens_the_previous_epochs_late_events(
     _, psk, _ = world
     svc = service(epoch_length=100.0)
     pub = PSGuardClient("hospital", svc, signing_key=psk)
-    sub = PSGuardClient("stay", svc)
+    sub = PSGuardClient("stay", svc, max_delay=50.0)  # a window shorter than an epoch
     f = Filter.parse('topic = "cardio"')
     sub.protect_filter(f, now=NOW)  # epoch 10: [1000, 1100)
     late = pub.protect_event(ev(25, eid="late"), now=NOW + 90, rng=rng())
@@ -270,6 +270,30 @@ def test_a_subscriber_renewed_ahead_still_opens_the_previous_epochs_late_events(
     sub.protect_filter(f, now=NOW + 300.5)  # epoch 13: epoch 10's keys are gone
     with pytest.raises(InvalidToken):
         sub.open_event(late.event_id, late.routing, late.body, late.meta, now=NOW + 285)
+
+
+def test_keys_are_kept_as_long_as_the_timestamp_window_lets_their_events_arrive(world):
+    """With epochs shorter than the brokers' ``max_delay`` an event may arrive several
+    epochs late (the soak: 3 s epochs, a 10 s window, a broker restarted). The subscriber
+    keeps a filter's keys while events of their epoch can still arrive: two epochs before
+    the newest, and as many more as ``max_delay`` spans."""
+    _, psk, _ = world
+    svc = service(epoch_length=100.0)
+    pub = PSGuardClient("hospital", svc, signing_key=psk)
+    sub = PSGuardClient("stay", svc, max_delay=250.0)  # events of epoch 10 until 1350
+    f = Filter.parse('topic = "cardio"')
+    late = pub.protect_event(ev(25, eid="late"), now=NOW + 90, rng=rng())
+    for k in range(5):  # epochs 10..14, each renewed ahead
+        sub.protect_filter(f, now=NOW + 0.5 + 100 * k)
+    assert sorted(k[1] for k in sub._held) == [10, 11, 12, 13, 14]
+    opened = sub.open_event(late.event_id, late.routing, late.body, late.meta, now=NOW + 340)
+    assert opened.id == "late"
+    sub.protect_filter(f, now=NOW + 500.5)  # epoch 15: 10 is more than the window ago
+    assert sorted(k[1] for k in sub._held) == [11, 12, 13, 14, 15]
+    with pytest.raises(InvalidToken):
+        sub.open_event(late.event_id, late.routing, late.body, late.meta, now=NOW + 440)
+    with pytest.raises(ValidationError):
+        PSGuardClient("x", svc, max_delay=0)
 
 
 def test_end_to_end_on_a_broker_tree(world):

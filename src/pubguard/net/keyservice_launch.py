@@ -130,7 +130,8 @@ def keyservice_scheme(cluster: LocalCluster, profile: str, identity: str, *, now
                           ms_key=bundle.ms.public_key)  # fmt: skip
     if isinstance(scheme, DefaultClient):
         auth = RemoteAuthority(ks, authority_key=bundle.authority.public_key)
-        return DefaultClient(identity, auth, signing_key=bundle.signing_key(identity))  # type: ignore[arg-type]
+        return DefaultClient(identity, auth, signing_key=bundle.signing_key(identity),  # type: ignore[arg-type]
+                             max_delay=bundle.max_delay)  # fmt: skip
     if isinstance(scheme, PSGuardClient):
         scheme.service = RemoteKdc(ks)  # type: ignore[assignment]  # no key fetched yet
         return scheme

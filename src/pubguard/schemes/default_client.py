@@ -61,6 +61,7 @@ from pubguard.schemes.psguard_net import (
     parse_filter,
     record_to_wire,
 )
+from pubguard.schemes.psguard_record import DEFAULT_MAX_DELAY_MS
 from pubguard.schemes.revocation_list import SignedRevocations
 from pubguard.schemes.verified import VerifiedCredentials
 
@@ -157,11 +158,14 @@ class DefaultClient:
         signing_key: SigningKey | None = None,
         mode: str = "randomized",
         cert_serial: int = 0,
+        max_delay: float = DEFAULT_MAX_DELAY_MS / 1000,
     ) -> None:
         self.name = name
         self.authority = authority
         self._sk = signing_key or SigningKey.generate()
-        self._ps = PSGuardClient(name, authority.keys, mode=mode, sign_records=False)
+        # max_delay: how long past its epoch a filter's keys are kept (PSGuardClient._hold)
+        self._ps = PSGuardClient(name, authority.keys, mode=mode, sign_records=False,
+                                 max_delay=max_delay)  # fmt: skip
         self.cert_serial = cert_serial
         self._subs: dict[str, AuthorityPermit] = {}  # str(filter) -> subscribe permit
         self._pm: AuthorityPermit | None = None  # the latest publish permit

@@ -35,6 +35,7 @@ is not renewed, so its holder cannot read the new epoch's events.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from random import Random
 from typing import Any, Final
@@ -265,9 +266,15 @@ class PSGuardClient:
         publisher_keys: Mapping[str, VerifyKey] | None = None,
         sign_records: bool = True,
         profile: str = PSGUARD,
+        max_delay: float = DEFAULT_MAX_DELAY_MS / 1000,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValidationError("client name must be a non-empty string")
+        if not max_delay > 0:
+            raise ValidationError("max_delay must be positive")
+        #: the brokers' timestamp window (seconds): an event arrives at most this late, so a
+        #: filter's keys are kept that long past their epoch (``_hold``)
+        self.max_delay = float(max_delay)
         if profile not in (PSGUARD, PSGUARD_PAPER):
             raise ValidationError(f"not a psguard profile: {profile!r}")
         self.profile = profile
@@ -316,12 +323,19 @@ class PSGuardClient:
         return rows
 
     def _hold(self, f: Filter, keys: FilterKeys) -> None:
-        """Keep ``f``'s keys of this epoch and of the two before: a subscription renewed
-        ahead (``pubguard.net.renewal``) holds the next epoch's keys while the current one
-        runs, and events of the previous epoch still in flight, or held in a durable outbox
-        while a broker restarted, open with theirs. Older ones are dropped."""
+        """Keep ``f``'s keys of this epoch and of those whose events may still arrive: a
+        subscription renewed ahead (``pubguard.net.renewal``) holds the next epoch's keys
+        while the current one runs, and an event of an earlier epoch in flight, or held in a
+        durable outbox while a broker restarted, arrives up to ``max_delay`` after its epoch
+        ended (the brokers refuse it later). Epoch ``k`` ends when ``k + 1`` begins and this
+        epoch's keys came at the latest while the one before it ran, so ``k`` is kept while
+        ``k >= this - 2 - max_delay / epoch_length``: the two epochs before this one, and as
+        many more as ``max_delay`` spans whole epochs; older ones are dropped. The soak found
+        it with 3 s epochs and a 10 s window: events a restarted broker delivered a few
+        epochs late were ``invalid token`` at the subscriber."""
         self._held[(str(f), keys.epoch)] = _Held(f, keys)
-        for k in [k for k in self._held if k[0] == str(f) and k[1] < keys.epoch - 2]:
+        keep = 2 + math.floor(self.max_delay / float(self.service.epoch_length))
+        for k in [k for k in self._held if k[0] == str(f) and k[1] < keys.epoch - keep]:
             del self._held[k]
 
     def protect_filter(

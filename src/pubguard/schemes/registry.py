@@ -352,7 +352,7 @@ class KeyBundle:
             case "psguard" | "psguard-paper":
                 return PSGuardClient(identity, self.psguard, signing_key=self.signing_key(identity),
                                      publisher_keys=self.broker_keys().publishers,
-                                     profile=profile)  # fmt: skip
+                                     profile=profile, max_delay=self.max_delay)  # fmt: skip
             case "eventguard":
                 ms = self.ms_for(identity) if self.ms_for is not None else self.ms
                 return EventGuardClient(identity, ms, signing_key=self.signing_key(identity))
@@ -360,7 +360,8 @@ class KeyBundle:
                 return self._narada_entity(identity, topics, t)
             case _:
                 return DefaultClient(identity, self.authority,
-                                     signing_key=self.signing_key(identity))  # fmt: skip
+                                     signing_key=self.signing_key(identity),
+                                     max_delay=self.max_delay)  # fmt: skip
 
     def revoke(self, identity: str) -> None:
         """Revoke ``identity``'s publication key (eventguard, default, psguard) and, if it has
