@@ -61,9 +61,6 @@ class BatchProcessing:
     links: dict[str, Link]
     stats: Counter[str]
     _congested: set[str]
-    _recovering: set[str]
-    _recover_until: float
-    _settle_child: Callable[[Link], None]
     _scheduled: bool
     _closing: bool
     _record: IO[bytes] | None
@@ -80,10 +77,6 @@ class BatchProcessing:
             self._process()
 
     def _allowed(self, link: Link) -> bool:
-        if self._recovering and link.role == "client":
-            if time.monotonic() < self._recover_until:
-                return False  # the recovery hold (BrokerServer._hold_clients)
-            self._recovering.clear()
         c = self._congested
         return not c or (len(c) == 1 and link.link_id in c)
 
@@ -94,7 +87,6 @@ class BatchProcessing:
             return
         now = time.time()
         acks: list[Link] = []
-        caught: list[Link] = []
         ctx = self.store.batch() if self.store is not None else contextlib.nullcontext()
         with ctx:
             for link in ready:
@@ -122,8 +114,6 @@ class BatchProcessing:
                         self._apply(self.core.handle_batch(msgs, link.link_id, now))
                 if bad is not None:
                     self._close_link(link, bad)
-                elif self._recovering and not link.inbox and link.link_id in self._recovering:
-                    caught.append(link)  # a restarted broker's child, caught up
                 if n:
                     acks.append(link)
                     if self.store is not None and link.durable:
@@ -131,8 +121,6 @@ class BatchProcessing:
             self._persist_new()
             self.core.before_commit()  # the schemes' replay state commits with the batch
         self._pump_all()
-        for link in caught:
-            self._settle_child(link)
         for link in acks:
             link.send_control(protocol.ack(link.rx_seq))
         if any(lk.inbox and lk.writer and self._allowed(lk) for lk in self.links.values()):

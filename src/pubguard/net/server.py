@@ -46,7 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from pubguard.broker.actions import Drop
 from pubguard.broker.core import Broker
@@ -57,7 +57,7 @@ from pubguard.net.config import BrokerConfig
 from pubguard.net.framing import encode_frame
 from pubguard.net.io_conn import FrameConnection, PeerClosed
 from pubguard.net.links import BROKER_WINDOW, Link
-from pubguard.net.parent_link import BACKOFF_MAX, HANDSHAKE_TIMEOUT, ParentLink
+from pubguard.net.parent_link import HANDSHAKE_TIMEOUT, ParentLink
 from pubguard.net.pki import peer_identity
 from pubguard.net.revocation import RevocationWatcher
 from pubguard.schemes.base import LinkKind, SchemeRegistry
@@ -74,11 +74,6 @@ log = logging.getLogger(__name__)
 
 #: a link's ``revoked`` drops are logged for the first and then every this many
 REVOKED_LOG_EVERY = 100
-#: seconds a restarted broker holds client input at most while its children reconnect (their
-#: back-off is at most ``BACKOFF_MAX``): see ``BrokerServer._hold_clients``
-RECOVERY_HOLD: Final = 2 * BACKOFF_MAX + 0.5
-#: seconds after a child reconnects with nothing left to process that it counts as caught up
-CHILD_SETTLE: Final = 0.25
 
 
 class _PeerClosed(Exception):
@@ -157,10 +152,6 @@ class BrokerServer(BatchProcessing, ParentLink):
         self._revoked_by_link: Counter[str] = Counter()
         if config.revocation is not None:
             self._watch_revocations()
-        #: after a restart, the child links whose resent messages are awaited before client
-        #: input is processed (the recovery hold, see ``_hold_clients``)
-        self._recovering: set[str] = set()
-        self._recover_until = 0.0
         self._restore()
 
     def _watch_revocations(self) -> None:
@@ -223,8 +214,6 @@ class BrokerServer(BatchProcessing, ParentLink):
             if st is not None:
                 st.forget_link(link_id)
         self._flush_batch()
-        self._recovering = {lid for lid, lk in self.links.items()
-                            if lk.kind == LinkKind.CHILD.value}  # fmt: skip
 
     def _new_link(self, link_id: str, kind: str, peer: str, row: LinkRow | None,
                   *, durable: bool | None = None, session: str = "") -> Link:  # fmt: skip
@@ -267,43 +256,12 @@ class BrokerServer(BatchProcessing, ParentLink):
         tmp.write_text(str(self.port))
         os.replace(tmp, cfg.state_dir / "port")
         self._spawn(self._heartbeats())
-        self._hold_clients()
         if self.revocation is not None:
             self._spawn(self.revocation.run())
         if cfg.parent is not None:
             self._spawn(self._dial_parent())
         log.info("broker %s listening on %s:%d", self.name, cfg.host, self.port)
         return self.port
-
-    def _hold_clients(self) -> None:
-        """The recovery hold. A restarted broker with child brokers processes no client
-        input until each child has reconnected and its resent messages are processed, or
-        for ``RECOVERY_HOLD`` seconds at most. What a child forwarded while this broker was
-        down (new subscriptions, and psguard and default renewals for a key epoch that began
-        meanwhile) then routes the publications the clients re-send. Before, those often
-        came first and matched only the old epoch's generation, so they were lost (the
-        soak, with the publishers' broker killed across an epoch change)."""
-        if not self._recovering:
-            return
-        self._recover_until = time.monotonic() + RECOVERY_HOLD
-        asyncio.get_running_loop().call_later(RECOVERY_HOLD, self._end_recovery)
-        log.info("broker %s: client input waits for children %s (at most %.1f s)", self.name,
-                 ", ".join(sorted(self._recovering)), RECOVERY_HOLD)  # fmt: skip
-
-    def _end_recovery(self) -> None:
-        if self._recovering:
-            log.info("broker %s: client input resumes without %s", self.name,
-                     ", ".join(sorted(self._recovering)))  # fmt: skip
-            self._recovering.clear()
-            self._schedule()
-
-    def _settle_child(self, link: Link) -> None:
-        """A reconnected child whose resent messages (if any) have been processed."""
-        if link.link_id in self._recovering and link.writer is not None and not link.inbox:
-            self._recovering.discard(link.link_id)
-            if not self._recovering:
-                log.info("broker %s: children caught up; client input resumes", self.name)
-                self._schedule()
 
     def _spawn(self, coro: Any) -> None:
         t = asyncio.get_running_loop().create_task(coro)
@@ -362,8 +320,6 @@ class BrokerServer(BatchProcessing, ParentLink):
                 self._flush_batch()
             # the peer's rx counts only for a resumed session; a new link starts from 1
             link.attach(writer, hello["rx"] if resumed else 0)
-            if link.link_id in self._recovering:  # it resends at once: see _hold_clients
-                asyncio.get_running_loop().call_later(CHILD_SETTLE, self._settle_child, link)
             await self._read_loop(link, writer, rest)
         except (FrameError, TransportError) as exc:
             self.stats["closed." + type(exc).__name__] += 1
@@ -531,7 +487,6 @@ class BrokerServer(BatchProcessing, ParentLink):
         st["queue"] = sum(lk.depth + len(lk.inbox) for lk in self.links.values() if lk.writer)
         st["parked"] = sum(lk.depth for lk in self.links.values() if not lk.writer)
         st["congested"] = sorted(self._congested)
-        st["recovering"] = sorted(self._recovering)  # children the recovery hold waits for
         st["transport"] = dict(self.stats)
         st["profiles"] = list(self.config.served)
         st["domain"] = self.config.domain
