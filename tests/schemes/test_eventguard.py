@@ -216,3 +216,24 @@ def test_permit_lapsed_names_a_subscribe_or_advertise_permit_past_its_epoch():
         assert broker._usable(decode_permit(meta["permit"]), end + 0.001) is DropReason.UNAUTHORISED
     for bad in ({}, {"permit": "text"}, {"permit": b"\x00junk"}):
         assert not c.permit_lapsed(bad, now=now)  # the broker says why
+
+
+def test_open_due_names_only_the_first_event_of_a_new_epoch():
+    """``open_due`` is asked for every delivery with a remote MS: once every topic holds an
+    epoch's key it answers that epoch's deliveries without parsing them, and the next
+    epoch's first event is still due (its grant is renewed, §4.8)."""
+    ms = make_ms()
+    pub, sub = EventGuardClient("p", ms), EventGuardClient("s", ms)
+    now = ms.epoch_end(ms.epoch_at(10.0)) - 1.0
+    f = Filter.parse(f'topic = "{TOPIC}"')
+    pub.protect_advertisement(f, now=now)
+    sub.protect_filter(f, now=now)
+    pe = pub.protect_event(Event({"topic": TOPIC, "x": 1}), now=now)
+    assert not sub.open_due(pe.routing, pe.meta, now=now)
+    assert sub._keyed_epoch == pe.meta["e"]  # the next ones skip the parse
+    later = now + EPOCH
+    nxt = pub.protect_event(Event({"topic": TOPIC, "x": 2}), now=later)
+    assert nxt.meta["e"] == pe.meta["e"] + 1
+    assert sub.open_due(nxt.routing, nxt.meta, now=later)
+    assert sub.open_event(nxt.event_id, nxt.routing, nxt.body, nxt.meta, now=later)["x"] == 2
+    assert not sub.open_due(nxt.routing, nxt.meta, now=later)  # renewed: nothing due

@@ -110,6 +110,9 @@ class EventGuardClient:
         self._sk = signing_key or SigningKey.generate()
         self._keys: dict[tuple[bytes, int], SecretBytes] = {}  # (T(w), epoch) -> K(w, e)
         self._topics: dict[bytes, str] = {}  # T(w) -> w
+        #: an epoch for which every known topic's key is held: ``open_due`` answers its
+        #: deliveries without parsing them (a delivery's hot path with a remote MS)
+        self._keyed_epoch: int | None = None
         self._subs: list[tuple[str, SubscriptionGrant]] = []  # live subscriptions
         # guards the grant lists (not the MS calls): a net client fetches withdrawal permits
         # from a remote MS in a worker thread (net/withdrawal.py) while its loop renews
@@ -337,11 +340,18 @@ class EventGuardClient:
         new epoch on a subscribed topic renews its grant, §4.8): ``pubguard.net.client`` then
         opens it in a worker thread when the MS is remote, so the loop is not held for the
         round trip (nor for the MS's timeout when it is down)."""
+        e = meta.get("e")
+        if type(e) is int and e == self._keyed_epoch:
+            return False  # the common case, without parsing: every topic has e's key
         try:
             f = parse_publication(routing, meta)
         except ValidationError:
             return False  # open_event refuses it without a call
-        return self._renewal_due(f, now) is not None
+        if self._renewal_due(f, now) is not None:
+            return True
+        if all((t, f.epoch) in self._keys for t in list(self._topics)):
+            self._keyed_epoch = f.epoch
+        return False
 
     def _renewal_due(self, f: PublicationFields, now: float) -> tuple[bytes, str, Any] | None:
         """``(token, topic, grant)``: the live grant of a topic of ``f`` to renew because its
