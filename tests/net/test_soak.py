@@ -1,8 +1,9 @@
 """``pubguard.net.soak`` / ``pubguard cluster soak``: a steady stream across key-epoch changes
-while brokers are killed and restarted. plain, eventguard and narada lose nothing, duplicate
-nothing and keep the order (durable links and outboxes, replay state committed with its batch,
-``T(w)`` surviving epochs); the report's ranges are what the subscribers did not get. Bad
-arguments are one-line errors before any broker starts."""
+while brokers are killed and restarted. Every profile loses nothing, duplicates nothing and
+keeps the order (durable links and outboxes, replay state committed with its batch, ``T(w)``
+surviving epochs, and for psguard and default catch-up routing across the change); the
+report's ranges are what the subscribers did not get. Bad arguments are one-line errors before
+any broker starts."""
 
 from __future__ import annotations
 
@@ -34,6 +35,23 @@ def test_plain_eventguard_and_narada_lose_nothing_across_epochs_and_crashes() ->
     js = r.to_json()
     assert js["lossless"] == dict.fromkeys(profiles, True)
     assert js["outages"][0]["broker"] == "b1" and js["outages"][0]["back_s"] > 3.4
+
+
+@pytest.mark.slow
+def test_psguard_and_default_lose_nothing_when_outages_span_the_renewal_and_the_change() -> None:
+    """Each outage (2.6 s, epochs of 2 s) spans an ahead renewal and the change after it: at
+    the subscribers' inner broker, the publishers' broker and the leaf. Before catch-up routing
+    (broker/publishing.py ``_catch_up``) the new epoch's events were lost to the subtree until
+    the renewals came back, and at the leaf until the next change."""
+    profiles = ("psguard", "default")
+    r = asyncio.run(soak(profiles, brokers=3, epoch=2.0, duration=14.0,
+                         kills=[("b1", 1.5), ("b0", 6.0), ("b2", 10.0)], outage=2.6,
+                         rate=25.0))  # fmt: skip
+    assert [o.broker for o in r.outages] == ["b1", "b0", "b2"]
+    for s in r.subscribers:
+        assert s.sent > 200 and s.received == s.sent and s.lost == [], s
+        assert s.duplicates == 0 and s.in_order
+    assert r.to_json()["lossless"] == dict.fromkeys(profiles, True)
 
 
 def test_the_report_names_each_lost_range() -> None:

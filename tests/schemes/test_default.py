@@ -215,21 +215,29 @@ def test_a_batch_prepared_across_an_epoch_change_carries_each_records_own_permit
 
 
 def test_permit_lapsed_names_a_subscribe_or_publish_permit_past_its_epoch() -> None:
-    """What ``pubguard.net.client`` withdraws from its resend queue after an outage: the
-    broker would refuse it (``_valid``: no grace for a client) and strike the link."""
+    """What ``pubguard.net.client`` withdraws from its resend queue after an outage: what the
+    broker would refuse (and strike the link for). A publish permit lapses with its epoch; a
+    client's subscribe permit ``max_delay`` later (its lease: the epoch's publications may
+    still arrive, and a broker holds them for a client catching up), as the broker checks."""
     c = DefaultClient("young", authority())
     sub = c.protect_filter(Filter.parse(YOUNG), now=NOW)
-    adv = DefaultClient("hospital", authority()).protect_advertisement(
-        Filter.parse('topic = "cardio"'), now=NOW
-    )
+    hosp = DefaultClient("hospital", authority())
+    adv = hosp.protect_advertisement(Filter.parse('topic = "cardio"'), now=NOW)
     end = AuthorityPermit.decode(sub.meta["pm"]).not_after
-    assert end > NOW
+    adv_end = AuthorityPermit.decode(adv.meta["pm"]).not_after
+    assert end > NOW and adv_end > NOW
     for meta in (sub.meta, adv.meta):
         assert not c.permit_lapsed(meta, now=NOW)
-    assert not c.permit_lapsed(sub.meta, now=end)
-    assert c.permit_lapsed(sub.meta, now=end + 0.001)
+    grace = c.max_delay
+    assert grace > 0
+    assert not c.permit_lapsed(sub.meta, now=end + grace)
+    assert c.permit_lapsed(sub.meta, now=end + grace + 0.001)
+    assert not hosp.permit_lapsed(adv.meta, now=adv_end)
+    assert hosp.permit_lapsed(adv.meta, now=adv_end + 0.001)
     broker = DefaultBroker(authority().public_key)
+    assert broker.window.max_delay == grace  # the client's judgement is the broker's
     p = broker.permit(sub.meta["pm"], end + 0.001)
-    assert broker._valid(p, "subscribe", end + 0.001) is DropReason.UNAUTHORISED
+    assert broker._valid(p, "subscribe", end + grace, grace) is None
+    assert broker._valid(p, "subscribe", end + grace + 0.001, grace) is DropReason.UNAUTHORISED
     for bad in ({}, {"pm": "text"}, {"pm": b"\x00junk"}):
         assert not c.permit_lapsed(bad, now=end + 1)  # the broker says why

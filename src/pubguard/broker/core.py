@@ -53,7 +53,7 @@ matched together (``pubguard.broker.publishing``).
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -79,7 +79,7 @@ from pubguard.broker.messages import (
     decode_message,
     decode_publish,
 )
-from pubguard.broker.publishing import PublicationRouting, _Admitted
+from pubguard.broker.publishing import CATCH_UP_S, EPOCHS_BEHIND, PublicationRouting, _Admitted
 from pubguard.broker.state import BrokerState
 from pubguard.errors import (
     DropError,
@@ -101,7 +101,7 @@ from pubguard.schemes.base import (
 )
 from pubguard.schemes.plain import PlainScheme
 
-__all__ = ["LEASE_SLACK", "MAX_BROKER_ID_LEN", "Broker"]
+__all__ = ["CATCH_UP_S", "EPOCHS_BEHIND", "LEASE_SLACK", "MAX_BROKER_ID_LEN", "Broker"]
 
 MAX_BROKER_ID_LEN: Final = 64
 _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
@@ -172,6 +172,13 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self._next_expiry = _NEVER  # the earliest lease end of any entry (expire's fast exit)
         self._adv_expiry: dict[Key, float] = {}  # advertisements' lease ends
         self._dedup = DedupWindow(dedup_window, dedup_capacity)
+        # catch-up routing (``link_down`` / ``link_live``, PublicationRouting._catch_up): the
+        # broker links that are down (inf) or came back at a time, and per (link, profile) the
+        # newest key epoch of the subscriptions that came over it and how many it holds
+        self._recovering: dict[str, float] = {}
+        self._epochs: dict[tuple[str, str], int] = {}
+        self._held: Counter[tuple[str, str]] = Counter()
+        self._parked: dict[str, deque[tuple[Publish, Any, int]]] = {}  # client links'
         # the guards' context of the last message without a prior entry (CheckContext is
         # frozen: a run of publications from one link at one time shares one)
         self._last_ctx = CheckContext(0.0, LinkInfo("-", LinkKind.CLIENT), broker_id)
@@ -211,6 +218,21 @@ class Broker(PublicationRouting, AdvertisementRouting):
                 out.append(self._advertise_to(link_id, key, adv))
         return self._outgoing(out, 0.0)
 
+    def link_down(self, link_id: str) -> None:
+        """The driver lost the connection of a child broker link or a durable client link
+        (its messages wait in an outbox): until it is back and has caught up, the new key
+        epoch's publications of a profile whose subscriptions over it are older are routed
+        to it as well, or parked for the client until its renewal comes (``_catch_up``)."""
+        info = self.links.get(link_id)
+        if info is not None and info.kind is not LinkKind.PARENT:
+            self._recovering[link_id] = _NEVER
+
+    def link_live(self, link_id: str, now: float) -> None:
+        """A link that was down is connected again: it catches up for ``CATCH_UP_S`` (its
+        peer re-sends what it queued meanwhile, renewals included)."""
+        if link_id in self._recovering:
+            self._recovering[link_id] = now
+
     def remove_link(self, link_id: str, now: float = 0.0) -> list[Action]:
         """Forget a link and everything that came over it (a non-durable client left)."""
         self._link(link_id)
@@ -220,6 +242,10 @@ class Broker(PublicationRouting, AdvertisementRouting):
         for key in [k for k in self._advs if k[0] == link_id]:
             out += self._remove_adv(key, {}, link_id)
         del self.links[link_id]
+        self._recovering.pop(link_id, None)
+        self._parked.pop(link_id, None)
+        for lp in [lp for lp in self._epochs if lp[0] == link_id]:
+            del self._epochs[lp]
         if self.parent == link_id:
             self.parent = None
         self._unpersist("links", link_id)
@@ -347,6 +373,10 @@ class Broker(PublicationRouting, AdvertisementRouting):
             if prior is not None:
                 out += self._remove_sub(key, {})
             out += self._insert_sub(key, msg, pf, prof)
+            if self._parked and link.link_id in self._parked:  # a renewal after an outage
+                epoch = self._epochs.get((link.link_id, msg.profile))
+                if epoch is not None:
+                    out += self._unpark(link.link_id, msg.profile, epoch)
         return self._ack(link, msg) + self._outgoing(out, now)
 
     def _on_unsubscribe(self, msg: Unsubscribe, link: LinkInfo, now: float) -> list[Action]:
@@ -367,10 +397,14 @@ class Broker(PublicationRouting, AdvertisementRouting):
         refused = self._check(prof.scheme, msg, link, now, entry.message)
         if refused is not None:
             return refused
-        return self._ack(link, msg) + self._outgoing(self._remove_sub(key, msg.meta), now)
+        out = self._remove_sub(key, msg.meta)
+        if not self._held[(link.link_id, msg.profile)]:  # withdrawn, not lapsed: no catch-up
+            self._epochs.pop((link.link_id, msg.profile), None)
+        return self._ack(link, msg) + self._outgoing(out, now)
 
     def _insert_sub(self, key: Key, msg: Subscribe, pf: Any, prof: _Profile) -> list[Action]:
         self._subs[key] = self._entry(key[0], msg, pf, prof)
+        self._note_epoch(key[0], msg, prof)
         prof.matcher.add(key, pf)
         self._persist("subscriptions", _skey(key), {"link": key[0], "message": msg.to_wire()})
         added, removed = prof.fwd.insert(key, pf)
@@ -378,11 +412,29 @@ class Broker(PublicationRouting, AdvertisementRouting):
 
     def _remove_sub(self, key: Key, meta: Mapping[str, Any]) -> list[Action]:
         entry = self._subs.pop(key)
+        self._held[(key[0], entry.profile)] -= 1
         prof = self._profiles[entry.profile]
         prof.matcher.remove(key)
         self._unpersist("subscriptions", _skey(key))
         added, removed = prof.fwd.remove(key)
         return self._upward(entry.profile, added, removed, meta)
+
+    def _note_epoch(self, link_id: str, msg: Subscribe, prof: _Profile) -> None:
+        """Count the subscription under its link and profile, and keep the newest key epoch
+        its scheme reads from it (``filter_epoch``; None for a profile whose routing does not
+        change with the epoch). A lapsed one keeps its epoch (its link may be down across the
+        change); a withdrawal of the link's last one forgets it."""
+        lp = (link_id, msg.profile)
+        self._held[lp] += 1
+        read = getattr(prof.scheme, "filter_epoch", None)
+        if read is None:
+            return
+        try:
+            epoch = read(msg)
+        except _DECODE_ERRORS:
+            return
+        if epoch is not None and epoch > self._epochs.get(lp, -1):
+            self._epochs[lp] = epoch
 
     def _entry(self, link_id: str, msg: Subscribe, pf: Any, prof: _Profile) -> _Entry:
         return _Entry(msg.profile, pf, msg, self._lease(link_id, msg, prof.scheme))
@@ -608,6 +660,8 @@ class Broker(PublicationRouting, AdvertisementRouting):
             self.links[link_id] = info
             if info.kind is LinkKind.PARENT:
                 self.parent = link_id
+            if info.kind is not LinkKind.PARENT:
+                self._recovering[link_id] = _NEVER  # down until the driver reconnects it
         per_profile: dict[str, list[tuple[Hashable, Any]]] = {}
         for _, v in store.items("subscriptions"):
             msg = decode_message(v["message"])
@@ -619,6 +673,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             key = (str(v["link"]), msg.sub_id)
             pf = prof.scheme.decode_filter(msg.filter)
             self._subs[key] = self._entry(key[0], msg, pf, prof)
+            self._note_epoch(key[0], msg, prof)
             prof.matcher.add(key, pf)
             per_profile.setdefault(msg.profile, []).append((key, pf))
         forwarded = {k for k, _ in store.items("forwarded")}

@@ -22,7 +22,7 @@ refused by the profile's guard, ``schemes/guard_check.py``, which needs the deco
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,9 +36,16 @@ from pubguard.schemes.base import LinkInfo, LinkKind, Matcher
 if TYPE_CHECKING:
     from pubguard.broker.core import _Profile
 
-__all__ = ["BATCH_MATCH_MIN", "PublicationRouting"]
+__all__ = ["BATCH_MATCH_MIN", "CATCH_UP_S", "EPOCHS_BEHIND", "PARK_MAX", "PublicationRouting"]
 
 BATCH_MATCH_MIN: Final = 32  # publications in a run before handle_batch uses match_batch
+#: seconds a broker link that came back counts as catching up (``Broker.link_live``)
+CATCH_UP_S: Final = 5.0
+#: how many key epochs a catching-up link's newest subscriptions may lag and still be routed
+#: the new epoch's publications of their profile (``PublicationRouting._catch_up``)
+EPOCHS_BEHIND: Final = 2
+#: publications parked per catching-up client link, awaiting its renewal (oldest dropped)
+PARK_MAX: Final = 4096
 
 
 @dataclass(slots=True)
@@ -59,6 +66,9 @@ class PublicationRouting(CoreHooks):
     counters: Counter[str]
     _dedup: DedupWindow
     _profiles: dict[str, _Profile]
+    _recovering: dict[str, float]
+    _epochs: dict[tuple[str, str], int]
+    _parked: dict[str, deque[tuple[Publish, Any, int]]]
 
     # -- publications -------------------------------------------------------------------------
     def _seen_wire(self, message: Any, link: LinkInfo, now: float) -> list[Action] | None:
@@ -146,6 +156,8 @@ class PublicationRouting(CoreHooks):
         parent = self.parent
         if parent is not None and parent != src:
             out.append(Forward(parent, msg))
+        if self._recovering:  # a broker link is down or catching up
+            self._catch_up(msg, adm.pe, src, out, now)
         counters = self.counters
         counters["delivered"] += delivered
         prof = adm.prof
@@ -153,6 +165,82 @@ class PublicationRouting(CoreHooks):
             counters["sent"] += len(out)
             return out
         return self._outgoing(out, now, prof.scheme)
+
+    def _catch_up(self, msg: Publish, pe: Any, src: str, out: list[Action], now: float) -> None:
+        """Route ``msg`` also to each child broker link that is down or came back less than
+        ``CATCH_UP_S`` ago and whose newest subscriptions of its profile belong to one of the
+        ``EPOCHS_BEHIND`` key epochs before the publication's (the scheme's ``event_epoch``);
+        park it for such a durable client link instead, until that client's renewal comes
+        (``_unpark``: a client is handed only what its own filters match).
+
+        Why: psguard and default tokens change with the key epoch (psguard.txt §3.2), and a
+        subtree's renewals for the next epoch reach this broker only over a live link. If the
+        link (or this broker) was down when they were sent, and still is at the change, the
+        new epoch's publications match none of the subscriptions this broker holds for it and
+        would be lost to the whole subtree until the renewals arrive. Routed to the link
+        instead (queued in its outbox while it is down), they are matched below, where the
+        renewals are. What the subtree receives is what a broker may see anyway (tokens and
+        ciphertext); a link withdrawn of its last subscription, or whose subscriptions lag more
+        epochs, gets nothing extra, and a live link stops catching up at its renewal or after
+        ``CATCH_UP_S``, whichever comes first."""
+        prof = self._profiles.get(msg.profile)
+        read = getattr(prof.scheme, "event_epoch", None) if prof is not None else None
+        epoch = read(msg) if read is not None else None
+        if epoch is None:
+            return
+        sent = {a.link for a in out}
+        for lk, up in list(self._recovering.items()):
+            if now - up > CATCH_UP_S:  # caught up (a down link's ``up`` is infinite)
+                del self._recovering[lk]
+                gone = self._parked.pop(lk, None)
+                if gone:
+                    self.counters["publish.parked_expired"] += len(gone)
+                continue
+            if lk == src or lk in sent or lk == self.parent:
+                continue
+            newest = self._epochs.get((lk, msg.profile))
+            if newest is None or not epoch - EPOCHS_BEHIND <= newest < epoch:
+                continue
+            if self.links[lk].kind is not LinkKind.CLIENT:
+                out.append(Forward(lk, msg))
+                self.counters["publish.catch_up"] += 1
+                continue
+            parked = self._parked.get(lk)
+            if parked is None:
+                parked = self._parked[lk] = deque(maxlen=PARK_MAX)
+            if len(parked) == PARK_MAX:
+                self.counters["publish.parked_overflow"] += 1
+            parked.append((msg, pe, epoch))
+            self.counters["publish.parked"] += 1
+
+    def _unpark(self, link_id: str, profile: str, epoch: int) -> list[Action]:
+        """A subscription came over client link ``link_id``, whose newest key epoch of
+        ``profile`` is now ``epoch``: hand it the parked publications of that profile, up to
+        that epoch, that its subscriptions now match (the rest stay parked until the link
+        has caught up)."""
+        parked = self._parked.get(link_id)
+        prof = self._profiles.get(profile)
+        if not parked or prof is None:
+            return []
+        out: list[Action] = []
+        keep: deque[tuple[Publish, Any, int]] = deque(maxlen=PARK_MAX)
+        for msg, pe, e in parked:
+            if msg.profile != profile or e > epoch:
+                keep.append((msg, pe, e))
+                continue
+            keys: set[Key] = prof.matcher.match(pe)  # type: ignore[assignment]
+            sids = sorted(sid for lk, sid in keys if lk == link_id)
+            if not sids:
+                keep.append((msg, pe, e))
+                continue
+            out.append(DeliverTo(link_id, Deliver.trusted(msg, tuple(sids))))
+            self.counters["publish.unparked"] += 1
+            self.counters["delivered"] += 1
+        if keep:
+            self._parked[link_id] = keep
+        else:
+            del self._parked[link_id]
+        return out
 
     def _route_run(
         self,

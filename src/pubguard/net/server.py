@@ -318,6 +318,7 @@ class BrokerServer(BatchProcessing, ParentLink):
             if link.kind == LinkKind.CHILD.value and not resumed:
                 self._apply(self.core.link_up(link.link_id))
                 self._flush_batch()
+            self.core.link_live(link.link_id, time.time())
             # the peer's rx counts only for a resumed session; a new link starts from 1
             link.attach(writer, hello["rx"] if resumed else 0)
             await self._read_loop(link, writer, rest)
@@ -399,6 +400,7 @@ class BrokerServer(BatchProcessing, ParentLink):
 
     def _link_down(self, link: Link) -> None:
         link.detach()
+        self.core.link_down(link.link_id)  # catch-up routing until it is back (broker links)
         if link.role == "client" and not link.durable and not self._closing:
             self._drop_link(link)
 

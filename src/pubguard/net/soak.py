@@ -16,11 +16,14 @@ drained until it has every event or goes quiet for ``settle`` seconds.
 What it shows (docs/network.md, "Key epochs" and "Reliability and durability"): without
 outages every profile is lossless across epoch changes (renewals, leases, ``forwarded_grace``);
 with them, plain and eventguard stay lossless (durable links and outboxes, replay state that
-commits with its batch, ``T(w)`` surviving epochs), while psguard and default lose the new
-epoch's publications when an outage spans an ahead renewal and the change that follows (their
-renewal cannot get past the broker that is down). The chaos soak that this module makes
-repeatable found four faults fixed in session 6; its report names each lost range with the
-epoch change and the outage it follows.
+commits with its batch, ``T(w)`` surviving epochs), and so do psguard and default when an
+outage spans an ahead renewal and the change that follows: their renewal cannot get past the
+broker that is down, so the brokers route the new epoch's publications to a link that is down
+or catching up, or park them for a client until its renewal comes (catch-up routing,
+``broker/publishing.py``). They still lose what an outage holds back for longer than
+``max_delay`` past the change. The chaos soak that this module makes repeatable found four
+faults fixed in session 6; its report names each lost range with the epoch change and the
+outage it follows.
 """
 
 from __future__ import annotations

@@ -404,6 +404,12 @@ class DefaultBroker(TokenRouting):
             self._permits.put(blob, p, p.not_after)
         return p
 
+    def filter_epoch(self, message: Any) -> int | None:
+        """The key epoch of a subscription's tokens: its authority permit's (the core's
+        catch-up routing, broker/publishing.py ``_catch_up``)."""
+        blob = message.meta.get("pm")
+        return AuthorityPermit.decode(blob).epoch if isinstance(blob, bytes) else None
+
     def lease_end(self, message: Any) -> float | None:
         """When a stored subscription's (advertisement's) permit has run out: the end of its
         epoch plus ``max_delay`` (publications of that epoch may still arrive until then).
@@ -469,8 +475,13 @@ class DefaultBroker(TokenRouting):
             return DropReason.UNAUTHORISED  # no authority permit, no routing state
         p = self.permit(blob, ctx.now)
         sub = m.op == "subscribe"
-        # a copy another broker still holds is good as long as it may hold it (leases)
+        # a copy another broker still holds is good as long as it may hold it (leases); a
+        # client's subscription as long as its epoch's publications may still arrive (its
+        # lease: the permit's end plus max_delay), so one re-sent after an outage that ended
+        # just after the change still receives the epoch's events held for it meanwhile
         late = forwarded_grace(ctx.link, self.window.max_delay)
+        if sub and not late:
+            late = self.window.max_delay
         bad = self._valid(p, SUBSCRIBE if sub else PUBLISH, ctx.now, late)
         if bad is not None:
             return bad

@@ -49,7 +49,7 @@ from pubguard.schemes.default import (
     parse_publication,
     withdrawal_digest,
 )
-from pubguard.schemes.guards import SignedRootVerifier
+from pubguard.schemes.guards import DEFAULT_MAX_DELAY, SignedRootVerifier
 from pubguard.schemes.merkle import merkle_batch, signed_root
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard import ProtectedRecord, Schema
@@ -61,7 +61,6 @@ from pubguard.schemes.psguard_net import (
     parse_filter,
     record_to_wire,
 )
-from pubguard.schemes.psguard_record import DEFAULT_MAX_DELAY_MS
 from pubguard.schemes.revocation_list import SignedRevocations
 from pubguard.schemes.verified import VerifiedCredentials
 
@@ -158,15 +157,18 @@ class DefaultClient:
         signing_key: SigningKey | None = None,
         mode: str = "randomized",
         cert_serial: int = 0,
-        max_delay: float = DEFAULT_MAX_DELAY_MS / 1000,
+        max_delay: float = DEFAULT_MAX_DELAY,
     ) -> None:
         self.name = name
         self.authority = authority
         self._sk = signing_key or SigningKey.generate()
-        # max_delay: how long past its epoch a filter's keys are kept (PSGuardClient._hold)
+        # max_delay: the brokers' timestamp window (default: the default broker's); how long
+        # past its epoch a filter's keys are kept (PSGuardClient._hold) and a subscribe permit
+        # is still re-sent (permit_lapsed)
         self._ps = PSGuardClient(name, authority.keys, mode=mode, sign_records=False,
                                  max_delay=max_delay)  # fmt: skip
         self.cert_serial = cert_serial
+        self.max_delay = max_delay
         self._subs: dict[str, AuthorityPermit] = {}  # str(filter) -> subscribe permit
         self._pm: AuthorityPermit | None = None  # the latest publish permit
         #: epoch -> (publish permit, its encoding), the last two: a record prepared in one
@@ -225,16 +227,19 @@ class DefaultClient:
         return ProtectedFilter({"g": []}, {"pm": self._permit(now, rng)[1]})
 
     def permit_lapsed(self, meta: Mapping[str, Any], *, now: float) -> bool:
-        """Whether the subscribe or publish permit in ``meta`` ran out before ``now`` (its
-        epoch ended): brokers refuse it from a client, so ``pubguard.net.client`` does not
-        re-send it after an outage."""
+        """Whether the subscribe or publish permit in ``meta`` ran out before ``now``:
+        brokers refuse it from a client, so ``pubguard.net.client`` does not re-send it
+        after an outage. A publish permit runs out with its epoch; a subscribe permit
+        ``max_delay`` later (the epoch's publications may arrive until then, and brokers
+        accept the subscription as long)."""
         blob = meta.get("pm")
         if not isinstance(blob, bytes):
             return False
         try:
-            return now > AuthorityPermit.decode(blob).not_after
+            p = AuthorityPermit.decode(blob)
         except (InvalidToken, ValidationError, TypeError, ValueError):
             return False  # not ours to judge: the broker says why
+        return now > p.not_after + (self.max_delay if p.kind == SUBSCRIBE else 0.0)
 
     def unsubscribe_meta(self, f: Filter, *, now: float, rng: _random.Random | None = None,
                          op: str = "unsubscribe") -> dict[str, Any]:  # fmt: skip

@@ -341,7 +341,11 @@ class PSGuardClient:
     def protect_filter(
         self, f: Filter, *, now: float, rng: Random | None = None
     ) -> ProtectedFilter:
-        return ProtectedFilter(filter_to_wire(self.authorise(f, now=now)))
+        # the epoch the tokens belong to rides beside them (an unauthenticated routing hint:
+        # a broker routes a catching-up link the next epoch's publications by it,
+        # broker/publishing.py ``_catch_up``; the tokens themselves stay unlinkable)
+        epoch = self.service.epoch_at(now)
+        return ProtectedFilter(filter_to_wire(self.authorise(f, now=now)), {"e": epoch})
 
     def protect_advertisement(
         self, f: Filter, *, now: float, rng: Random | None = None

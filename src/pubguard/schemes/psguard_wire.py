@@ -309,6 +309,17 @@ class TokenRouting:
     def decode_filter(self, wire: Mapping[str, Any]) -> TokenFilter:
         return parse_filter(wire)
 
+    def event_epoch(self, message: Any) -> int | None:
+        """The key epoch a publication's tokens belong to (its record's ``e``), or None."""
+        e = message.meta.get("e")
+        return e if type(e) is int else None
+
+    def filter_epoch(self, message: Any) -> int | None:
+        """The key epoch a subscription's tokens belong to (the client's ``e`` hint), or
+        None: what the core's catch-up routing compares with a publication's epoch."""
+        e = message.meta.get("e")
+        return e if type(e) is int and e >= 0 else None
+
     def decode_event(self, routing: Mapping[str, Any]) -> TokenEvent:
         te = parse_routing(routing)
         if type(routing) is MappingProxyType:  # immutable (the core's frozen wire form)
