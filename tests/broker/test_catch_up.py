@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pubguard.broker import Broker, DeliverTo, Forward, Publish, Subscribe, Unsubscribe
-from pubguard.broker.core import CATCH_UP_S, EPOCHS_BEHIND
+from pubguard.broker.core import CATCH_UP_S
 from pubguard.broker.state import MemoryState
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import LinkKind
@@ -163,19 +163,37 @@ def test_a_restarted_broker_catches_its_children_up(tmp_path: Path, profile: str
     assert pair.parent.counters["publish.catch_up"] == 1
 
 
-def test_a_withdrawn_or_long_gone_subtree_is_not_caught_up(tmp_path: Path) -> None:
+def test_a_withdrawn_subtree_is_not_caught_up(tmp_path: Path) -> None:
     """psguard (withdrawals need no proof): a link whose last subscription was withdrawn gets
-    nothing extra, nor one whose newest subscriptions lag more than EPOCHS_BEHIND epochs."""
+    nothing extra."""
     pair = Pair(tmp_path, "psguard")
     pair.subscribe("s", built=NOW, at=NOW)
     pair.pump(pair.child.handle(Unsubscribe("s", "psguard", {}), "c", NOW + 1), NOW + 1)
     assert pair.parent.subscriptions() == []
-    pair.parent.link_down("down")
+    pair.parent.link_down("down", NOW + 2)
     assert pair.publish("e1", NEXT) == (False, set())
-    pair.subscribe("t", built=NOW, at=NOW + 2)
-    later = NEXT + EPOCHS_BEHIND * EPOCH  # its epoch is EPOCHS_BEHIND + 1 after the filter's
-    assert pair.publish("e2", later) == (False, set())
     assert pair.parent.counters["publish.catch_up"] == 0
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_down_link_is_caught_up_for_the_horizon_however_many_epochs_behind(
+    tmp_path: Path, profile: str
+) -> None:
+    """Short epochs: an outage and the reconnection back-off may span several changes. A
+    down link is routed the new epochs' publications for the scheme's ``catch_up_horizon``
+    (its timestamp window: later they would arrive stale), then no more while it stays
+    down; once back it catches up again for ``CATCH_UP_S``."""
+    pair = Pair(tmp_path, profile)
+    horizon = pair.parent.schemes.get(profile).catch_up_horizon  # type: ignore[union-attr]
+    assert horizon == MAX_DELAY
+    pair.subscribe("s", built=NOW, at=NOW)
+    three_later = NOW + 3 * EPOCH + 5  # epoch 13: the link's subscriptions lag three
+    pair.parent.link_down("down", three_later - horizon + 1)
+    assert pair.publish("e1", three_later) == (True, set())  # routed; nothing matches below
+    assert pair.publish("e2", three_later + 2) == (False, set())  # past the horizon
+    pair.parent.link_live("down", three_later + 3)
+    assert pair.publish("e3", three_later + 4) == (True, set())
+    assert pair.parent.counters["publish.catch_up"] == 2
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -79,7 +79,7 @@ from pubguard.broker.messages import (
     decode_message,
     decode_publish,
 )
-from pubguard.broker.publishing import CATCH_UP_S, EPOCHS_BEHIND, PublicationRouting, _Admitted
+from pubguard.broker.publishing import CATCH_UP_S, PARK_MAX, PublicationRouting, _Admitted
 from pubguard.broker.state import BrokerState
 from pubguard.errors import (
     DropError,
@@ -101,7 +101,7 @@ from pubguard.schemes.base import (
 )
 from pubguard.schemes.plain import PlainScheme
 
-__all__ = ["CATCH_UP_S", "EPOCHS_BEHIND", "LEASE_SLACK", "MAX_BROKER_ID_LEN", "Broker"]
+__all__ = ["CATCH_UP_S", "LEASE_SLACK", "MAX_BROKER_ID_LEN", "PARK_MAX", "Broker"]
 
 MAX_BROKER_ID_LEN: Final = 64
 _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
@@ -176,6 +176,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         # broker links that are down (inf) or came back at a time, and per (link, profile) the
         # newest key epoch of the subscriptions that came over it and how many it holds
         self._recovering: dict[str, float] = {}
+        self._down_since: dict[str, float] = {}
         self._epochs: dict[tuple[str, str], int] = {}
         self._held: Counter[tuple[str, str]] = Counter()
         self._parked: dict[str, deque[tuple[Publish, Any, int]]] = {}  # client links'
@@ -218,20 +219,26 @@ class Broker(PublicationRouting, AdvertisementRouting):
                 out.append(self._advertise_to(link_id, key, adv))
         return self._outgoing(out, 0.0)
 
-    def link_down(self, link_id: str) -> None:
+    def link_down(self, link_id: str, now: float | None = None) -> None:
         """The driver lost the connection of a child broker link or a durable client link
-        (its messages wait in an outbox): until it is back and has caught up, the new key
-        epoch's publications of a profile whose subscriptions over it are older are routed
-        to it as well, or parked for the client until its renewal comes (``_catch_up``)."""
+        (its messages wait in an outbox) at ``now``: until it is back and has caught up, the
+        publications of a new key epoch of a profile whose subscriptions over it are older are
+        routed to it as well, or parked for the client until its renewal comes, for at most
+        the profile's ``catch_up_horizon`` after ``now`` (``_catch_up``)."""
         info = self.links.get(link_id)
-        if info is not None and info.kind is not LinkKind.PARENT:
-            self._recovering[link_id] = _NEVER
+        if info is None or info.kind is LinkKind.PARENT or self._recovering.get(link_id) == _NEVER:
+            return
+        self._recovering[link_id] = _NEVER
+        self._down_since.pop(link_id, None)
+        if now is not None:
+            self._down_since[link_id] = now
 
     def link_live(self, link_id: str, now: float) -> None:
         """A link that was down is connected again: it catches up for ``CATCH_UP_S`` (its
         peer re-sends what it queued meanwhile, renewals included)."""
         if link_id in self._recovering:
             self._recovering[link_id] = now
+            self._down_since.pop(link_id, None)
 
     def remove_link(self, link_id: str, now: float = 0.0) -> list[Action]:
         """Forget a link and everything that came over it (a non-durable client left)."""
@@ -243,6 +250,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             out += self._remove_adv(key, {}, link_id)
         del self.links[link_id]
         self._recovering.pop(link_id, None)
+        self._down_since.pop(link_id, None)
         self._parked.pop(link_id, None)
         for lp in [lp for lp in self._epochs if lp[0] == link_id]:
             del self._epochs[lp]

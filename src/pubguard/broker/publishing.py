@@ -36,16 +36,14 @@ from pubguard.schemes.base import LinkInfo, LinkKind, Matcher
 if TYPE_CHECKING:
     from pubguard.broker.core import _Profile
 
-__all__ = ["BATCH_MATCH_MIN", "CATCH_UP_S", "EPOCHS_BEHIND", "PARK_MAX", "PublicationRouting"]
+__all__ = ["BATCH_MATCH_MIN", "CATCH_UP_S", "PARK_MAX", "PublicationRouting"]
 
 BATCH_MATCH_MIN: Final = 32  # publications in a run before handle_batch uses match_batch
 #: seconds a broker link that came back counts as catching up (``Broker.link_live``)
 CATCH_UP_S: Final = 5.0
-#: how many key epochs a catching-up link's newest subscriptions may lag and still be routed
-#: the new epoch's publications of their profile (``PublicationRouting._catch_up``)
-EPOCHS_BEHIND: Final = 2
 #: publications parked per catching-up client link, awaiting its renewal (oldest dropped)
 PARK_MAX: Final = 4096
+_DOWN: Final = float("inf")  # a down link's entry in ``_recovering``
 
 
 @dataclass(slots=True)
@@ -67,6 +65,7 @@ class PublicationRouting(CoreHooks):
     _dedup: DedupWindow
     _profiles: dict[str, _Profile]
     _recovering: dict[str, float]
+    _down_since: dict[str, float]
     _epochs: dict[tuple[str, str], int]
     _parked: dict[str, deque[tuple[Publish, Any, int]]]
 
@@ -167,11 +166,13 @@ class PublicationRouting(CoreHooks):
         return self._outgoing(out, now, prof.scheme)
 
     def _catch_up(self, msg: Publish, pe: Any, src: str, out: list[Action], now: float) -> None:
-        """Route ``msg`` also to each child broker link that is down or came back less than
-        ``CATCH_UP_S`` ago and whose newest subscriptions of its profile belong to one of the
-        ``EPOCHS_BEHIND`` key epochs before the publication's (the scheme's ``event_epoch``);
-        park it for such a durable client link instead, until that client's renewal comes
-        (``_unpark``: a client is handed only what its own filters match).
+        """Route ``msg`` also to each child broker link whose newest subscriptions of its
+        profile are of an earlier key epoch than the publication's (the scheme's
+        ``filter_epoch`` and ``event_epoch``) while it is down (for at most the scheme's
+        ``catch_up_horizon``, its timestamp window: later they would arrive stale) or came back
+        less than ``CATCH_UP_S`` ago; park it for such a durable client link instead, until
+        that client's renewal comes (``_unpark``: a client is handed only what its own
+        filters match).
 
         Why: psguard and default tokens change with the key epoch (psguard.txt §3.2), and a
         subtree's renewals for the next epoch reach this broker only over a live link. If the
@@ -180,17 +181,22 @@ class PublicationRouting(CoreHooks):
         would be lost to the whole subtree until the renewals arrive. Routed to the link
         instead (queued in its outbox while it is down), they are matched below, where the
         renewals are. What the subtree receives is what a broker may see anyway (tokens and
-        ciphertext); a link withdrawn of its last subscription, or whose subscriptions lag more
-        epochs, gets nothing extra, and a live link stops catching up at its renewal or after
-        ``CATCH_UP_S``, whichever comes first."""
+        ciphertext); a link withdrawn of its last subscription gets nothing extra, a live link
+        stops catching up at its renewal or after ``CATCH_UP_S``, whichever comes first, and
+        a down one after the horizon (however many epochs its subscriptions lag: with short
+        epochs an outage and the reconnection back-off span several)."""
         prof = self._profiles.get(msg.profile)
         read = getattr(prof.scheme, "event_epoch", None) if prof is not None else None
         epoch = read(msg) if read is not None else None
         if epoch is None:
             return
+        horizon = getattr(prof.scheme, "catch_up_horizon", 0.0)  # type: ignore[union-attr]
         sent = {a.link for a in out}
         for lk, up in list(self._recovering.items()):
-            if now - up > CATCH_UP_S:  # caught up (a down link's ``up`` is infinite)
+            if up == _DOWN:  # since the driver said so, or (restored) since now
+                if now - self._down_since.setdefault(lk, now) > horizon:
+                    continue
+            elif now - up > CATCH_UP_S:  # caught up
                 del self._recovering[lk]
                 gone = self._parked.pop(lk, None)
                 if gone:
@@ -199,7 +205,7 @@ class PublicationRouting(CoreHooks):
             if lk == src or lk in sent or lk == self.parent:
                 continue
             newest = self._epochs.get((lk, msg.profile))
-            if newest is None or not epoch - EPOCHS_BEHIND <= newest < epoch:
+            if newest is None or newest >= epoch:
                 continue
             if self.links[lk].kind is not LinkKind.CLIENT:
                 out.append(Forward(lk, msg))

@@ -400,7 +400,7 @@ class BrokerServer(BatchProcessing, ParentLink):
 
     def _link_down(self, link: Link) -> None:
         link.detach()
-        self.core.link_down(link.link_id)  # catch-up routing until it is back (broker links)
+        self.core.link_down(link.link_id, time.time())  # catch-up routing until it is back
         if link.role == "client" and not link.durable and not self._closing:
             self._drop_link(link)
 

@@ -404,6 +404,12 @@ class DefaultBroker(TokenRouting):
             self._permits.put(blob, p, p.not_after)
         return p
 
+    @property
+    def catch_up_horizon(self) -> float:
+        """Seconds a down link is routed a new epoch's publications (``Broker._catch_up``):
+        the timestamp window, after which they would arrive stale anyway."""
+        return self.window.max_delay
+
     def filter_epoch(self, message: Any) -> int | None:
         """The key epoch of a subscription's tokens: its authority permit's (the core's
         catch-up routing, broker/publishing.py ``_catch_up``)."""

@@ -138,6 +138,12 @@ class PSGuardBroker(TokenRouting):
     signature when they know its key and the AEAD under ``K(e)`` fails on any tampered
     ciphertext."""
 
+    @property
+    def catch_up_horizon(self) -> float:
+        """Seconds a down link is routed a new epoch's publications (``Broker._catch_up``):
+        the timestamp window, after which they would arrive stale anyway."""
+        return self.max_delay_ms / 1000
+
     def __init__(
         self,
         publishers: Mapping[str, VerifyKey] = (),  # type: ignore[assignment]
