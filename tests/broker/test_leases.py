@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pubguard.broker import Broker, DeliverTo, Forward, Publish, Subscribe, Unsubscribe
-from pubguard.broker.core import LEASE_SLACK
+from pubguard.broker.core import CATCH_UP_S, LEASE_SLACK
 from pubguard.broker.state import MemoryState
 from pubguard.errors import DropReason
 from pubguard.model import Event, Filter
@@ -199,7 +199,10 @@ def test_leases_are_restored_with_the_state(tmp_path: Path) -> None:
     again = Broker("k", [make_broker_scheme("default", keys, now=NOW)], store=store)
     assert len(again.subscriptions()) == 1
     assert again.expire(LEASE - 1) == []
+    # the restored client link is down until its client reconnects: held for the horizon
     again.expire(LEASE + 1)
+    assert len(again.subscriptions()) == 1
+    again.expire(LEASE + MAX_DELAY + 1)
     assert again.subscriptions() == [] and dict(store.items("subscriptions")) == {}
 
 
@@ -237,3 +240,78 @@ def test_a_grandchilds_held_generation_promoted_at_the_lapse_is_accepted_above(
     late = other.protect_filter(Filter.parse(CARDIO), now=NOW)
     ch.child.handle(Subscribe("u", "eventguard", late.filter, late.meta), "c", LEASE + 2)
     assert ch.child.drops == {DropReason.UNAUTHORISED: 1}
+
+
+@pytest.mark.parametrize("profile", ["default", "eventguard"])
+def test_a_down_links_entries_are_held_past_their_lease(tmp_path: Path, profile: str) -> None:
+    """Its renewal cannot get through while the link is down: the parent holds the child's
+    entry for the scheme's ``catch_up_horizon`` past its lease, and once the link is back
+    for ``CATCH_UP_S`` (its peer has re-sent its renewals by then). A soak lost eventguard
+    events routed nowhere after such an entry lapsed during the child's outage."""
+    ch = Chain(tmp_path, profile)
+    horizon = ch.parent.schemes.get(profile).catch_up_horizon  # type: ignore[union-attr]
+    assert horizon == MAX_DELAY
+    ch.subscribe("s", built=NOW)
+    lapse = LEASE + LEASE_SLACK  # the parent's lease of a child's entry
+    ch.parent.link_down("down", NOW + 1)
+    ch.parent.expire(lapse + 1)
+    assert len(ch.parent.subscriptions()) == 1  # held: the child is down
+    if profile == "eventguard":  # T(w) survives epochs: still routed (into the outbox)
+        assert ch.publish("e1", lapse + 2) == {"s"}
+    ch.parent.expire(lapse + horizon + 1)
+    assert ch.parent.subscriptions() == []  # down past the horizon: lapsed
+    # back before the horizon: held for CATCH_UP_S, then lapsed
+    ch = Chain(tmp_path / "2", profile)
+    ch.subscribe("s", built=NOW)
+    ch.parent.link_down("down", NOW + 1)
+    ch.parent.link_live("down", lapse)
+    ch.parent.expire(lapse + CATCH_UP_S - 1)
+    assert len(ch.parent.subscriptions()) == 1
+    ch.parent.expire(lapse + CATCH_UP_S + 1)
+    assert ch.parent.subscriptions() == []
+    assert ch.parent.counters["subscribe.expired"] == 1
+
+
+def test_a_held_entry_of_a_down_grandchild_leaves_the_forward_set(tmp_path: Path) -> None:
+    """eventguard, three levels (a soak found it): the child holds a grandchild's old
+    generation ``t`` past its lease while the grandchild is down. Held, it must not keep
+    covering the child's own subscriber's renewal ``s@1``: the parent's copy of ``t`` lapses
+    on time, and the topic went unrouted above until the child let ``t`` go (1-3 s in the
+    soak). Held entries leave the forward set, so ``s@1`` goes up, and ``t`` is still
+    matched for the grandchild's outbox."""
+    ch = Chain(tmp_path, "eventguard")
+    ch.child.add_link("g", LinkKind.CHILD, "grandchild")
+    other = ch.bundle.client("eventguard", "sub2")
+    pf = other.protect_filter(Filter.parse(CARDIO), now=NOW)
+    ch.pump(ch.child.handle(Subscribe("t", "eventguard", pf.filter, pf.meta), "g", NOW), NOW)
+    ch.subscribe("s@1", built=END + 1, at=END + 1)  # covered by "t": not forwarded
+    assert len(ch.parent.subscriptions()) == 1
+    ch.child.link_down("g", END + 2)
+    held_at = LEASE + LEASE_SLACK + 1  # "t" (from a broker) lapses now, but is held
+    up = ch.child.expire(held_at)
+    assert ch.child.counters["subscribe.held"] == 1
+    assert len(ch.child.subscriptions()) == 2
+    sent = [type(a.message).__name__ for a in up if isinstance(a, Forward)]
+    assert sent == ["Subscribe", "Unsubscribe"]  # "s@1" goes up, then "t"'s copy goes
+    ch.pump(up, held_at)
+    [(_, _, m)] = ch.parent.subscriptions()
+    assert m.meta != pf.meta and ch.parent.drops == {}
+    acts = ch.parent.handle(
+        _publication(ch, "e1", held_at + 1), "pub", held_at + 1
+    )  # the parent routes by "s@1"; the child to both its subscriber and "g"
+    [fwd] = [a for a in acts if isinstance(a, Forward) and a.link == "down"]
+    links = {a.link for a in ch.child.handle(fwd.message.to_wire(), "up", held_at + 1)}
+    assert links == {"c", "g"}
+    assert ch.child.expire(held_at + 2) == []  # held: nothing more goes up
+    ch.child.expire(held_at + MAX_DELAY + 1)  # down past the horizon: gone
+    assert [s for _, s, _ in ch.child.subscriptions()] == ["s@1"]
+
+
+def _publication(ch: Chain, eid: str, at: float) -> Publish:
+    from pubguard.broker import Advertise
+
+    pa = ch.pub.protect_advertisement(Filter.parse(CARDIO), now=at)
+    ch.parent.handle(Advertise(f"a-{eid}", "eventguard", pa.filter, pa.meta), "pub", at)
+    pe = ch.pub.protect_event(Event({"topic": "cardio", "age": 30, "patientRecord": "r"},
+                                    id=eid, type="patient"), now=at)  # fmt: skip
+    return Publish(eid, "eventguard", pe.routing, pe.body, pe.meta)

@@ -118,6 +118,9 @@ class _Entry:
     message: Subscribe
     #: when the subscription's lease ends (the scheme's ``lease_end``), or None: never
     expires: float | None = None
+    #: held past its lease for a link that is down or catching up (``Broker.expire``): out of
+    #: the forward set, so what it covered goes up, but still matched for its own link
+    held: bool = False
 
 
 class _Profile:
@@ -424,8 +427,19 @@ class Broker(PublicationRouting, AdvertisementRouting):
         prof = self._profiles[entry.profile]
         prof.matcher.remove(key)
         self._unpersist("subscriptions", _skey(key))
+        if entry.held:  # out of the forward set already
+            return []
         added, removed = prof.fwd.remove(key)
         return self._upward(entry.profile, added, removed, meta)
+
+    def _hold(self, key: Key) -> list[Action]:
+        """Keep a lapsed entry of a down or catching-up link for routing to that link only:
+        out of the forward set, so the brokers above (whose copies lapse on time) get what
+        it covered, a renewal of another subscriber, instead of a gap until it goes."""
+        entry = self._subs[key]
+        entry.held = True
+        added, removed = self._profiles[entry.profile].fwd.remove(key)
+        return self._upward(entry.profile, added, removed, {})
 
     def _note_epoch(self, link_id: str, msg: Subscribe, prof: _Profile) -> None:
         """Count the subscription under its link and profile, and keep the newest key epoch
@@ -489,17 +503,39 @@ class Broker(PublicationRouting, AdvertisementRouting):
         vanished without withdrawing is forgotten here, and the
         withdrawal this broker forwards carries no proof, which the broker above accepts for
         a permit that has run out (its own ``expire`` would remove it as well). The driver
-        calls this periodically; it returns at once until the earliest lease ends."""
+        calls this periodically; it returns at once until the earliest lease ends.
+
+        Not while the entry's link is down or catching up (``_lapsed``): its renewal cannot
+        get through then, so the lease is held open until the link has been back for
+        ``CATCH_UP_S``, or while it is down for the scheme's ``catch_up_horizon`` past the
+        lease. A soak found it: eventguard entries of a child lapsed at its parent during the
+        child's outage, or at the publishers' broker while that one was down, and the events
+        published meanwhile (valid, within ``max_delay``) were routed nowhere."""
+        for lk, up in list(self._recovering.items()):
+            if up != _NEVER and now - up > CATCH_UP_S:
+                self._caught_up(lk)
         if now <= self._next_expiry:
             return []
-        due = [k for k, e in self._subs.items() if e.expires is not None and e.expires < now]
+        due: list[Key] = []
+        hold: list[Key] = []
+        for k, e in self._subs.items():
+            if e.expires is not None and e.expires < now:
+                if self._lapsed(k[0], e.profile, e.expires, now):
+                    due.append(k)
+                elif not e.held:
+                    hold.append(k)
         # covered entries first, so an expiring cover never forwards an expiring entry it covered
         due.sort(key=lambda k: k in self._profiles[self._subs[k].profile].fwd.forwarded)
+        hold.sort(key=lambda k: k in self._profiles[self._subs[k].profile].fwd.forwarded)
         out: list[Action] = []
+        for key in hold:
+            out += self._hold(key)
         for key in due:
             out += self._remove_sub(key, {})
         self.counters["subscribe.expired"] += len(due)
-        gone = [k for k, t in self._adv_expiry.items() if t < now and k in self._advs]
+        self.counters["subscribe.held"] += len(hold)
+        gone = [k for k, t in self._adv_expiry.items()
+                if k in self._advs and self._lapsed(k[0], self._advs[k].profile, t, now)]  # fmt: skip
         for key in gone:  # an advertisement's permit ran out the same way (eventguard §4.8)
             del self._adv_expiry[key]
             out += self._remove_adv(key, {}, key[0])
@@ -512,6 +548,20 @@ class Broker(PublicationRouting, AdvertisementRouting):
             default=_NEVER,
         )
         return self._outgoing(out, now)
+
+    def _lapsed(self, link_id: str, profile: str, expires: float, now: float) -> bool:
+        """Whether an entry of ``link_id`` whose lease ends at ``expires`` lapses at ``now``
+        (see ``expire``: not while its link is down or catching up)."""
+        if expires >= now:
+            return False
+        up = self._recovering.get(link_id)
+        if up is None:
+            return True
+        if up == _NEVER:  # down: held open for the horizon past the lease
+            prof = self._profiles.get(profile)
+            horizon = getattr(prof.scheme, "catch_up_horizon", 0.0) if prof is not None else 0.0
+            return now > expires + horizon
+        return now - up > CATCH_UP_S  # back: its peer has re-sent its renewals by then
 
     def _upward(
         self, profile: str, added: list[Hashable], removed: list[Hashable], meta: Mapping[str, Any]

@@ -196,11 +196,8 @@ class PublicationRouting(CoreHooks):
             if up == _DOWN:  # since the driver said so, or (restored) since now
                 if now - self._down_since.setdefault(lk, now) > horizon:
                     continue
-            elif now - up > CATCH_UP_S:  # caught up
-                del self._recovering[lk]
-                gone = self._parked.pop(lk, None)
-                if gone:
-                    self.counters["publish.parked_expired"] += len(gone)
+            elif now - up > CATCH_UP_S:
+                self._caught_up(lk)
                 continue
             if lk == src or lk in sent or lk == self.parent:
                 continue
@@ -218,6 +215,14 @@ class PublicationRouting(CoreHooks):
                 self.counters["publish.parked_overflow"] += 1
             parked.append((msg, pe, epoch))
             self.counters["publish.parked"] += 1
+
+    def _caught_up(self, link_id: str) -> None:
+        """The link has been back for ``CATCH_UP_S``: routed by matching alone again, and
+        what is still parked for it is dropped (counted)."""
+        del self._recovering[link_id]
+        gone = self._parked.pop(link_id, None)
+        if gone:
+            self.counters["publish.parked_expired"] += len(gone)
 
     def _unpark(self, link_id: str, profile: str, epoch: int) -> list[Action]:
         """A subscription came over client link ``link_id``, whose newest key epoch of

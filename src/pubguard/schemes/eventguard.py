@@ -132,6 +132,12 @@ class EventGuardBroker:
     #: ``outgoing`` is the identity: the core skips it
     rewrites_outgoing = False
 
+    @property
+    def catch_up_horizon(self) -> float:
+        """Seconds past its lease an entry of a down link is held (``Broker.expire``): the
+        timestamp window, after which what it routes would arrive stale anyway."""
+        return self.window.max_delay
+
     def __init__(
         self,
         ms_key: VerifyKey,
