@@ -230,3 +230,22 @@ def test_parked_publications_a_client_never_renews_for_are_dropped(tmp_path: Pat
     assert pair.publish_local("e3", NEXT + 2 + CATCH_UP_S) == set()  # caught up: dropped
     assert pair.child.counters["publish.parked_expired"] == 2
     assert pair.child._parked == {}
+
+
+def test_a_down_link_is_caught_up_at_most_catch_up_max_times_per_outage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What catch-up adds to a down link's queue stays under the transport's back-pressure
+    threshold, so a subtree's outage does not stall the publishers sooner than before."""
+    import pubguard.broker.publishing as publishing
+
+    monkeypatch.setattr(publishing, "CATCH_UP_MAX", 2)
+    pair = Pair(tmp_path, "psguard")
+    pair.subscribe("s", built=NOW, at=NOW)
+    pair.parent.link_down("down", NEXT)
+    routed = [pair.publish(f"e{i}", NEXT + i)[0] for i in range(4)]
+    assert routed == [True, True, False, False]
+    assert pair.parent.counters["publish.catch_up_capped"] == 2
+    pair.parent.link_live("down", NEXT + 5)
+    pair.parent.link_down("down", NEXT + 6)  # a new outage: counted afresh
+    assert pair.publish("e9", NEXT + 7)[0]

@@ -79,7 +79,13 @@ from pubguard.broker.messages import (
     decode_message,
     decode_publish,
 )
-from pubguard.broker.publishing import CATCH_UP_S, PARK_MAX, PublicationRouting, _Admitted
+from pubguard.broker.publishing import (
+    CATCH_UP_MAX,
+    CATCH_UP_S,
+    PARK_MAX,
+    PublicationRouting,
+    _Admitted,
+)
 from pubguard.broker.state import BrokerState
 from pubguard.errors import (
     DropError,
@@ -101,7 +107,14 @@ from pubguard.schemes.base import (
 )
 from pubguard.schemes.plain import PlainScheme
 
-__all__ = ["CATCH_UP_S", "LEASE_SLACK", "MAX_BROKER_ID_LEN", "PARK_MAX", "Broker"]
+__all__ = [
+    "CATCH_UP_MAX",
+    "CATCH_UP_S",
+    "LEASE_SLACK",
+    "MAX_BROKER_ID_LEN",
+    "PARK_MAX",
+    "Broker",
+]
 
 MAX_BROKER_ID_LEN: Final = 64
 _MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
@@ -180,6 +193,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         # newest key epoch of the subscriptions that came over it and how many it holds
         self._recovering: dict[str, float] = {}
         self._down_since: dict[str, float] = {}
+        self._caught: Counter[str] = Counter()  # publications caught up per link and outage
         self._epochs: dict[tuple[str, str], int] = {}
         self._held: Counter[tuple[str, str]] = Counter()
         self._parked: dict[str, deque[tuple[Publish, Any, int]]] = {}  # client links'
@@ -233,6 +247,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             return
         self._recovering[link_id] = _NEVER
         self._down_since.pop(link_id, None)
+        self._caught.pop(link_id, None)
         if now is not None:
             self._down_since[link_id] = now
 
@@ -254,6 +269,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         del self.links[link_id]
         self._recovering.pop(link_id, None)
         self._down_since.pop(link_id, None)
+        self._caught.pop(link_id, None)
         self._parked.pop(link_id, None)
         for lp in [lp for lp in self._epochs if lp[0] == link_id]:
             del self._epochs[lp]

@@ -36,13 +36,17 @@ from pubguard.schemes.base import LinkInfo, LinkKind, Matcher
 if TYPE_CHECKING:
     from pubguard.broker.core import _Profile
 
-__all__ = ["BATCH_MATCH_MIN", "CATCH_UP_S", "PARK_MAX", "PublicationRouting"]
+__all__ = ["BATCH_MATCH_MIN", "CATCH_UP_MAX", "CATCH_UP_S", "PARK_MAX", "PublicationRouting"]
 
 BATCH_MATCH_MIN: Final = 32  # publications in a run before handle_batch uses match_batch
 #: seconds a broker link that came back counts as catching up (``Broker.link_live``)
 CATCH_UP_S: Final = 5.0
 #: publications parked per catching-up client link, awaiting its renewal (oldest dropped)
 PARK_MAX: Final = 4096
+#: publications caught up per broker link and outage: what they add to a down link's queue
+#: stays well under the transport's back-pressure threshold (``max_queue``, 10,000 frames),
+#: so a subtree's outage does not stall the publishers sooner than it did without them
+CATCH_UP_MAX: Final = 4096
 _DOWN: Final = float("inf")  # a down link's entry in ``_recovering``
 
 
@@ -66,6 +70,7 @@ class PublicationRouting(CoreHooks):
     _profiles: dict[str, _Profile]
     _recovering: dict[str, float]
     _down_since: dict[str, float]
+    _caught: Counter[str]
     _epochs: dict[tuple[str, str], int]
     _parked: dict[str, deque[tuple[Publish, Any, int]]]
 
@@ -170,7 +175,8 @@ class PublicationRouting(CoreHooks):
         profile are of an earlier key epoch than the publication's (the scheme's
         ``filter_epoch`` and ``event_epoch``) while it is down (for at most the scheme's
         ``catch_up_horizon``, its timestamp window: later they would arrive stale) or came back
-        less than ``CATCH_UP_S`` ago; park it for such a durable client link instead, until
+        less than ``CATCH_UP_S`` ago (at most ``CATCH_UP_MAX`` per outage); park it for such a
+        durable client link instead (at most ``PARK_MAX``), until
         that client's renewal comes (``_unpark``: a client is handed only what its own
         filters match).
 
@@ -205,6 +211,10 @@ class PublicationRouting(CoreHooks):
             if newest is None or newest >= epoch:
                 continue
             if self.links[lk].kind is not LinkKind.CLIENT:
+                if self._caught[lk] >= CATCH_UP_MAX:
+                    self.counters["publish.catch_up_capped"] += 1
+                    continue
+                self._caught[lk] += 1
                 out.append(Forward(lk, msg))
                 self.counters["publish.catch_up"] += 1
                 continue

@@ -111,6 +111,6 @@ def render(r: SoakResult, out: Console, err: Console) -> None:
         f"{p} {'[green]yes[/green]' if r.lossless(p) else '[red]no[/red]'}"
         for p in r.profiles))  # fmt: skip
     if any(not r.lossless(p) for p in r.profiles if p in ("psguard", "default")):
-        err.print("[dim]psguard and default catch a link up across an epoch change for "
-                  "at most max_delay after it, and two epochs back (docs/network.md, Key "
+        err.print("[dim]psguard and default catch a down link up across an epoch change "
+                  "for at most max_delay after it went down (docs/network.md, Key "
                   "epochs)[/dim]")  # fmt: skip
