@@ -195,7 +195,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self._down_since: dict[str, float] = {}
         self._caught: Counter[str] = Counter()  # publications caught up per link and outage
         self._epochs: dict[tuple[str, str], int] = {}
-        self._held: Counter[tuple[str, str]] = Counter()
+        self._sub_counts: Counter[tuple[str, str]] = Counter()
         self._parked: dict[str, deque[tuple[Publish, Any, int]]] = {}  # client links'
         # the guards' context of the last message without a prior entry (CheckContext is
         # frozen: a run of publications from one link at one time shares one)
@@ -425,7 +425,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         if refused is not None:
             return refused
         out = self._remove_sub(key, msg.meta)
-        if not self._held[(link.link_id, msg.profile)]:  # withdrawn, not lapsed: no catch-up
+        if not self._sub_counts[(link.link_id, msg.profile)]:  # withdrawn, not lapsed: no catch-up
             self._epochs.pop((link.link_id, msg.profile), None)
         return self._ack(link, msg) + self._outgoing(out, now)
 
@@ -439,7 +439,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
 
     def _remove_sub(self, key: Key, meta: Mapping[str, Any]) -> list[Action]:
         entry = self._subs.pop(key)
-        self._held[(key[0], entry.profile)] -= 1
+        self._sub_counts[(key[0], entry.profile)] -= 1
         prof = self._profiles[entry.profile]
         prof.matcher.remove(key)
         self._unpersist("subscriptions", _skey(key))
@@ -463,7 +463,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         change with the epoch). A lapsed one keeps its epoch (its link may be down across the
         change); a withdrawal of the link's last one forgets it."""
         lp = (link_id, msg.profile)
-        self._held[lp] += 1
+        self._sub_counts[lp] += 1
         read = getattr(prof.scheme, "filter_epoch", None)
         if read is None:
             return
