@@ -175,10 +175,9 @@ class PublicationRouting(CoreHooks):
         profile are of an earlier key epoch than the publication's (the scheme's
         ``filter_epoch`` and ``event_epoch``) while it is down (for at most the scheme's
         ``catch_up_horizon``, its timestamp window: later they would arrive stale) or came back
-        less than ``CATCH_UP_S`` ago (at most ``CATCH_UP_MAX`` per outage); park it for such a
-        durable client link instead (at most ``PARK_MAX``), until
-        that client's renewal comes (``_unpark``: a client is handed only what its own
-        filters match).
+        less than ``CATCH_UP_S`` ago (at most ``CATCH_UP_MAX`` per outage). For such a durable
+        client link, park it instead (at most ``PARK_MAX``) until the client's renewal comes
+        (``_unpark``: a client is handed only what its own filters match).
 
         Why: psguard and default tokens change with the key epoch (psguard.txt §3.2), and a
         subtree's renewals for the next epoch reach this broker only over a live link. If the
