@@ -191,6 +191,9 @@ def test_a_down_link_is_caught_up_for_the_horizon_however_many_epochs_behind(
     pair.parent.link_down("down", three_later - horizon + 1)
     assert pair.publish("e1", three_later) == (True, set())  # routed; nothing matches below
     assert pair.publish("e2", three_later + 2) == (False, set())  # past the horizon
+    # dormant: no publication pays for the link any more (a durable client that never
+    # returns), until it is back
+    assert pair.parent._recovering == {}
     pair.parent.link_live("down", three_later + 3)
     assert pair.publish("e3", three_later + 4) == (True, set())
     assert pair.parent.counters["publish.catch_up"] == 2

@@ -193,6 +193,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         # newest key epoch of the subscriptions that came over it and how many it holds
         self._recovering: dict[str, float] = {}
         self._down_since: dict[str, float] = {}
+        self._dormant: set[str] = set()  # down for longer than every profile's horizon
         self._caught: Counter[str] = Counter()  # publications caught up per link and outage
         self._epochs: dict[tuple[str, str], int] = {}
         self._sub_counts: Counter[tuple[str, str]] = Counter()
@@ -243,8 +244,10 @@ class Broker(PublicationRouting, AdvertisementRouting):
         routed to it as well, or parked for the client until its renewal comes, for at most
         the profile's ``catch_up_horizon`` after ``now`` (``_catch_up``)."""
         info = self.links.get(link_id)
-        if info is None or info.kind is LinkKind.PARENT or self._recovering.get(link_id) == _NEVER:
+        if info is None or info.kind is LinkKind.PARENT:
             return
+        if self._recovering.get(link_id) == _NEVER or link_id in self._dormant:
+            return  # down already
         self._recovering[link_id] = _NEVER
         self._down_since.pop(link_id, None)
         self._caught.pop(link_id, None)
@@ -254,7 +257,8 @@ class Broker(PublicationRouting, AdvertisementRouting):
     def link_live(self, link_id: str, now: float) -> None:
         """A link that was down is connected again: it catches up for ``CATCH_UP_S`` (its
         peer re-sends what it queued meanwhile, renewals included)."""
-        if link_id in self._recovering:
+        if link_id in self._recovering or link_id in self._dormant:
+            self._dormant.discard(link_id)
             self._recovering[link_id] = now
             self._down_since.pop(link_id, None)
 
@@ -269,6 +273,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         del self.links[link_id]
         self._recovering.pop(link_id, None)
         self._down_since.pop(link_id, None)
+        self._dormant.discard(link_id)
         self._caught.pop(link_id, None)
         self._parked.pop(link_id, None)
         for lp in [lp for lp in self._epochs if lp[0] == link_id]:
@@ -570,7 +575,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         (see ``expire``: not while its link is down or catching up)."""
         if expires >= now:
             return False
-        up = self._recovering.get(link_id)
+        up = _NEVER if link_id in self._dormant else self._recovering.get(link_id)
         if up is None:
             return True
         if up == _NEVER:  # down: held open for the horizon past the lease

@@ -70,6 +70,7 @@ class PublicationRouting(CoreHooks):
     _profiles: dict[str, _Profile]
     _recovering: dict[str, float]
     _down_since: dict[str, float]
+    _dormant: set[str]
     _caught: Counter[str]
     _epochs: dict[tuple[str, str], int]
     _parked: dict[str, deque[tuple[Publish, Any, int]]]
@@ -199,7 +200,11 @@ class PublicationRouting(CoreHooks):
         sent = {a.link for a in out}
         for lk, up in list(self._recovering.items()):
             if up == _DOWN:  # since the driver said so, or (restored) since now
-                if now - self._down_since.setdefault(lk, now) > horizon:
+                waited = now - self._down_since.setdefault(lk, now)
+                if waited > horizon:
+                    if waited > self._longest_horizon():  # off this loop until it is back
+                        del self._recovering[lk]
+                        self._dormant.add(lk)
                     continue
             elif now - up > CATCH_UP_S:
                 self._caught_up(lk)
@@ -224,6 +229,15 @@ class PublicationRouting(CoreHooks):
                 self.counters["publish.parked_overflow"] += 1
             parked.append((msg, pe, epoch))
             self.counters["publish.parked"] += 1
+
+    def _longest_horizon(self) -> float:
+        """The longest ``catch_up_horizon`` of this broker's profiles: a link down longer is
+        dormant (``Broker.link_live`` wakes it), so a durable client that never returns costs
+        the publications nothing."""
+        return max(
+            (getattr(p.scheme, "catch_up_horizon", 0.0) for p in self._profiles.values()),
+            default=0.0,
+        )
 
     def _caught_up(self, link_id: str) -> None:
         """The link has been back for ``CATCH_UP_S``: routed by matching alone again, and
