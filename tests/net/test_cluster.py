@@ -101,6 +101,8 @@ def test_covering_suppresses_forwarding_and_unsubscribe_stops_delivery(
         pub = await cluster7.connect("b3", "cov-pub")
         try:
             before = await cluster7.statuses()
+            # each broker process tuned its collector once started (net/gc_tuning.py)
+            assert all(st["gc"]["tuned"] and st["gc"]["frozen"] > 0 for st in before.values())
             wide = await a.subscribe("cov > 10")
             await a.flush()
             await cluster7.wait_quiescent()

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from pubguard.errors import ConfigError, PubguardError
+from pubguard.net import gc_tuning
 from pubguard.net.config import BrokerConfig, load_broker_config
 from pubguard.net.server import run_broker
 
@@ -35,6 +36,11 @@ async def _watch_parent(parent_pid: int, task: asyncio.Task[None]) -> None:
     task.cancel()
 
 
+async def _tune_when_ready(ready: asyncio.Event) -> None:
+    await ready.wait()
+    gc_tuning.tune_for_server()  # start-up done: this process is a broker from now on
+
+
 async def _serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
     task = asyncio.current_task()
     assert task is not None
@@ -44,11 +50,14 @@ async def _serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
     watcher = None
     if parent_pid is not None:
         watcher = asyncio.create_task(_watch_parent(parent_pid, task))
+    ready = asyncio.Event()
+    tuner = asyncio.create_task(_tune_when_ready(ready))
     try:
-        await run_broker(config)
+        await run_broker(config, ready=ready)
     except asyncio.CancelledError:
         pass
     finally:
+        tuner.cancel()
         if watcher is not None:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -51,7 +51,7 @@ from typing import Any
 from pubguard.broker.actions import Drop
 from pubguard.broker.core import Broker
 from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
-from pubguard.net import protocol
+from pubguard.net import gc_tuning, protocol
 from pubguard.net.batching import BatchProcessing
 from pubguard.net.config import BrokerConfig
 from pubguard.net.framing import encode_frame
@@ -492,6 +492,7 @@ class BrokerServer(BatchProcessing, ParentLink):
         st["transport"] = dict(self.stats)
         st["profiles"] = list(self.config.served)
         st["domain"] = self.config.domain
+        st["gc"] = gc_tuning.status()
         if self.revocation is not None:
             st["revocation"] = self.revocation.status()
         return st
