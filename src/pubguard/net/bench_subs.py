@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.errors import TransportError
-from pubguard.net import io_loop
+from pubguard.net import gc_tuning, io_loop
 
 if TYPE_CHECKING:
     from pubguard.net.client import Client, Delivery
@@ -164,6 +164,9 @@ async def _child(cluster: LocalCluster, specs: list[SubscriberSpec], conn: Conne
     except Exception as exc:  # reported to the parent, which raises it
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
+    # a dedicated process from here on, as a broker is (net/gc_tuning.py): the arrivals it
+    # records would otherwise make the collector walk them again and again
+    gc_tuning.tune_for_server()
     conn.send(("ready",))
     try:
         while True:
