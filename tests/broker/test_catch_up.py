@@ -33,8 +33,9 @@ class Pair:
     """Two broker cores; the child's subscriber ``sub`` on client link ``c``, the publisher on
     the parent's client link ``pub``. ``store`` keeps the parent's state (a restart)."""
 
-    def __init__(self, tmp: Path, profile: str) -> None:
+    def __init__(self, tmp: Path, profile: str, no_catch_up: tuple[str, ...] = ()) -> None:
         self.profile = profile
+        self.no_catch_up = no_catch_up
         self.bundle = KeyBundle(tmp, now=NOW, types=(HOSPITAL,), identities=["hosp"],
                                 epoch_length=EPOCH, origin=0.0, max_delay=MAX_DELAY)  # fmt: skip
         self.keys = self.bundle.broker_keys()
@@ -51,7 +52,7 @@ class Pair:
 
     def _parent(self) -> Broker:
         scheme = make_broker_scheme(self.profile, self.keys, now=NOW)
-        return Broker("p", [scheme], store=self.store)
+        return Broker("p", [scheme], store=self.store, no_catch_up=self.no_catch_up)
 
     def restart_parent(self) -> None:
         self.parent = self._parent()
@@ -110,6 +111,27 @@ def test_a_child_down_across_the_change_still_gets_the_new_epochs_events(
     # the new epoch's match nothing the parent holds: caught up, matched at the child
     assert pair.publish("e3", NEXT) == (True, {"s@1"})
     assert pair.parent.counters["publish.catch_up"] == 1
+    assert pair.parent.drops == {} and pair.child.drops == {}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_child_the_operator_excluded_is_not_caught_up(tmp_path: Path, profile: str) -> None:
+    """``no_catch_up`` names the child (by its authenticated name, ``k``): across the same
+    outage it gets only what its subscriptions here match, and the broker counts what it
+    withheld."""
+    pair = Pair(tmp_path, profile, no_catch_up=("k",))
+    pair.subscribe("s", built=NOW, at=NOW)
+    pair.parent.link_down("down")
+    queued = pair.subscribe("s@1", built=NEXT, at=NEXT - 20, link_up=False)
+    assert pair.publish("e2", NEXT - 10) == (True, {"s"})  # matched: routed as usual
+    assert pair.publish("e3", NEXT) == (False, set())  # the new epoch: withheld
+    assert pair.parent.counters["publish.catch_up"] == 0
+    assert pair.parent.counters["publish.catch_up_withheld"] == 1
+    pair.parent.link_live("down", NEXT + 1)
+    assert pair.publish("e4", NEXT + 2) == (False, set())  # nor while it catches up
+    pair.pump(queued, NEXT + 2)  # reconnected: it re-sends the renewal
+    assert pair.publish("e5", NEXT + 3) == (True, {"s@1"})  # now matched here
+    assert pair.parent.counters["publish.catch_up_withheld"] == 2
     assert pair.parent.drops == {} and pair.child.drops == {}
 
 

@@ -38,6 +38,9 @@ def test_broker_config_parses(tmp_path: Path) -> None:
     assert cfg.state_dir == tmp_path / "st/b1"
     assert cfg.tls is not None and cfg.tls.ca == tmp_path / "ca.pem"
     assert cfg.parent is not None and (cfg.parent.name, cfg.parent.port) == ("b0", 7001)
+    assert cfg.no_catch_up == ()  # every child is caught up unless the operator says
+    p.write_text('no_catch_up = ["b3", "nurse-7"]\n' + GOOD)
+    assert load_broker_config(p).no_catch_up == ("b3", "nurse-7")
 
 
 @pytest.mark.parametrize(
@@ -54,6 +57,8 @@ def test_broker_config_parses(tmp_path: Path) -> None:
         ({"name": "b1", "tls_enabled": False, "colour": "red"}, "colour"),
         ({"name": "b1", "tls_enabled": False, "parent": {"name": "b0"}}, "parent.port"),
         ({"name": "b1", "tls_enabled": False, "profile": "nope"}, "profile"),
+        ({"name": "b1", "tls_enabled": False, "no_catch_up": "b3"}, "no_catch_up"),
+        ({"name": "b1", "tls_enabled": False, "no_catch_up": ["b3", ""]}, "no_catch_up[1]"),
         (
             {"name": "b1", "tls_enabled": False, "heartbeat_interval": 5, "heartbeat_timeout": 1},
             "heartbeat_timeout",
@@ -98,6 +103,12 @@ def test_cluster_edges_and_errors() -> None:
     with pytest.raises(ConfigError) as ei:
         parse_cluster_config({"topology": {"kind": "tree"}, "broker": {"max_queue": -1}})
     assert ei.value.key == "broker.max_queue"
+    c = parse_cluster_config({"topology": {"kind": "tree"},
+                              "brokers": {"b0": {"no_catch_up": ["b2"]}}})  # fmt: skip
+    assert c.settings("b0")["no_catch_up"] == ["b2"] and "no_catch_up" not in c.settings("b1")
+    with pytest.raises(ConfigError) as ei:
+        parse_cluster_config({"topology": {"kind": "tree"}, "broker": {"no_catch_up": [7]}})
+    assert ei.value.key == "broker.no_catch_up[0]"
     with pytest.raises(ConfigError) as ei:
         parse_cluster_config({"topology": {"kind": "ring"}})
     assert ei.value.key == "topology.kind"

@@ -171,6 +171,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         echo: bool = True,
         dedup_window: float = DEDUP_WINDOW_S,
         dedup_capacity: int = DEDUP_MAX_IDS,
+        no_catch_up: Iterable[str] = (),
     ) -> None:
         if not isinstance(broker_id, str) or not broker_id or len(broker_id) > MAX_BROKER_ID_LEN:
             raise ValidationError(f"broker id must be 1-{MAX_BROKER_ID_LEN} characters")
@@ -198,6 +199,11 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self._epochs: dict[tuple[str, str], int] = {}
         self._sub_counts: Counter[tuple[str, str]] = Counter()
         self._parked: dict[str, deque[tuple[Publish, Any, int]]] = {}  # client links'
+        # peers (child brokers, durable clients by authenticated name) never caught up to:
+        # the operator's choice for a subtree in a less trusted domain (docs/network.md)
+        if isinstance(no_catch_up, str):
+            raise ValidationError("no_catch_up is a collection of peer names, not one string")
+        self.no_catch_up: frozenset[str] = frozenset(no_catch_up)
         # the guards' context of the last message without a prior entry (CheckContext is
         # frozen: a run of publications from one link at one time shares one)
         self._last_ctx = CheckContext(0.0, LinkInfo("-", LinkKind.CLIENT), broker_id)

@@ -74,6 +74,7 @@ class PublicationRouting(CoreHooks):
     _caught: Counter[str]
     _epochs: dict[tuple[str, str], int]
     _parked: dict[str, deque[tuple[Publish, Any, int]]]
+    no_catch_up: frozenset[str]
 
     # -- publications -------------------------------------------------------------------------
     def _seen_wire(self, message: Any, link: LinkInfo, now: float) -> list[Action] | None:
@@ -213,6 +214,9 @@ class PublicationRouting(CoreHooks):
                 continue
             newest = self._epochs.get((lk, msg.profile))
             if newest is None or newest >= epoch:
+                continue
+            if self.links[lk].peer in self.no_catch_up:  # the operator's choice: matched only
+                self.counters["publish.catch_up_withheld"] += 1
                 continue
             if self.links[lk].kind is not LinkKind.CLIENT:
                 if self._caught[lk] >= CATCH_UP_MAX:

@@ -13,6 +13,8 @@ One broker (``broker.toml``)::
     keys = "state/pki/broker-keys.json" # public key material (BrokerKeys JSON, no secrets);
                                 # required for any profile but plain
     domain = "hospital"         # administrative domain (shown in status)
+    no_catch_up = ["b3"]        # child brokers / durable clients never sent a new key epoch's
+                                # publications unmatched while down (docs/network.md, Key epochs)
     record = "state/b1/seen.msgpack"    # optional: log every message seen (a curious broker)
     durable = true              # persist tables, outboxes and per-link state (issue 4, item 4)
     max_queue = 10000           # frames per outgoing link before back-pressure / slow consumer
@@ -131,6 +133,7 @@ class BrokerConfig:
     domain: str | None = None
     record: Path | None = None  # append every message seen here (msgpack stream)
     revocation: RevocationSource | None = None
+    no_catch_up: tuple[str, ...] = ()  # peers never caught up to (Broker.no_catch_up)
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -312,6 +315,10 @@ def parse_broker_config(
     for i, c in enumerate(children):
         if not isinstance(c, str) or not c:
             raise r.fail(f"children[{i}]", "must be a broker name")
+    no_catch_up = r.get("no_catch_up", list, [])
+    for i, c in enumerate(no_catch_up):
+        if not isinstance(c, str) or not c:
+            raise r.fail(f"no_catch_up[{i}]", "must be a child broker's or client's name")
     hb = r.positive("heartbeat_interval", (int, float), 2.0)
     hbt = r.positive("heartbeat_timeout", (int, float), 10.0)
     if hbt <= hb:
@@ -334,6 +341,7 @@ def parse_broker_config(
         domain=domain,
         record=_path(base, record) if record else None,
         revocation=revocation,
+        no_catch_up=tuple(no_catch_up),
     )
     r.done()
     return cfg

@@ -136,7 +136,8 @@ class BrokerServer(BatchProcessing, ParentLink):
         if replay_db is not None:  # an older broker's replay.db: carried over, not dropped
             ReplayState.import_file(config.state_dir / "replay.db", replay_db)
         self.core = Broker(config.name, schemes_for(config.served, config.keys,
-                           replay_db=replay_db), store=self.store)  # fmt: skip
+                           replay_db=replay_db), store=self.store,
+                           no_catch_up=config.no_catch_up)  # fmt: skip
         self._record = config.record.open("ab") if config.record is not None else None
         self.links: dict[str, Link] = {}
         self.stats: Counter[str] = Counter()
@@ -493,6 +494,7 @@ class BrokerServer(BatchProcessing, ParentLink):
         st["profiles"] = list(self.config.served)
         st["domain"] = self.config.domain
         st["gc"] = gc_tuning.status()
+        st["no_catch_up"] = sorted(self.core.no_catch_up)
         if self.revocation is not None:
             st["revocation"] = self.revocation.status()
         return st
