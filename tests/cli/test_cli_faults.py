@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from pubguard.cli.main import cli
@@ -56,3 +57,36 @@ def test_subscribe_refuses_a_negative_count(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["subscribe", "--state", str(state), "--count", "0", "x > 1"])
     assert res.exit_code == 1
     assert "no cluster is running" in res.stderr
+
+
+def test_cluster_up_keeps_its_state_where_the_config_file_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third fault of the same audit: the cluster file's documented ``state_dir`` was
+    ignored for ./pubguard-cluster. It is used now unless --state is given, relative to the
+    file's folder, and the output says where status and down must look."""
+    conf_dir, cwd = tmp_path / "conf", tmp_path / "elsewhere"
+    conf_dir.mkdir()
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    config = conf_dir / "cluster.toml"
+    config.write_text('state_dir = "net"\n[topology]\nkind = "tree"\narity = 2\ndepth = 0\n')
+    runner = CliRunner()
+    state = conf_dir / "net"
+    res = runner.invoke(cli, ["cluster", "up", "--config", str(config)])
+    try:
+        assert res.exit_code == 0, res.output
+        assert f"1 brokers up; state in {state} (--state {state} for status" in res.output
+        assert (state / "cluster.json").exists()
+        assert not (cwd / "pubguard-cluster").exists()
+    finally:
+        down = runner.invoke(cli, ["cluster", "down", "--state", str(state)])
+    assert "stopped 1 brokers" in down.output
+    # --state still wins over the file
+    other = tmp_path / "other"
+    res = runner.invoke(cli, ["cluster", "up", "--config", str(config), "--state", str(other)])
+    try:
+        assert res.exit_code == 0, res.output
+        assert (other / "cluster.json").exists() and not (state / "cluster.json").exists()
+    finally:
+        runner.invoke(cli, ["cluster", "down", "--state", str(other)])

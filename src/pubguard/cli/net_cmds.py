@@ -32,11 +32,12 @@ __all__ = ["NETWORK_PROFILES", "register"]
 # (tests/cli/test_net_cli_errors.py checks they agree)
 NETWORK_PROFILES = ("plain", "psguard", "psguard-paper", "eventguard", "narada", "default")
 
+_STATE_DEFAULT = Path("pubguard-cluster")
 _STATE = click.option(
     "--state",
     "state",
     type=click.Path(path_type=Path),
-    default=Path("pubguard-cluster"),
+    default=_STATE_DEFAULT,
     show_default=True,
     help="Cluster state folder (certificates, broker state, logs).",
 )
@@ -118,12 +119,16 @@ def register(cli: click.Group) -> None:
                   help="cluster.toml (default: the embedded 7-broker binary tree)")  # fmt: skip
     @_STATE
     def cluster_up(config: Path | None, state: Path) -> None:
-        """Start the brokers of a topology as background processes on loopback."""
+        """Start the brokers of a topology as background processes on loopback (state in
+        --state, else in the config's state_dir, else in ./pubguard-cluster)."""
         import asyncio
 
         from pubguard.net.cluster import LocalCluster
-        from pubguard.net.config import load_cluster_config
+        from pubguard.net.config import configured_state_dir, load_cluster_config
 
+        given = click.get_current_context().get_parameter_source("state")
+        if config is not None and given is click.core.ParameterSource.DEFAULT:
+            state = configured_state_dir(config) or state  # the file's state_dir, if it sets one
         if state.exists() and not state.is_dir():
             raise ConfigError(f"--state {state} is a file, not a folder", key="state")
         if (state / "cluster.json").exists():
@@ -150,7 +155,8 @@ def register(cli: click.Group) -> None:
             raise
         for name, port in ports.items():
             console.print(f"{name}  tls://127.0.0.1:{port}")
-        console.print(f"{len(ports)} brokers up; state in {state}")
+        hint = "" if state == _STATE_DEFAULT else f" (--state {state} for status, down and clients)"
+        console.print(f"{len(ports)} brokers up; state in {state}{hint}", soft_wrap=True)
 
     @cluster.command("down")
     @_STATE

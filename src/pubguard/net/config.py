@@ -77,6 +77,7 @@ __all__ = [
     "RevocationSource",
     "TlsFiles",
     "chain_toml",
+    "configured_state_dir",
     "load_broker_config",
     "load_cluster_config",
     "parse_broker_config",
@@ -508,6 +509,14 @@ def _check_tree(edges: list[tuple[str, str]], r: _Reader) -> list[str]:
     for n in order:  # breadth-first: parents start before children
         order.extend(c for p, c in edges if p == n)
     return order
+
+
+def configured_state_dir(path: Path | str) -> Path | None:
+    """The ``state_dir`` a cluster file sets (relative to the file's folder), or None when it
+    sets none (``pubguard cluster up --config`` uses it unless ``--state`` is given)."""
+    if "state_dir" not in _load_toml(path):
+        return None
+    return load_cluster_config(path).state_dir
 
 
 def load_cluster_config(
