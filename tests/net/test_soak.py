@@ -54,6 +54,27 @@ def test_psguard_and_default_lose_nothing_when_outages_span_the_renewal_and_the_
     assert r.to_json()["lossless"] == dict.fromkeys(profiles, True)
 
 
+@pytest.mark.slow
+def test_without_catch_up_routing_psguard_loses_the_new_epoch_while_the_link_is_down() -> None:
+    """The control for the test above, and the operator's ``no_catch_up`` across real
+    processes: each broker lists its child and subscribers, so an outage of ``b1`` that spans
+    a change loses the new epoch's events below ``b0`` until ``b1``'s renewal is back."""
+    # down 3 s with 2 s epochs, renewals half a second ahead: some change and the renewal
+    # before it both fall inside the outage, whatever the epochs' phase
+    r = asyncio.run(soak(("psguard",), brokers=3, epoch=2.0, duration=8.0,
+                         kills=[("b1", 1.5)], outage=3.0, rate=25.0, catch_up=False))  # fmt: skip
+    assert r.catch_up is False and r.to_json()["catch_up"] is False
+    assert r.to_json()["lossless"] == {"psguard": False}
+    (down,) = r.outages
+    for s in r.subscribers:
+        assert s.lost_count > 0 and s.duplicates == 0 and s.in_order, s
+        # each range opens at a change while b1 was down, or before its subscribers had
+        # reconnected (client back-off, at most 2 s) with the renewal
+        for _, _, t0, _ in s.lost:
+            assert any(0 <= t0 - c <= 0.1 for c in r.epoch_changes), (t0, r.epoch_changes)
+            assert down.at <= t0 <= down.back + 2.5, (t0, down)
+
+
 def test_the_report_names_each_lost_range() -> None:
     stamps = {i: 0.1 * i for i in range(10)}
     got = [f"p-{i}" for i in (0, 1, 2, 5, 6, 9)] + ["p-6"]

@@ -50,10 +50,14 @@ def register(cli: click.Group) -> None:
     @click.option("--state", type=click.Path(path_type=Path), default=None,
                   help="Keep the cluster's state (logs, SQLite) here (default: a temporary "
                        "folder).")  # fmt: skip
+    @click.option("--no-catch-up", is_flag=True,
+                  help="Every broker lists its child and subscribers in no_catch_up (routing "
+                       "by matching alone): what catch-up routing saves.")  # fmt: skip
     @click.option("--json", "as_json", is_flag=True)
     def soak_cmd(profiles: str, brokers: int, epoch: float, duration: float,
                  kills: tuple[str, ...], no_kill: bool, outage: float, max_delay: float,
-                 rate: float, state: Path | None, as_json: bool) -> None:  # fmt: skip
+                 rate: float, state: Path | None, no_catch_up: bool,
+                 as_json: bool) -> None:  # fmt: skip
         """Publish across key-epoch changes while brokers are killed and restarted: what each
         profile's subscribers lost, and when."""
         import asyncio
@@ -72,7 +76,7 @@ def register(cli: click.Group) -> None:
             task = bar.add_task(f"soak: {', '.join(names)}", total=duration)
             r = asyncio.run(soak(names, brokers=brokers, epoch=epoch, duration=duration,
                                  kills=plan, outage=outage, max_delay=max_delay, rate=rate,
-                                 state_dir=state,
+                                 state_dir=state, catch_up=not no_catch_up,
                                  tick=lambda s: bar.update(task, completed=s)))  # fmt: skip
         if as_json:
             print_json(r.to_json())
@@ -84,7 +88,8 @@ def render(r: SoakResult, out: Console, err: Console) -> None:
     """The soak report: a row per subscriber, then each lost range on a line of its own
     (inside the table a narrow terminal wrapped them into a column a word wide)."""
     t = Table(title=f"soak: {r.brokers}-broker chain, {r.duration:g} s, epoch {r.epoch:g} s, "
-                    f"max_delay {r.max_delay:g} s")  # fmt: skip
+                    f"max_delay {r.max_delay:g} s"
+                    + ("" if r.catch_up else ", no catch-up routing"))  # fmt: skip
     for col in ("profile", "subscriber at", "sent", "received", "lost", "dup", "order",
                 "lost ranges"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("profile", "subscriber at", "order")

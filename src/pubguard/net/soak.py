@@ -21,15 +21,17 @@ outage spans an ahead renewal and the change that follows: their renewal cannot 
 broker that is down, so the brokers route the new epoch's publications to a link that is down
 or catching up, or park them for a client until its renewal comes (catch-up routing,
 ``broker/publishing.py``). They still lose what an outage holds back for longer than
-``max_delay`` past the change. The chaos soak that this module makes repeatable found four
-faults fixed in session 6; its report names each lost range with the epoch change and the
-outage it follows.
+``max_delay`` past the change. ``catch_up=False`` (``--no-catch-up``) lists each broker's
+child and subscribers in ``no_catch_up``, which shows what catch-up routing saves. The
+chaos soak that this module makes repeatable found four faults fixed in session 6; its
+report names each lost range with the epoch change and the outage it follows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import tempfile
 import time
@@ -99,6 +101,7 @@ class SoakResult:
     outages: list[Outage]
     subscribers: list[SubscriberResult]
     drops: dict[str, dict[str, int]]  # per broker, since its last start
+    catch_up: bool = True  # False: every broker listed its child and clients in no_catch_up
 
     def lossless(self, profile: str) -> bool:
         return all(s.lost_count == 0 and s.duplicates == 0 and s.in_order
@@ -126,7 +129,7 @@ class SoakResult:
                              "back_s": round(o.back, 3)} for o in self.outages],
                 "subscribers": [s.to_json() for s in self.subscribers],
                 "lossless": {p: self.lossless(p) for p in self.profiles},
-                "drops": self.drops}  # fmt: skip
+                "catch_up": self.catch_up, "drops": self.drops}  # fmt: skip
 
 
 def parse_kill(text: str) -> tuple[str, float]:
@@ -177,17 +180,26 @@ async def soak(
     state_dir: Path | None = None,
     seed: int = 1,
     tick: Callable[[float], None] | None = None,
+    catch_up: bool = True,
 ) -> SoakResult:
-    """Run one soak (see the module docstring); ``tick(seconds)`` reports progress."""
+    """Run one soak (see the module docstring); ``tick(seconds)`` reports progress.
+    ``catch_up=False``: each broker lists its child and its subscribers in ``no_catch_up``
+    (routing by matching alone), to measure what catch-up routing saves."""
     profiles = tuple(dict.fromkeys(profiles))
     _check(profiles, brokers, kills, duration, epoch, outage)
     if state_dir is None:
         with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
             return await soak(profiles, brokers=brokers, epoch=epoch, duration=duration,
                               kills=kills, outage=outage, max_delay=max_delay, rate=rate,
-                              settle=settle, state_dir=Path(tmp), seed=seed, tick=tick)  # fmt: skip
+                              settle=settle, state_dir=Path(tmp), seed=seed, tick=tick,
+                              catch_up=catch_up)  # fmt: skip
     text = chain_toml(brokers, ("plain", *profiles), publishers=[f"pub-{p}" for p in profiles],
                       heartbeat_interval=HEARTBEAT)  # fmt: skip
+    if not catch_up:
+        for i in range(brokers):
+            peers = [f"b{i + 1}"] if i + 1 < brokers else []
+            peers += [f"sub-{p}-b{i}" for p in profiles] if i else []
+            text += f"[brokers.b{i}]\nno_catch_up = {json.dumps(peers)}\n"
     cfg = parse_cluster_config(tomllib.loads(text), base=state_dir)
     now = time.time()
     bundle = KeyBundle(state_dir / "keys", now=now, types=(HOSPITAL,),
@@ -196,8 +208,10 @@ async def soak(
     cluster = LocalCluster(cfg, bundle=bundle)
     await cluster.start()
     try:
-        return await _run(cluster, bundle, profiles, brokers, epoch, duration, kills, outage,
-                          max_delay, rate, settle, seed, tick)  # fmt: skip
+        r = await _run(cluster, bundle, profiles, brokers, epoch, duration, kills, outage,
+                       max_delay, rate, settle, seed, tick)  # fmt: skip
+        r.catch_up = catch_up
+        return r
     finally:
         await cluster.stop()
 
