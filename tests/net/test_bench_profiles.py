@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pubguard.cli.main import cli
 from pubguard.net.bench import client_costs, measure_network, validation_cost
@@ -129,3 +131,55 @@ def test_bench_network_refuses_a_bad_merkle_batch() -> None:
     for bad in ("1", "0", "70000", "x"):
         r = CliRunner().invoke(cli, ["bench", "network", "--merkle-batch", bad])
         assert r.exit_code == 2 and "--merkle-batch" in r.output, r.output
+
+
+@given(j=st.integers(0, 255), k=st.integers(0, 255), seed=st.integers(0, 2**32))
+def test_each_bench_event_matches_its_own_subscriber_only(j: int, k: int, seed: int) -> None:
+    """Fan-out one on both attributes: subscriber ``j``'s events match ``j``'s filter and no
+    other's (plain matching, the reference every profile is checked against)."""
+    import random
+
+    from pubguard.model import Filter
+    from pubguard.net.bench_costs import ATTRIBUTES, bench_event, bench_filter, bench_type
+
+    for attribute in ATTRIBUTES:
+        e = bench_event(attribute, j, random.Random(seed), 16)
+        assert e.type == bench_type(attribute).name and len(e.payload) == 16
+        assert Filter.parse(bench_filter(attribute, k)).matches(e.attrs) == (j == k)
+
+
+def test_numeric_ranges_are_routed_by_plain_psguard_and_default_cores() -> None:
+    """psguard.txt §5.2.3 measured topic and numeric attributes; the numeric workload routes
+    on tokenized key-tree node ids (core_cost raises unless every publication reaches exactly
+    the one subscriber whose range holds it)."""
+    from pubguard.net.bench_costs import core_cost, core_costs
+
+    assert core_cost("plain", 24, run=8, subscribers=4, attribute="numeric") > 0
+    assert core_cost("psguard-paper", 24, run=8, subscribers=4, attribute="numeric") > 0
+    assert core_cost("default", 24, batch=8, subscribers=4, attribute="numeric") > 0
+    c = core_costs("psguard", 12, merkle_batches=(2,), run=4, attribute="numeric")
+    assert set(c) == {"plain", "psguard", "psguard-paper", "merkle_2"} and min(c.values()) > 0
+    assert validation_cost("default", 8, batch=4, attribute="numeric") > 0
+    assert set(client_costs("psguard", 4, attribute="numeric")) == {"protect", "open"}
+
+
+def test_numeric_is_refused_for_profiles_that_route_on_topics_only(tmp_path: Path) -> None:
+    for profile in ("eventguard", "narada"):
+        r = CliRunner().invoke(cli, ["bench", "network", "--profile", profile,
+                                     "--attribute", "numeric"])  # fmt: skip
+        assert r.exit_code == 2 and "routes on topics only" in r.output, r.output
+        with pytest.raises(ValueError, match="topics only"):
+            asyncio.run(measure_network(profile, 1, 16, state_dir=tmp_path, attribute="numeric"))
+
+
+@pytest.mark.slow
+def test_bench_network_on_numeric_ranges_delivers_and_says_so() -> None:
+    r = CliRunner().invoke(cli, ["bench", "network", "--profile", "default", "--brokers", "1",
+                                 "--payload", "16", "--subscribers", "3", "--in-process",
+                                 "--attribute", "numeric", "--quick", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    assert obj["attribute"] == "numeric" and not obj["drops"]
+    assert obj["max_throughput_eps"] > 0 and obj["latency_samples"] > 0
+    assert obj["baseline_max_throughput_eps"] > 0
+    assert {"merkle_16", "merkle_64"} <= set(obj["broker_core_us"])

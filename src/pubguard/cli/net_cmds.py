@@ -302,21 +302,33 @@ def register(cli: click.Group) -> None:
                   show_default=True,
                   help="Publications under one signature in the Merkle runs (the broker "
                        "core costs are also reported at 16 and 64).")  # fmt: skip
+    @click.option("--attribute", type=click.Choice(["topic", "numeric"]), default="topic",
+                  show_default=True,
+                  help="What subscriptions and events route on: a topic, or disjoint numeric "
+                       "ranges (plain, psguard, psguard-paper, default; psguard.txt §5.2.3 "
+                       "measured both).")  # fmt: skip
     @click.option("--plot", "plot", type=click.Path(dir_okay=False, path_type=Path),
                   default=None, help="Also draw throughput and latency per tree size (PNG).")  # fmt: skip
     @click.option("--json", "as_json", is_flag=True)
     def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
                       subscribers: int, in_process: bool, quick: bool, repeat: int,
-                      merkle_batch: int, plot: Path | None, as_json: bool) -> None:  # fmt: skip
+                      merkle_batch: int, attribute: str, plot: Path | None,
+                      as_json: bool) -> None:  # fmt: skip
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         import asyncio
 
         from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
+        from pubguard.net.bench_costs import NUMERIC_PROFILES
         from pubguard.net.config import PROFILES
 
         if profile not in PROFILES:
             raise click.BadParameter(
                 f"known profiles: {', '.join(PROFILES)}", param_hint="--profile"
+            )
+        if attribute == "numeric" and profile not in NUMERIC_PROFILES:
+            raise click.BadParameter(
+                f"{profile} routes on topics only; numeric ranges: {', '.join(NUMERIC_PROFILES)}",
+                param_hint="--attribute",
             )
         for n in brokers:
             if n not in BROKER_COUNTS:
@@ -329,7 +341,8 @@ def register(cli: click.Group) -> None:
         results = asyncio.run(run_network_bench(
             profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
             in_process=in_process, subscribers=subscribers, quick=quick, repeat=repeat,
-            merkle_batch=merkle_batch, on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
+            merkle_batch=merkle_batch, attribute=attribute,
+            on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
         ))  # fmt: skip
         if plot is not None:
             from pubguard.net.bench_plot import plot_network
@@ -337,7 +350,8 @@ def register(cli: click.Group) -> None:
             try:
                 where = "brokers in this process" if in_process else "one process per broker"
                 plot_network(results, plot, title=f"pubguard bench network --profile {profile}: "
-                             f"{subscribers} subscribers, {where}, loopback, shared cores")  # fmt: skip
+                             f"{subscribers} subscribers ({attribute}), {where}, loopback, "
+                             "shared cores")  # fmt: skip
             except OSError as exc:
                 raise click.ClickException(f"cannot write the plot {plot}: {exc}") from None
             err_console.print(f"plot written to {plot}")
@@ -371,7 +385,9 @@ def _bench_tables(profile: str, subscribers: int, results: list[dict[str, Any]])
     beside it: Merkle batches, single-signed, psguard's paper configuration), each with its
     ratios to plain; then the in-process broker costs per publication. Each fits 80 columns."""
     secure = profile != "plain"
-    thr = Table(title=f"bench network ({profile}, {subscribers} subscribers): throughput",
+    on = results[0].get("attribute", "topic") if results else "topic"
+    thr = Table(title=f"bench network ({profile}, {subscribers} subscribers on {on}): "
+                      "throughput",
                 box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
     lat = Table(title="latency at 80% of max throughput, and idle", box=box.SIMPLE_HEAD,
                 pad_edge=False)  # fmt: skip

@@ -67,10 +67,14 @@ from typing import Any, Final
 
 from pubguard.model import Event
 from pubguard.net.bench_costs import (
-    BENCH_TYPE,
+    ATTRIBUTES,
     MERKLE_BATCH,
     MERKLE_BATCHES,
+    NUMERIC_PROFILES,
     PUBLISHER,
+    bench_event,
+    bench_filter,
+    bench_type,
     client_costs,
     core_costs,
     validation_cost,
@@ -162,13 +166,15 @@ _EVENT_SLOTS: Final = ("attrs", "id", "type", "payload", "_frozen")
 
 class _Net:
     def __init__(self, cluster: LocalCluster, pub: Client, subs: RemoteSubscribers,
-                 sink: _Sink) -> None:  # fmt: skip
+                 sink: _Sink, attribute: str = "topic") -> None:  # fmt: skip
         self.cluster, self.pub, self.subs, self.sink = cluster, pub, subs, sink
+        self.attribute = attribute  # what the subscriptions and events route on
         self.why = ""  # what declared the last saturated run saturated
         self.sent = 0  # publications the last step sent
 
 
-async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) -> _Net:
+async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str,
+                 attribute: str = "topic") -> _Net:  # fmt: skip
     leaves = [b for b in cluster.config.brokers if not cluster.config.children_of(b)]
     topics = tuple(f"s{j}" for j in range(n_subs))
     specs = []
@@ -176,7 +182,8 @@ async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) 
         name = f"bench-sub{j}"
         inner = (PlainScheme() if profile == "plain"
                  else cluster.bundle.client(profile, name, topics=(topics[j],)))  # fmt: skip
-        specs.append((leaves[j % len(leaves)], name, topics[j], _Unopened(inner)))
+        specs.append((leaves[j % len(leaves)], name, bench_filter(attribute, j),
+                      _Unopened(inner)))  # fmt: skip
     subs = RemoteSubscribers(cluster, specs)
     await subs.start()  # the subscribers run in a process of their own
     try:
@@ -190,17 +197,17 @@ async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str) 
     except BaseException:
         await subs.close()
         raise
-    return _Net(cluster, pub, subs, sink)
+    return _Net(cluster, pub, subs, sink, attribute)
 
 
 async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: random.Random,
                   record: bool = False, batch: int = 1) -> bool:  # fmt: skip
     """Publish at ``rate`` for ``seconds``; True if some node saturated (what did: ``net.why``)."""
     net.why = ""
-    syms = [spec[2] for spec in net.subs.specs]
+    n_subs = len(net.subs.specs)
     # the publisher protects this step's events before the clock starts (publishers are
     # other machines in a deployment; client_costs() reports what protecting costs)
-    todo = [Event({"topic": rng.choice(syms)}, type=BENCH_TYPE.name, payload=b"\0" * payload)
+    todo = [bench_event(net.attribute, rng.randrange(n_subs), rng, payload)
             for _ in range(int(rate * seconds) + 1)]  # fmt: skip
     protect = getattr(net.pub.scheme, "protect_events", None)
     pes: list[Any] = []
@@ -344,18 +351,21 @@ async def measure_network(
     run_s: float = RUN_S,
     bisections: int = 4,
     cpu_rate: float | None = CPU_RATE,
+    attribute: str = "topic",
 ) -> dict[str, Any]:
     """Max sustained throughput and latency for one (profile, tree size, payload); ``batch``:
-    publications per signature (Merkle batches) for profiles that sign batches."""
+    publications per signature (Merkle batches) for profiles that sign batches;
+    ``attribute``: what subscriptions and events route on (``topic`` or ``numeric``)."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}")
+    _check_attribute(profile, attribute)
     edges = _tree(brokers)
     names = ["b0"] + [c for _, c in edges]
     cfg = ClusterConfig(state_dir, tuple(edges), tuple(names), "127.0.0.1",
                         {"profiles": [profile]}, publishers=(PUBLISHER,))  # fmt: skip
     bundle = None
     if profile != "plain":
-        bundle = KeyBundle(state_dir / "keys", now=time.time(), types=(BENCH_TYPE,),
+        bundle = KeyBundle(state_dir / "keys", now=time.time(), types=(bench_type(attribute),),
                            identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
     cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle)
     rng = random.Random(seed)
@@ -364,7 +374,7 @@ async def measure_network(
     net: _Net | None = None
     try:
         await cluster.start()
-        net = await _setup(cluster, sink, subscribers, profile)
+        net = await _setup(cluster, sink, subscribers, profile, attribute)
         clients = [net.pub]
         say = on_step or (lambda s: None)
         run = profile if batch == 1 else f"{profile} (Merkle root per {batch})"
@@ -403,6 +413,7 @@ async def measure_network(
         await cluster.stop()
     return {
         "profile": profile,
+        "attribute": attribute,
         "brokers": brokers,
         "payload": payload,
         "subscribers": subscribers,
@@ -416,6 +427,16 @@ async def measure_network(
         "broker_cpu_us_per_event": cpu,
         "saturated_by": why or None,
     }
+
+
+def _check_attribute(profile: str, attribute: str) -> None:
+    """ValueError unless ``profile`` routes on ``attribute`` (eventguard's tokens ``T(w)`` and
+    narada's topics are equality-only: no numeric ranges)."""
+    if attribute not in ATTRIBUTES:
+        raise ValueError(f"attribute is one of {', '.join(ATTRIBUTES)}, not {attribute!r}")
+    if attribute == "numeric" and profile not in NUMERIC_PROFILES:
+        raise ValueError(f"{profile} routes on topics only; numeric ranges: "
+                         f"{', '.join(NUMERIC_PROFILES)}")  # fmt: skip
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -438,6 +459,7 @@ async def run_network_bench(
     quick: bool = False,
     repeat: int = 1,
     merkle_batch: int = MERKLE_BATCH,
+    attribute: str = "topic",
 ) -> list[dict[str, Any]]:
     """Every (brokers, payload) combination; a non-plain profile also runs plain for ratios,
     the signing profiles also with Merkle batches, and every secure profile reports its
@@ -445,7 +467,9 @@ async def run_network_bench(
     report the run with the median ``max_throughput_eps`` (all of them in
     ``max_throughput_runs_eps``); the profile's and plain's searches alternate, so a change in
     the machine's load falls on both sides of a ratio. ``merkle_batch``: publications under
-    one signature in the Merkle runs (2..``MAX_BATCH``)."""
+    one signature in the Merkle runs (2..``MAX_BATCH``). ``attribute``: ``topic`` (every
+    profile) or ``numeric`` (plain, psguard, default: psguard.txt §5.2.3 measured both)."""
+    _check_attribute(profile, attribute)
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
     if not 2 <= merkle_batch <= MAX_BATCH:
@@ -458,10 +482,11 @@ async def run_network_bench(
         say(f"{profile}: broker validation and client costs per message")
         batches = tuple(sorted({*MERKLE_BATCHES, merkle_batch}))
         valid = validation_costs(profile, 30 if quick else validation_messages,
-                                 merkle_batches=batches)  # fmt: skip
+                                 merkle_batches=batches, attribute=attribute)  # fmt: skip
         say(f"{profile}: broker core CPU per publication (plain alongside)")
-        core = core_costs(profile, 48 if quick else 768, merkle_batches=batches)
-        clients = client_costs(profile, 30 if quick else 200)
+        core = core_costs(profile, 48 if quick else 768, merkle_batches=batches,
+                          attribute=attribute)  # fmt: skip
+        clients = client_costs(profile, 30 if quick else 200, attribute=attribute)
     knobs: dict[str, Any] = (
         {"max_rate": 2000, "run_s": 0.3, "bisections": 1, "cpu_rate": None} if quick else {}
     )
@@ -473,7 +498,7 @@ async def run_network_bench(
                     return measure_network(prof, n, size, state_dir=Path(tmp) / f"{tag}-{n}-{size}",
                                            in_process=in_process, subscribers=subscribers,
                                            on_step=lambda s: say(f"[{tag}] {s}"), batch=batch,
-                                           **knobs)  # fmt: skip
+                                           attribute=attribute, **knobs)  # fmt: skip
 
                 series: dict[str, list[dict[str, Any]]] = {}
                 plan = _plan(profile, merkle_batch)

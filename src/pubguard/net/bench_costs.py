@@ -21,11 +21,17 @@ from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
 from pubguard.schemes.registry import KeyBundle, make_broker_scheme
 
 __all__ = [
+    "ATTRIBUTES",
+    "BENCH_NUMERIC",
     "BENCH_TYPE",
+    "NUMERIC_PROFILES",
     "MERKLE_BATCH",
     "MERKLE_BATCHES",
     "PUBLISHER",
     "SIGNING_PROFILES",
+    "bench_event",
+    "bench_filter",
+    "bench_type",
     "client_costs",
     "core_cost",
     "core_costs",
@@ -40,7 +46,44 @@ MERKLE_BATCHES: Final = (16, 64)
 SIGNING_PROFILES: Final = ("eventguard", "default", "psguard")
 #: a topic-routed event type every profile can carry (PSGuard topic-kind attribute)
 BENCH_TYPE: Final = EventType("bench", (AttributeSpec("topic", "str", kind="topic"),))
+#: psguard.txt's second measured kind: one numeric attribute, routed on tokenized key-tree
+#: node ids (a NAKT over 0..2047, least count 1); subscriber ``j`` holds ``[8j, 8j + 7]``
+NUMERIC_WIDTH: Final = 8
+BENCH_NUMERIC: Final = EventType(
+    "bench-num", (AttributeSpec("n", "int", range_size=256 * NUMERIC_WIDTH, least_count=1),)
+)
+#: the routable attribute a bench run's subscriptions and events use
+ATTRIBUTES: Final = ("topic", "numeric")
+#: the profiles that route numeric ranges (eventguard and narada route on topics only)
+NUMERIC_PROFILES: Final = ("plain", "psguard", "psguard-paper", "default")
 PUBLISHER: Final = "bench-pub"
+
+
+def bench_type(attribute: str) -> EventType:
+    """The event type of a bench run on ``attribute`` (one of :data:`ATTRIBUTES`)."""
+    if attribute not in ATTRIBUTES:
+        raise ValueError(f"attribute is one of {', '.join(ATTRIBUTES)}, not {attribute!r}")
+    return BENCH_TYPE if attribute == "topic" else BENCH_NUMERIC
+
+
+def bench_filter(attribute: str, j: int) -> str:
+    """Subscriber ``j``'s filter: ``topic = "s<j>"``, or its own numeric range; no two
+    subscribers' filters overlap, so every event matches exactly one (fan-out one)."""
+    bench_type(attribute)
+    if attribute == "topic":
+        return f'topic = "s{j}"'
+    lo = NUMERIC_WIDTH * j
+    return f"n >= {lo} && n <= {lo + NUMERIC_WIDTH - 1}"
+
+
+def bench_event(attribute: str, j: int, rng: random.Random, payload: int, **kw: Any) -> Event:
+    """An event for subscriber ``j`` alone (a random value of its range for ``numeric``)."""
+    attrs: dict[str, Any] = (
+        {"topic": f"s{j}"}
+        if attribute == "topic"
+        else {"n": NUMERIC_WIDTH * j + rng.randrange(NUMERIC_WIDTH)}
+    )
+    return Event(attrs, type=bench_type(attribute).name, payload=b"\0" * payload, **kw)
 
 
 def validation_cost(
@@ -51,20 +94,28 @@ def validation_cost(
     token_cache: bool = True,
     seed: int = 1,
     slices: int = 3,
+    attribute: str = "topic",
 ) -> float:
     """Mean microseconds a broker spends on one publication of ``profile``: decoding its
     routing part and running every guard (signatures, permits or tokens, timestamps, replay).
     ``batch``: publications per signature (Merkle root verified once, then cached).
     ``token_cache=False``: narada without the verified-token cache (§VI). CPU time, best of
     ``slices`` slices of ``n / slices`` publications."""
-    with _valid_setup(profile, n, batch=batch, token_cache=token_cache, seed=seed) as timer:
+    with _valid_setup(profile, n, batch=batch, token_cache=token_cache, seed=seed,
+                      attribute=attribute) as timer:  # fmt: skip
         k = max(1, n // slices)
         return min(timer(s * k, (s + 1) * k if s < slices - 1 else n) for s in range(slices))
 
 
 @contextlib.contextmanager
 def _valid_setup(
-    profile: str, n: int, *, batch: int = 1, token_cache: bool = True, seed: int = 1
+    profile: str,
+    n: int,
+    *,
+    batch: int = 1,
+    token_cache: bool = True,
+    seed: int = 1,
+    attribute: str = "topic",
 ) -> Iterator[Callable[[int, int], float]]:
     """A broker face of ``profile`` and ``n`` publications (after a warm-up of two batches);
     yields ``timer(i, j)``: the CPU microseconds per publication to decode and guard
@@ -73,8 +124,8 @@ def _valid_setup(
 
     now = time.time()
     with _tf.TemporaryDirectory(prefix="pubguard-valid-") as tmp:
-        bundle = KeyBundle(tmp, now=now, types=(BENCH_TYPE,), identities=(PUBLISHER,),
-                           rng=random.Random(seed))  # fmt: skip
+        bundle = KeyBundle(tmp, now=now, types=(bench_type(attribute),),
+                           identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
         client = bundle.client(profile, PUBLISHER, topics=("s0",), now=now)
         keys = bundle.broker_keys(narada=profile == "narada")
         if profile == "narada" and not token_cache:
@@ -88,8 +139,8 @@ def _valid_setup(
         if profile == "eventguard":
             client.protect_advertisement(Filter.parse('topic = "s0"'), now=now)
         warm = 2 * batch
-        evs = [Event({"topic": "s0"}, id=f"v{i}", type=BENCH_TYPE.name, payload=b"\0" * 16)
-               for i in range(n + warm)]  # fmt: skip
+        rng = random.Random(seed)
+        evs = [bench_event(attribute, 0, rng, 16, id=f"v{i}") for i in range(n + warm)]
         protect = getattr(client, "protect_events", None)
         pes: list[Any] = []
         for i in range(0, len(evs), batch):
@@ -128,6 +179,7 @@ def core_cost(
     subscribers: int = 32,
     seed: int = 1,
     slices: int = 3,
+    attribute: str = "topic",
 ) -> float:
     """CPU microseconds one broker core spends per publication of ``profile``: admission
     (decoding, duplicate window, guards), matching against ``subscribers`` subscriptions
@@ -137,7 +189,8 @@ def core_cost(
     call each). Best of ``slices`` slices (the machine is shared)."""
     from pubguard.broker import DeliverTo
 
-    with _core_setup(profile, n, batch=batch, subscribers=subscribers, seed=seed) as (core, wires):
+    with _core_setup(profile, n, batch=batch, subscribers=subscribers, seed=seed,
+                     attribute=attribute) as (core, wires):  # fmt: skip
         now = time.time()
         link = "c:" + PUBLISHER
         k = max(1, n // slices)
@@ -161,7 +214,13 @@ def core_cost(
 
 @contextlib.contextmanager
 def _core_setup(
-    profile: str, n: int, *, batch: int = 1, subscribers: int = 32, seed: int = 1
+    profile: str,
+    n: int,
+    *,
+    batch: int = 1,
+    subscribers: int = 32,
+    seed: int = 1,
+    attribute: str = "topic",
 ) -> Iterator[tuple[Any, list[dict[str, Any]]]]:
     """A broker core serving ``profile`` with ``subscribers`` subscriptions and ``n``
     publications as wire dicts (for :func:`core_cost` and profiling)."""
@@ -180,8 +239,8 @@ def _core_setup(
             pub: Any = scheme
             subs: list[Any] = [scheme] * subscribers
         else:
-            bundle = KeyBundle(tmp, now=now, types=(BENCH_TYPE,), identities=(PUBLISHER,),
-                               rng=random.Random(seed))  # fmt: skip
+            bundle = KeyBundle(tmp, now=now, types=(bench_type(attribute),),
+                               identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
             pub = bundle.client(profile, PUBLISHER, topics=tuple(topics), now=now)
             subs = [bundle.client(profile, f"bench-sub{j}", topics=(t,), now=now)
                     for j, t in enumerate(topics)]  # fmt: skip
@@ -191,14 +250,14 @@ def _core_setup(
         core.add_link("c:" + PUBLISHER, LinkKind.CLIENT, PUBLISHER)
         for j, t in enumerate(topics):
             core.add_link(f"c:s{j}", LinkKind.CLIENT, f"bench-sub{j}")
-            pf = subs[j].protect_filter(Filter.parse(f'topic = "{t}"'), now=now)
+            pf = subs[j].protect_filter(Filter.parse(bench_filter(attribute, j)), now=now)
             core.handle(Subscribe(f"q{j}", profile, pf.filter, pf.meta), f"c:s{j}", now)
             if profile == "eventguard":
                 pa = pub.protect_advertisement(Filter.parse(f'topic = "{t}"'), now=now)
                 core.handle(Advertise(f"a{j}", profile, pa.filter, pa.meta), "c:" + PUBLISHER,
                             now)  # fmt: skip
-        evs = [Event({"topic": rng.choice(topics)}, id=f"c{i}", type=BENCH_TYPE.name,
-                     payload=b"\0" * 16) for i in range(n)]  # fmt: skip
+        evs = [bench_event(attribute, rng.randrange(subscribers), rng, 16, id=f"c{i}")
+               for i in range(n)]  # fmt: skip
         protect = getattr(pub, "protect_events", None)
         pes: list[Any] = []
         for i in range(0, n, batch):
@@ -209,22 +268,25 @@ def _core_setup(
                      for pe in pes]  # fmt: skip
 
 
-def client_costs(profile: str, n: int = 200, *, seed: int = 1) -> dict[str, float]:
+def client_costs(
+    profile: str, n: int = 200, *, seed: int = 1, attribute: str = "topic"
+) -> dict[str, float]:
     """CPU microseconds per event for the publisher to protect and a subscriber to open (off
     the network's critical path in the throughput runs, where clients are other machines)."""
     import tempfile as _tf
 
     now = time.time()
     with _tf.TemporaryDirectory(prefix="pubguard-client-") as tmp:
-        bundle = KeyBundle(tmp, now=now, types=(BENCH_TYPE,), identities=(PUBLISHER,),
-                           rng=random.Random(seed))  # fmt: skip
-        f = Filter.parse('topic = "s0"')
+        bundle = KeyBundle(tmp, now=now, types=(bench_type(attribute),),
+                           identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
+        f = Filter.parse(bench_filter(attribute, 0))
         sub = bundle.client(profile, "bench-sub0", topics=("s0",), now=now)
         sub.protect_filter(f, now=now)
         pub = bundle.client(profile, PUBLISHER, topics=("s0",), now=now)
         if profile == "eventguard":
             pub.protect_advertisement(f, now=now)
-        evs = [Event({"topic": "s0"}, type=BENCH_TYPE.name, payload=b"\0" * 16) for _ in range(n)]
+        rng = random.Random(seed)
+        evs = [bench_event(attribute, 0, rng, 16) for _ in range(n)]
         t0 = time.process_time()
         pes = [pub.protect_event(e, now=now) for e in evs]
         t1 = time.process_time()
@@ -240,6 +302,7 @@ def validation_costs(
     *,
     merkle_batches: tuple[int, ...] = MERKLE_BATCHES,
     slices: int = 6,
+    attribute: str = "topic",
 ) -> dict[str, float]:
     """The per-message broker validation figures a profile's report carries: one signature
     per publication (``per_message``), psguard's paper brokers (``paper_brokers``), narada
@@ -260,7 +323,8 @@ def validation_costs(
         for key, prof, b, cache in plan:
             per = -(-max(1, n // slices) // b) * b  # one slice: whole batches
             timer = stack.enter_context(_valid_setup(prof, per * slices, batch=b,
-                                                     token_cache=cache))  # fmt: skip
+                                                     token_cache=cache,
+                                                     attribute=attribute))  # fmt: skip
             timers.append((key, timer, per))
         for s in range(slices):
             for key, timer, per in timers:
@@ -275,6 +339,7 @@ def core_costs(
     merkle_batches: tuple[int, ...] = MERKLE_BATCHES,
     run: int = 16,
     slices: int = 8,
+    attribute: str = "topic",
 ) -> dict[str, float]:
     """:func:`core_cost` of plain, ``profile`` (one signature per publication), psguard's
     paper configuration (for psguard) and each Merkle batch size of a signing profile
@@ -300,7 +365,8 @@ def core_costs(
         cores = []
         for prof, key, b in plan:
             per = _whole(max(1, n // 3), b)  # one slice: whole batches
-            core, wires = stack.enter_context(_core_setup(prof, per * slices, batch=b))
+            core, wires = stack.enter_context(_core_setup(prof, per * slices, batch=b,
+                                                          attribute=attribute))  # fmt: skip
             cores.append((key, core, wires, per))
         now = time.time()
         for s in range(slices):

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["REPLY_TIMEOUT", "RemoteSubscribers", "SubscriberSpec"]
 
 REPLY_TIMEOUT: Final = 120.0  # seconds the parent waits for the child's answer
-SubscriberSpec = tuple[str, str, str, Any]  # (leaf broker, identity, topic, client scheme)
+SubscriberSpec = tuple[str, str, str, Any]  # (leaf broker, identity, filter, client scheme)
 
 
 class RemoteSubscribers:
@@ -155,10 +155,10 @@ async def _child(cluster: LocalCluster, specs: list[SubscriberSpec], conn: Conne
     sink = _Arrivals()
     subs: list[Client] = []
     try:
-        for leaf, name, topic, scheme in specs:
+        for leaf, name, text, scheme in specs:
             c = await cluster.connect(leaf, name, window=8192, scheme=scheme)
             subs.append(c)
-            await c.subscribe(f'topic = "{topic}"', handler=sink, max_pending=1 << 20)
+            await c.subscribe(text, handler=sink, max_pending=1 << 20)
         for c in subs:
             await c.flush()
     except Exception as exc:  # reported to the parent, which raises it
