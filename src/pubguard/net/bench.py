@@ -20,7 +20,11 @@ alternating the profile's and plain's, and reports the median with every run's f
 
 Each subscriber ``j`` subscribes to ``topic = "s<j>"`` and every event carries one random
 topic, so each event is routed to exactly one of the 32 subscribers (content-based routing
-with fan-out one); the payload is ``--payload`` bytes. Everything runs on this machine's
+with fan-out one); the payload is ``--payload`` bytes. With ``attribute="numeric"``
+(``--attribute numeric``; psguard.txt §5.2.3 measured topic and numeric attributes) subscriber
+``j`` holds the range ``n in [8j, 8j + 7]`` and every event a random ``n`` of one range, routed
+by psguard and default on tokenized key-tree node ids; eventguard and narada route on topics
+only. Everything runs on this machine's
 cores: brokers are separate processes (or in-process with ``in_process``), the publisher runs
 in the bench process and the subscribers in one forked child process
 (:mod:`~pubguard.net.bench_subs`; before, they shared the publisher's loop, which was then the
