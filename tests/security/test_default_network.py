@@ -332,7 +332,11 @@ def test_replay_is_a_duplicate_then_replayed_after_the_broker_restarts(net: Net)
             await asyncio.sleep(0.05)
         await mallory.flush()
 
-    net.run(back())
+    try:
+        net.run(back())
+    except Exception as exc:  # say what b3 was doing (its -vv log), not only that it timed out
+        tail = (net.cluster.broker_dir("b3") / "broker.log").read_text(errors="replace")[-3000:]
+        raise AssertionError(f"b3 did not come back: {exc!r}\n--- b3 log ---\n{tail}") from exc
     assert net.run(replay("replayed")) == {"b3": {"replayed": 1}}
     assert all(net.subs[n].pending == 0 for n in ("young", "old", "any"))
 

@@ -333,10 +333,17 @@ class LocalCluster:
         return dict(zip(names, results, strict=True))
 
     async def wait_connected(self, timeout: float = START_TIMEOUT) -> None:
-        """Until every broker's parent link is up."""
+        """Until every broker's parent link is up. A status that does not come (a broker
+        just restarted, its admin link still backing off) is asked again until ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
-            st = await self.statuses()
+            try:
+                st = await self.statuses()
+            except (TimeoutError, TransportError) as exc:
+                if time.monotonic() > deadline:
+                    raise TransportError(f"broker status not answered: {exc!r}") from None
+                await asyncio.sleep(0.05)
+                continue
             down = [
                 n
                 for n, s in st.items()
