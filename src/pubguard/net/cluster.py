@@ -332,18 +332,23 @@ class LocalCluster:
         results = await asyncio.gather(*(self.status(n) for n in names))
         return dict(zip(names, results, strict=True))
 
-    async def wait_connected(self, timeout: float = START_TIMEOUT) -> None:
-        """Until every broker's parent link is up. A status that does not come (a broker
-        just restarted, its admin link still backing off) is asked again until ``timeout``."""
-        deadline = time.monotonic() + timeout
+    async def _statuses_by(self, deadline: float) -> dict[str, dict[str, Any]]:
+        """:meth:`statuses`, asked again while one does not come (a broker just restarted,
+        its admin link still backing off) until ``deadline`` (``time.monotonic``)."""
         while True:
             try:
-                st = await self.statuses()
+                return await self.statuses()
             except (TimeoutError, TransportError) as exc:
                 if time.monotonic() > deadline:
                     raise TransportError(f"broker status not answered: {exc!r}") from None
                 await asyncio.sleep(0.05)
-                continue
+
+    async def wait_connected(self, timeout: float = START_TIMEOUT) -> None:
+        """Until every broker's parent link is up (a status that does not come is asked
+        again until ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = await self._statuses_by(deadline)
             down = [
                 n
                 for n, s in st.items()
@@ -356,11 +361,12 @@ class LocalCluster:
             await asyncio.sleep(0.05)
 
     async def wait_quiescent(self, timeout: float = 30.0, settle: int = 2) -> None:
-        """Until no broker has queued or unprocessed messages, ``settle`` polls in a row."""
+        """Until no broker has queued or unprocessed messages, ``settle`` polls in a row (a
+        status that does not come is asked again until ``timeout``)."""
         deadline = time.monotonic() + timeout
         calm = 0
         while calm < settle:
-            st = await self.statuses()
+            st = await self._statuses_by(deadline)
             busy = {n: s["queue"] for n, s in st.items() if s["queue"]}
             calm = 0 if busy else calm + 1
             if time.monotonic() > deadline:
