@@ -317,19 +317,17 @@ def register(cli: click.Group) -> None:
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         import asyncio
 
-        from pubguard.net.bench import BROKER_COUNTS, PAPER, run_network_bench
-        from pubguard.net.bench_costs import NUMERIC_PROFILES
+        from pubguard.net.bench import BROKER_COUNTS, PAPER, check_attribute, run_network_bench
         from pubguard.net.config import PROFILES
 
         if profile not in PROFILES:
             raise click.BadParameter(
                 f"known profiles: {', '.join(PROFILES)}", param_hint="--profile"
             )
-        if attribute == "numeric" and profile not in NUMERIC_PROFILES:
-            raise click.BadParameter(
-                f"{profile} routes on topics only; numeric ranges: {', '.join(NUMERIC_PROFILES)}",
-                param_hint="--attribute",
-            )
+        try:
+            check_attribute(profile, attribute)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--attribute") from None
         for n in brokers:
             if n not in BROKER_COUNTS:
                 raise click.BadParameter("tree sizes are 1, 3, 7 or 15", param_hint="--brokers")

@@ -98,6 +98,7 @@ __all__ = [
     "BROKER_COUNTS",
     "PAPER",
     "PAPER_NOTE",
+    "check_attribute",
     "client_costs",
     "core_costs",
     "measure_network",
@@ -362,7 +363,7 @@ async def measure_network(
     ``attribute``: what subscriptions and events route on (``topic`` or ``numeric``)."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}")
-    _check_attribute(profile, attribute)
+    check_attribute(profile, attribute)
     edges = _tree(brokers)
     names = ["b0"] + [c for _, c in edges]
     cfg = ClusterConfig(state_dir, tuple(edges), tuple(names), "127.0.0.1",
@@ -433,7 +434,7 @@ async def measure_network(
     }
 
 
-def _check_attribute(profile: str, attribute: str) -> None:
+def check_attribute(profile: str, attribute: str) -> None:
     """ValueError unless ``profile`` routes on ``attribute`` (eventguard's tokens ``T(w)`` and
     narada's topics are equality-only: no numeric ranges)."""
     if attribute not in ATTRIBUTES:
@@ -473,7 +474,7 @@ async def run_network_bench(
     the machine's load falls on both sides of a ratio. ``merkle_batch``: publications under
     one signature in the Merkle runs (2..``MAX_BATCH``). ``attribute``: ``topic`` (every
     profile) or ``numeric`` (plain, psguard, default: psguard.txt §5.2.3 measured both)."""
-    _check_attribute(profile, attribute)
+    check_attribute(profile, attribute)
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
     if not 2 <= merkle_batch <= MAX_BATCH:
