@@ -11,6 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "pubguard"
 ORDER = [
     "errors",
     "model",
+    "wire",
     "crypto",
     "matching",
     "store",
@@ -21,6 +22,7 @@ ORDER = [
     "sim",
     "pipeline",
     "net",
+    "ops",
     "cli",
 ]
 

@@ -14,9 +14,8 @@ from pubguard.broker import Broker, DeliverTo, Drop
 from pubguard.errors import DropReason
 from pubguard.model import Filter
 from pubguard.schemes import PlainScheme
+from tests.broker.helpers import GuardScheme
 from tests.model.strategies import events, filters
-
-from .helpers import GuardScheme
 
 P = PlainScheme()
 LINKS = {"up": "parent", "kid": "child", "c0": "client", "c1": "client", "c2": "client"}

@@ -21,8 +21,7 @@ from pubguard.broker import (
 )
 from pubguard.errors import DropReason, StateError, ValidationError
 from pubguard.schemes import PlainScheme
-
-from .helpers import GuardScheme, forwarded, pub, sub, two_level
+from tests.broker.helpers import GuardScheme, forwarded, pub, sub, two_level
 
 
 def leaf_with_clients(*clients: str) -> Broker:

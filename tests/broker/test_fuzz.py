@@ -15,8 +15,7 @@ from typing import Any
 from pubguard.broker import Broker, Drop
 from pubguard.errors import DropReason
 from pubguard.schemes import PlainScheme
-
-from .helpers import GuardScheme, pub, sub
+from tests.broker.helpers import GuardScheme, pub, sub
 
 N = int(os.environ.get("PUBGUARD_FUZZ_MESSAGES", "10000"))
 

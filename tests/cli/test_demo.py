@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from pubguard.cli.main import cli
-from pubguard.net.hospital import (
+from pubguard.ops.demo.hospital import (
     UNITS,
     hospital_demo,
     hospital_events,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pubguard.errors import ValidationError
 from pubguard.keys.cache import BoundedLru, KeyCache, LruCache
-from pubguard.schemes.guards import TTLCache
+from pubguard.schemes.common.guards import TTLCache
 
 
 class _Model:

@@ -26,8 +26,8 @@ from pubguard.keys.kmc import KMC, Authorize, KeyRequest, RegisterTopic, Rights,
 from pubguard.model import Event
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes import PlainScheme
-from pubguard.schemes.narada import NaradaBroker
-from pubguard.schemes.narada_client import NaradaClient
+from pubguard.schemes.narada.broker import NaradaBroker
+from pubguard.schemes.narada.client import NaradaClient
 from pubguard.sim.engine import Simulator
 from pubguard.store import Database
 

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pubguard.net.cluster import LocalCluster
 from pubguard.net.config import load_cluster_config, parse_cluster_config
+from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 T = TypeVar("T")

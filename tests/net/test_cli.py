@@ -65,7 +65,7 @@ def test_bench_plain_quick_json_and_plot(tmp_path: Path) -> None:
 
 
 def test_bench_plot_refuses_an_unwritable_path(tmp_path: Path) -> None:
-    from pubguard.net.bench_plot import plot_network
+    from pubguard.ops.bench.plot import plot_network
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -126,7 +126,7 @@ def test_cluster_demo_in_process_is_correct_and_leaves_nothing_running() -> None
 
 
 def test_median_run_takes_the_middle_search_and_lists_all() -> None:
-    from pubguard.net.bench import _median_run
+    from pubguard.ops.bench.network import _median_run
 
     runs = [{"max_throughput_eps": x, "tag": t} for x, t in ((900.0, "a"), (300.0, "b"),
                                                                (600.0, "c"))]  # fmt: skip

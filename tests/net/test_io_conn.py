@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from pubguard.errors import FrameError
-from pubguard.net import io_loop
-from pubguard.net.framing import encode_frame
-from pubguard.net.io_conn import FrameConnection, PeerClosed, open_frame_connection
+from pubguard.net import loop as io_loop
+from pubguard.net.conn import FrameConnection, PeerClosed, open_frame_connection
+from pubguard.wire.framing import encode_frame
 
 
 async def _pair() -> tuple[FrameConnection, FrameConnection, asyncio.AbstractServer]:

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pubguard.crypto import H
-from pubguard.schemes.default import _leaf_of
-from pubguard.schemes.eventguard import _leaf_fast, leaf_digest
-from pubguard.schemes.guards import pack_fields
+from pubguard.schemes.common.guards import pack_fields
+from pubguard.schemes.default.broker import _leaf_of
+from pubguard.schemes.eventguard.broker import _leaf_fast, leaf_digest
 
 text = st.text(max_size=12)
 blobs = st.lists(st.binary(max_size=40), min_size=1, max_size=4)

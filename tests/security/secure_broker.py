@@ -1,7 +1,7 @@
 """``python -m tests.security.secure_broker --config broker.toml --keys keys.json --profiles
 default [--capture]``: one broker process serving the secure profiles, with a frame capture.
 
-It runs the ordinary broker (``pubguard.net.broker_main``) with two things installed that
+It runs the ordinary broker (``pubguard.net.server.main``) with two things installed that
 only the security tests want:
 
 - the broker's schemes come from :func:`pubguard.schemes.registry.build_registry` over the
@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pubguard.net.io_conn as io_conn
-import pubguard.net.server as server_mod
-from pubguard.net.broker_main import serve
+import pubguard.net.conn as io_conn
+import pubguard.net.server.server as server_mod
 from pubguard.net.config import load_broker_config
-from pubguard.net.framing import FrameDecoder, encode_frame
+from pubguard.net.server.main import serve
 from pubguard.schemes.registry import BrokerKeys, build_registry
+from pubguard.wire.framing import FrameDecoder, encode_frame
 
 
 def install_profiles(keys: BrokerKeys, profiles: list[str], state_dir: Path) -> None:
@@ -42,7 +42,7 @@ def install_profiles(keys: BrokerKeys, profiles: list[str], state_dir: Path) -> 
 def install_capture(state_dir: Path) -> None:
     """Tee what every link of this broker reads and writes after TLS decryption: frames as
     decoded (re-encoded, so ``capture.in`` reads back with ``FrameDecoder``) and the bytes
-    written to each connection (``capture.out``). Both go through ``net/io_conn.py``'s
+    written to each connection (``capture.out``). Both go through ``net/conn.py``'s
     :class:`FrameConnection`, which every broker link (clients, children, the parent) uses."""
     fin = (state_dir / "capture.in").open("ab", buffering=0)
     fout = (state_dir / "capture.out").open("ab", buffering=0)

@@ -31,14 +31,14 @@ from pubguard.broker import Unsubscribe
 from pubguard.crypto import SigningKey
 from pubguard.errors import DropReason, InvalidToken
 from pubguard.model import Event, Filter
-from pubguard.net.client import Client
-from pubguard.net.cluster import LocalCluster
+from pubguard.net.client.client import Client
 from pubguard.net.config import load_cluster_config
-from pubguard.net.framing import FrameDecoder
+from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.base import ProtectedEvent
-from pubguard.schemes.default import DEFAULT
-from pubguard.schemes.default_client import DefaultClient
+from pubguard.schemes.default.broker import DEFAULT
+from pubguard.schemes.default.client import DefaultClient
 from pubguard.schemes.registry import KeyBundle
+from pubguard.wire.framing import FrameDecoder
 from tests.net.conftest import LoopThread
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -11,8 +11,8 @@ from pubguard.keys.ms import MetaService
 from pubguard.model import Event, Filter
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes import PlainScheme, withdrawal_meta
-from pubguard.schemes.eventguard import EventGuardBroker
-from pubguard.schemes.eventguard_client import EventGuardClient
+from pubguard.schemes.eventguard.broker import EventGuardBroker
+from pubguard.schemes.eventguard.client import EventGuardClient
 from pubguard.sim.engine import Simulator
 
 TOPIC = "hospital/oncology"

@@ -4,7 +4,9 @@ from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply, Sen
 from pubguard.broker.core import Broker
 from pubguard.broker.covering import ForwardSet
 from pubguard.broker.dedup import DEDUP_MAX_IDS, DEDUP_WINDOW_S, DedupWindow
-from pubguard.broker.messages import (
+from pubguard.broker.state import BrokerState, MemoryState
+from pubguard.schemes.base import LinkInfo, LinkKind
+from pubguard.wire.messages import (
     KNOWN_OPS,
     MAX_BODY_BYTES,
     MAX_ID_LEN,
@@ -23,8 +25,6 @@ from pubguard.broker.messages import (
     freeze_wire,
     thaw_wire,
 )
-from pubguard.broker.state import BrokerState, MemoryState
-from pubguard.schemes.base import LinkInfo, LinkKind
 
 __all__ = [
     "DEDUP_MAX_IDS",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, TypeAlias
 
-from pubguard.broker.messages import Ack, Deliver, Error, Message
 from pubguard.errors import DropReason
+from pubguard.wire.messages import Ack, Deliver, Error, Message
 
 __all__ = ["Action", "DeliverTo", "Drop", "Forward", "Reply", "SendAction"]
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pubguard.broker.actions import Action, Forward
-from pubguard.broker.messages import Advertise, Unadvertise
 from pubguard.errors import DropReason, PubguardError
 from pubguard.schemes.base import LinkInfo, LinkKind
+from pubguard.wire.messages import Advertise, Unadvertise
 
 if TYPE_CHECKING:
     from pubguard.broker.core import _Profile

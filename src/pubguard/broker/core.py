@@ -24,7 +24,7 @@ tree; each broker has at most one *parent* link, any number of *child* broker li
 - **leases**: a scheme whose subscriptions and advertisements rest on a permit of one key
   epoch reports when it ends (``lease_end``); ``expire(now)``, called periodically by the
   driver, forgets entries past it, so one whose client vanished without a withdrawal does not
-  stay upstream for ever (live clients renew: ``pubguard.net.renewal``).
+  stay upstream for ever (live clients renew: ``pubguard.net.client.renewal``).
 - **publish** goes to the parent unless it came from there (so every publication reaches the
   root of the tree) and to every child or client link with a matching filter, never back to the
   child it came from. On a tree this delivers each event exactly once to every subscriber
@@ -63,22 +63,6 @@ from pubguard.broker.advertising import DECODE_ERRORS, AdvertisementRouting, Key
 from pubguard.broker.advertising import skey as _skey
 from pubguard.broker.covering import ForwardSet, filter_anchors
 from pubguard.broker.dedup import DEDUP_MAX_IDS, DEDUP_WINDOW_S, DedupWindow
-from pubguard.broker.messages import (
-    KNOWN_OPS,
-    MAX_DETAIL_LEN,
-    Ack,
-    Advertise,
-    Deliver,
-    Error,
-    Heartbeat,
-    Message,
-    Publish,
-    Subscribe,
-    Unadvertise,
-    Unsubscribe,
-    decode_message,
-    decode_publish,
-)
 from pubguard.broker.publishing import (
     CATCH_UP_MAX,
     CATCH_UP_S,
@@ -106,6 +90,22 @@ from pubguard.schemes.base import (
     SchemeRegistry,
 )
 from pubguard.schemes.plain import PlainScheme
+from pubguard.wire.messages import (
+    KNOWN_OPS,
+    MAX_DETAIL_LEN,
+    Ack,
+    Advertise,
+    Deliver,
+    Error,
+    Heartbeat,
+    Message,
+    Publish,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+    decode_message,
+    decode_publish,
+)
 
 __all__ = [
     "CATCH_UP_MAX",

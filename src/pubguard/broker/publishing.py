@@ -17,7 +17,7 @@ is dropped as ``duplicate`` *before* it is decoded (:meth:`PublicationRouting._s
 a replayed copy costs a dict lookup instead of decoding and freezing its routing fields. The
 drop, its reason, detail and counters are those of the full path; only a duplicate that is
 also malformed now counts as ``duplicate`` rather than ``malformed``. (A banned source is
-refused by the profile's guard, ``schemes/guard_check.py``, which needs the decoded message.)
+refused by the profile's guard, ``schemes/common/guard_check.py``, which needs the decoded message.)
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, Final
 from pubguard.broker.actions import Action, DeliverTo, Forward
 from pubguard.broker.advertising import DECODE_ERRORS, CoreHooks, Key, why
 from pubguard.broker.dedup import DedupWindow
-from pubguard.broker.messages import Deliver, Publish
 from pubguard.errors import DropReason
 from pubguard.schemes.base import LinkInfo, LinkKind, Matcher
+from pubguard.wire.messages import Deliver, Publish
 
 if TYPE_CHECKING:
     from pubguard.broker.core import _Profile

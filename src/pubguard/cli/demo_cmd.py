@@ -1,6 +1,6 @@
 """``pubguard demo`` (what ``make demo`` runs): the secure hospital network, then Spark.
 
-Part 1 (issue 5, item 5; :mod:`pubguard.net.hospital`): a five-broker cluster in three domains
+Part 1 (issue 5, item 5; :mod:`pubguard.ops.demo.hospital`): a five-broker cluster in three domains
 (hospital, cloud, university) started from the embedded configuration, serving the ``default``
 and ``psguard`` profiles from public key material. A hospital publishes ``<topic, age,
 patientRecord>`` events (psguard.txt §1); a paediatric unit (ages 0-17), an oncology researcher
@@ -63,7 +63,7 @@ def hexcut(b: Any, n: int = 12) -> str:
 
 def _secrets(blob: Any) -> str:
     """A sealed-secrets field as ``name: ciphertext`` (names are the public schema)."""
-    from pubguard.schemes.psguard import decode_secrets
+    from pubguard.schemes.psguard.scheme import decode_secrets
 
     if not isinstance(blob, bytes):
         return "-"
@@ -85,7 +85,7 @@ def _tokens(routing: dict[str, Any]) -> str:
 
 
 def _print_network(r: Any) -> None:
-    from pubguard.net.hospital import CURIOUS, UNITS
+    from pubguard.ops.demo.hospital import CURIOUS, UNITS
 
     doms = ", ".join(f"{b} ({d})" for b, d in r.domains.items())
     console.print(Panel(f"brokers: {doms}\nprofile: {r.profile}; the cloud broker records every "
@@ -274,7 +274,7 @@ def register(cli: click.Group) -> None:
         import asyncio
 
         from pubguard.cli.pipeline_cmds import check_master
-        from pubguard.net.hospital import hospital_demo
+        from pubguard.ops.demo.hospital import hospital_demo
 
         if not no_spark:  # a typo here must not surface as a Java trace after the network part
             check_master(master)

@@ -13,8 +13,8 @@ this process. It is never written to disk; only the MS public key goes to
 ``<state>/ms-key.json`` for brokers.
 
 With ``--kdc-policy`` the same process also serves the PSGuard KDC and the default profile's
-authority (:mod:`pubguard.net.keyservice_kdc`): the policy file holds the event types and who
-may subscribe to / publish on what (:meth:`~pubguard.net.keyservice_kdc.KdcConfig.policy_json`),
+authority (:mod:`pubguard.net.keyservice.kdc`): the policy file holds the event types and who
+may subscribe to / publish on what (:meth:`~pubguard.net.keyservice.kdc.KdcConfig.policy_json`),
 the KDC master comes from ``PUBGUARD_KDC_MASTER`` (base64) and the authority's public key is
 added to ``ms-key.json``. Revocations persist in ``<state>/keyservice-revocations.db``.
 
@@ -70,7 +70,7 @@ def _kdc(policy: Path | None) -> object:
     if policy is None:
         return None
     from pubguard.crypto import random_bytes
-    from pubguard.net.keyservice_kdc import KdcConfig
+    from pubguard.net.keyservice.kdc import KdcConfig
 
     master = _master(KDC_MASTER_ENV)
     cfg = KdcConfig.load_policy(policy, master or random_bytes(32))
@@ -103,8 +103,9 @@ async def _serve(
     from pubguard.crypto import SecretBytes, random_bytes
     from pubguard.crypto.x509 import Role, server_ssl_context
     from pubguard.keys.ms import MetaService
-    from pubguard.net.keyservice import KeyServiceCore, KeyServiceServer
-    from pubguard.net.pki import ClusterPki, tls_password
+    from pubguard.net.keyservice.server import KeyServiceCore, KeyServiceServer
+    from pubguard.net.tls import tls_password
+    from pubguard.ops.pki import ClusterPki
 
     master = _master()
     ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length,
@@ -124,8 +125,8 @@ async def _serve(
         tdn = TopicDiscoveryNode(load_certificate(tdn_ca))
     svc = None
     if kdc is not None:  # revocations persist beside the CA (public material only)
-        from pubguard.net.keyservice_kdc import KdcService
-        from pubguard.net.keyservice_revocation import REVOCATIONS_DB
+        from pubguard.net.keyservice.kdc import KdcService
+        from pubguard.net.keyservice.revocation import REVOCATIONS_DB
 
         svc = KdcService(kdc, revocations=state / REVOCATIONS_DB)  # type: ignore[arg-type]
     core = KeyServiceCore(ms, tdn=tdn, kdc=svc)
@@ -175,8 +176,8 @@ def _endpoint(state: Path, keyservice: str | None) -> tuple[str, int]:
 def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
             key: str | None) -> None:  # fmt: skip
     from pubguard.errors import ConfigError, DropError, FrameError, RevokedError
-    from pubguard.net.keyservice_client import KeyServiceClient
-    from pubguard.net.pki import ClusterPki
+    from pubguard.net.keyservice.client import KeyServiceClient
+    from pubguard.ops.pki import ClusterPki
 
     if (identity is None) == (key is None):
         raise ConfigError("give exactly one of --identity and --key", key="identity")

@@ -71,8 +71,8 @@ def _remove_new(state: Path, before: set[str] | None) -> None:
 
 
 async def _client(state: Path, broker: str, identity: str, durable: bool = False) -> Any:
-    from pubguard.net.client import connect
-    from pubguard.net.pki import ClusterPki
+    from pubguard.net.client.client import connect
+    from pubguard.ops.pki import ClusterPki
 
     info = _cluster_file(state).get(broker)
     if info is None:
@@ -107,8 +107,8 @@ def register(cli: click.Group) -> None:
                   help="broker.toml")  # fmt: skip
     def broker_cmd(config: Path) -> None:
         """Run one broker until interrupted (SIGTERM / Ctrl-C)."""
-        from pubguard.net.broker_main import serve
         from pubguard.net.config import load_broker_config
+        from pubguard.net.server.main import serve
 
         serve(load_broker_config(config))
 
@@ -123,8 +123,8 @@ def register(cli: click.Group) -> None:
         --state, else in the config's state_dir, else in ./pubguard-cluster)."""
         import asyncio
 
-        from pubguard.net.cluster import LocalCluster
         from pubguard.net.config import configured_state_dir, load_cluster_config
+        from pubguard.ops.cluster import LocalCluster
 
         given = click.get_current_context().get_parameter_source("state")
         if config is not None and given is click.core.ParameterSource.DEFAULT:
@@ -162,7 +162,7 @@ def register(cli: click.Group) -> None:
     @_STATE
     def cluster_down(state: Path) -> None:
         """Stop every broker of the cluster (SIGTERM, then SIGKILL)."""
-        from pubguard.net.cluster import stop_cluster
+        from pubguard.ops.cluster import stop_cluster
 
         stopped = stop_cluster(state)
         console.print(f"stopped {len(stopped)} brokers" if stopped else "no cluster was running")
@@ -182,7 +182,7 @@ def register(cli: click.Group) -> None:
         """A 7-broker stock-quote market: who received what (checked against the oracle)."""
         import asyncio
 
-        from pubguard.net.demo import TRADERS, network_demo
+        from pubguard.ops.demo.demo import TRADERS, network_demo
 
         say = None if as_json else (lambda s: console.print(f"[dim]{s}[/dim]"))
         r = asyncio.run(network_demo(events=events, in_process=in_process, say=say))
@@ -317,8 +317,13 @@ def register(cli: click.Group) -> None:
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         import asyncio
 
-        from pubguard.net.bench import BROKER_COUNTS, PAPER, check_attribute, run_network_bench
         from pubguard.net.config import PROFILES
+        from pubguard.ops.bench.network import (
+            BROKER_COUNTS,
+            PAPER,
+            check_attribute,
+            run_network_bench,
+        )
 
         if profile not in PROFILES:
             raise click.BadParameter(
@@ -343,7 +348,7 @@ def register(cli: click.Group) -> None:
             on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
         ))  # fmt: skip
         if plot is not None:
-            from pubguard.net.bench_plot import plot_network
+            from pubguard.ops.bench.plot import plot_network
 
             try:
                 where = "brokers in this process" if in_process else "one process per broker"
@@ -459,7 +464,7 @@ def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
 def _show_status(state: Path, as_json: bool) -> None:
     import asyncio
 
-    from pubguard.net.cluster import cluster_status
+    from pubguard.ops.cluster import cluster_status
 
     statuses = asyncio.run(cluster_status(state))
     if as_json:

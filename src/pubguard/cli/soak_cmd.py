@@ -1,5 +1,5 @@
 """``pubguard cluster soak``: key-epoch changes and broker crashes under a steady stream, per
-profile (``pubguard.net.soak``).
+profile (``pubguard.ops.soak``).
 
 Example::
 
@@ -19,7 +19,7 @@ from rich.table import Table
 from pubguard.cli.common import console, err_console, get_group, print_json, progress
 
 if TYPE_CHECKING:
-    from pubguard.net.soak import SoakResult
+    from pubguard.ops.soak import SoakResult
 
 __all__ = ["register", "render"]
 
@@ -62,7 +62,7 @@ def register(cli: click.Group) -> None:
         profile's subscribers lost, and when."""
         import asyncio
 
-        from pubguard.net.soak import parse_kill, soak
+        from pubguard.ops.soak import parse_kill, soak
 
         names = tuple(p.strip() for p in profiles.split(",") if p.strip())
         if no_kill:

@@ -19,7 +19,7 @@ Theory of operation
   ExtendedKeyUsage (client auth for every role, server auth for services and brokers).
 * TLS identity keys (:func:`issue_tls_identity`) are written ``0600``, encrypted (PKCS#8) when
   a passphrase is given; the contexts load them with ``password=`` and never prompt on a
-  terminal. ``pubguard.net.pki`` takes the passphrase from ``PUBGUARD_TLS_PASSPHRASE``, which
+  terminal. ``pubguard.ops.pki`` takes the passphrase from ``PUBGUARD_TLS_PASSPHRASE``, which
   a service manager hands to brokers that must restart unattended.
 * :func:`verify_chain` checks issuer signature, validity window at ``now`` (the clock is an
   argument, as in ``cryptography``'s ``*_at_time`` twins), the CA's basic constraints and the

@@ -16,7 +16,7 @@ of the target: a cache never widens what its owner is authorised for.
 
 :class:`BoundedLru` is the project's one bounded LRU: the derived keys here, the per-epoch
 client caches (:class:`LruCache`) and the brokers' verified-root / verified-permit caches
-(:class:`~pubguard.schemes.guards.TTLCache`, whose entries expire) are all uses of it.
+(:class:`~pubguard.schemes.common.guards.TTLCache`, whose entries expire) are all uses of it.
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ the advertisement came from the KMC (provenance).
   made multiple bogus attempts"). Bogus requests get no answer at all.
 
 Everything is pure: ``now`` and ``rng`` come in as arguments, results come out as values.
-The network shells are :mod:`pubguard.net.kmc_node` (the endpoint as a pub/sub client, and the
-entity's discover-then-request flow) and :mod:`pubguard.net.keyservice` (a TDN behind mutual
+The network shells are :mod:`pubguard.net.keyservice.kmc_node` (the endpoint as a pub/sub client, and the
+entity's discover-then-request flow) and :mod:`pubguard.net.keyservice.server` (a TDN behind mutual
 TLS); the narada broker scheme's rules for the service topics are in
-:mod:`pubguard.schemes.narada`.
+:mod:`pubguard.schemes.narada.broker`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Several indexes above this layer file members under keys and must drop a key once its last
 member leaves, so that the index stays bounded by what is live: the broker's covering table
 (:mod:`pubguard.broker.covering`: forwarded filters by anchor constraint and by constraint) and
-PSGuard's token matcher (:mod:`pubguard.schemes.psguard_match`: clauses by anchor token, tokens
+PSGuard's token matcher (:mod:`pubguard.schemes.psguard.match`: clauses by anchor token, tokens
 by their 64-bit prefix). They share this one helper.
 """
 

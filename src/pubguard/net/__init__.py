@@ -3,14 +3,14 @@
 See docs/network.md. Heavier modules (server, cluster, bench) are imported on use.
 """
 
-from pubguard.net.client import Client, Delivery, Subscription, connect, parse_url
+from pubguard.net.client.client import Client, Delivery, Subscription, connect, parse_url
 from pubguard.net.config import (
     BrokerConfig,
     ClusterConfig,
     load_broker_config,
     load_cluster_config,
 )
-from pubguard.net.framing import MAX_FRAME_SIZE, WIRE_VERSION, FrameDecoder, encode_frame
+from pubguard.wire.framing import MAX_FRAME_SIZE, WIRE_VERSION, FrameDecoder, encode_frame
 
 __all__ = [
     "MAX_FRAME_SIZE",

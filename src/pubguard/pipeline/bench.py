@@ -54,7 +54,7 @@ def _plain_tables(built: Any) -> tuple[Any, Any, Any]:
     import pandas as pd
 
     from pubguard.model import Constraint
-    from pubguard.schemes.tokens import constraint_nodes, event_attr_nodes
+    from pubguard.schemes.psguard.tokens import constraint_nodes, event_attr_nodes
 
     (et,) = built.types
     specs = {a.name: a for a in et.attributes}

@@ -44,7 +44,7 @@ from pubguard.pipeline.tables import (
     filters_schema,
     subscriptions_schema,
 )
-from pubguard.schemes.psguard import (
+from pubguard.schemes.psguard.scheme import (
     DEFAULT_MAX_DELAY_MS,
     Authority,
     Publisher,
@@ -52,7 +52,7 @@ from pubguard.schemes.psguard import (
     encode_secrets,
     signed_message,
 )
-from pubguard.schemes.tokens import NONCE_BYTES, match_randomized
+from pubguard.schemes.psguard.tokens import NONCE_BYTES, match_randomized
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -348,7 +348,7 @@ def validate(
 
 def _decode_or_empty(blob: Any) -> tuple[tuple[str, bytes], ...]:
     from pubguard.errors import ValidationError
-    from pubguard.schemes.psguard import decode_secrets
+    from pubguard.schemes.psguard.scheme import decode_secrets
 
     try:
         return decode_secrets(bytes(blob))

@@ -60,7 +60,7 @@ On the client side, a scheme whose subscriptions are bound to a key epoch offers
 ``epoch_end(now) -> float | None`` (when the epoch current at ``now`` ends, None if unknown)
 and ``renews_ahead`` (True when ``protect_filter(f, now=<a time in the next epoch>)`` may be
 called before that epoch begins, as the KDC serves the next epoch's keys shortly before it
-starts); ``pubguard.net.client`` then subscribes again for each epoch and lets the old
+starts); ``pubguard.net.client.client`` then subscribes again for each epoch and lets the old
 subscription lapse (``leased_subscriptions``: brokers expire it; otherwise the client
 withdraws it, which needs no proof).
 

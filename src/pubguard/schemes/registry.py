@@ -42,16 +42,16 @@ from pubguard.keys.kmc import KMC, Authorize, RegisterTopic, Rights
 from pubguard.keys.ms import MetaService
 from pubguard.model import AttributeSpec, EventType, Filter
 from pubguard.schemes.base import BrokerScheme, ClientScheme, SchemeRegistry
-from pubguard.schemes.default import DefaultBroker
-from pubguard.schemes.default_client import DefaultAuthority, DefaultClient
-from pubguard.schemes.eventguard import EventGuardBroker
-from pubguard.schemes.eventguard_client import EventGuardClient, MetaServiceLike
-from pubguard.schemes.guards import DEFAULT_MAX_DELAY, ReplayState
-from pubguard.schemes.narada import NaradaBroker
-from pubguard.schemes.narada_client import NaradaClient
+from pubguard.schemes.common.guards import DEFAULT_MAX_DELAY, ReplayState
+from pubguard.schemes.default.broker import DefaultBroker
+from pubguard.schemes.default.client import DefaultAuthority, DefaultClient
+from pubguard.schemes.eventguard.broker import EventGuardBroker
+from pubguard.schemes.eventguard.client import EventGuardClient, MetaServiceLike
+from pubguard.schemes.narada.broker import NaradaBroker
+from pubguard.schemes.narada.client import NaradaClient
 from pubguard.schemes.plain import PlainScheme
-from pubguard.schemes.psguard import Schema
-from pubguard.schemes.psguard_net import PSGuardBroker, PSGuardClient, PSGuardKeyService
+from pubguard.schemes.psguard.network import PSGuardBroker, PSGuardClient, PSGuardKeyService
+from pubguard.schemes.psguard.scheme import Schema
 from pubguard.store import Database
 
 __all__ = [

@@ -33,7 +33,15 @@ import msgpack
 
 from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
 from pubguard.broker.core import Broker
-from pubguard.broker.messages import (
+from pubguard.broker.state import BrokerState
+from pubguard.errors import StateError, ValidationError
+from pubguard.model.events import Event
+from pubguard.model.filters import Filter
+from pubguard.overlay.tree import Tree
+from pubguard.schemes.base import BrokerScheme, ClientScheme, LinkKind, withdrawal_meta
+from pubguard.schemes.plain import PlainScheme
+from pubguard.sim.topology import SimTopology
+from pubguard.wire.messages import (
     Ack,
     Advertise,
     Deliver,
@@ -44,14 +52,6 @@ from pubguard.broker.messages import (
     Unadvertise,
     Unsubscribe,
 )
-from pubguard.broker.state import BrokerState
-from pubguard.errors import StateError, ValidationError
-from pubguard.model.events import Event
-from pubguard.model.filters import Filter
-from pubguard.overlay.tree import Tree
-from pubguard.schemes.base import BrokerScheme, ClientScheme, LinkKind, withdrawal_meta
-from pubguard.schemes.plain import PlainScheme
-from pubguard.sim.topology import SimTopology
 
 __all__ = ["Delivery", "DropRecord", "SimClient", "Simulator"]
 

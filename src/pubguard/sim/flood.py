@@ -57,7 +57,7 @@ from pubguard.keys.ms import MetaService
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.overlay.tree import Tree, ary_tree
-from pubguard.schemes.eventguard import EventGuardBroker
+from pubguard.schemes.eventguard.broker import EventGuardBroker
 from pubguard.schemes.plain import PlainScheme
 from pubguard.sim.flood_model import (
     FLOOD_PREFIX,

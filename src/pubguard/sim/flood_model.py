@@ -17,7 +17,7 @@ broker is the legitimate one (on a tree it always arrives first); identifiers st
 
 The cheap cost matches what the core does: a replayed publication (its id in the duplicate
 window) is dropped before it is decoded (``broker/publishing.py``, ``_seen_wire``), and a
-banned source is refused by the guard before any signature check (``schemes/guard_check.py``).
+banned source is refused by the guard before any signature check (``schemes/common/guard_check.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.model.events import Event
 from pubguard.overlay.tree import Tree
 from pubguard.schemes.base import CheckContext
-from pubguard.schemes.eventguard import EventGuardBroker
-from pubguard.schemes.eventguard_client import EventGuardClient
+from pubguard.schemes.eventguard.broker import EventGuardBroker
+from pubguard.schemes.eventguard.client import EventGuardClient
 from pubguard.sim.engine import Simulator
 from pubguard.sim.topology import SimTopology
 

@@ -47,13 +47,13 @@ from typing import Any, Final, Protocol
 import msgpack
 
 from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
-from pubguard.broker.messages import Deliver, Publish, decode_message
 from pubguard.errors import ValidationError
 from pubguard.model.events import Event
 from pubguard.overlay.tree import Tree
-from pubguard.schemes.eventguard import EventGuardBroker
+from pubguard.schemes.eventguard.broker import EventGuardBroker
 from pubguard.sim.engine import Delivery, DropRecord, Simulator
 from pubguard.sim.topology import SimTopology
+from pubguard.wire.messages import Deliver, Publish, decode_message
 
 __all__ = [
     "SATURATION_RUN",

@@ -1,0 +1,594 @@
+"""asyncio client: publish, subscribe, iterate over deliveries (in the style of nats-py).
+
+::
+
+    async with await connect("tls://127.0.0.1:7001", identity="alice", ssl=ctx) as client:
+        sub = await client.subscribe("age > 20")
+        await client.publish(Event({"age": 30}))
+        async for delivery in sub:
+            print(delivery.event)
+
+Theory of operation
+-------------------
+A :class:`Client` owns one link to one broker and speaks the envelope of ``envelope.py``:
+every subscribe / unsubscribe / advertise / publish is a reliable message with a sequence
+number, kept until the broker acknowledges it (cumulative ``a``). At most ``window`` messages
+are unacknowledged; ``publish`` awaits credit beyond that and awaits the socket's drain, so a
+fast publisher is slowed instead of buffering without bound (issue 4, back-pressure).
+
+Deliveries arrive as reliable messages too; the client acknowledges them after putting them on
+the subscriptions' bounded queues. A full queue drops the delivery and the next read of that
+subscription raises :class:`~pubguard.errors.SlowConsumerError` (nats-py's slow consumer).
+
+When the link fails (EOF, TLS error, no frame for ``heartbeat_timeout``) the client reconnects
+with exponential back-off. If the broker *resumed* the session (a durable client, or a broker
+that persisted this link) the client resends what the broker had not processed; otherwise it
+re-subscribes every live subscription and resends unacknowledged publications (the broker's
+de-dup window drops any that had in fact been processed). The connection half (handshake,
+resumption, reconnection, read loop, heartbeats) lives in :mod:`pubguard.net.client.link`.
+
+Batch signing without the caller batching (issue 5, amortised signing). With a scheme that
+signs Merkle roots (``prepare_event`` / ``sign_prepared``: psguard, default, eventguard) and
+``batch_sign`` on (the default for those schemes), :meth:`Client.publish` protects the event
+at once (encryption, tokens, typed errors for a bad event) but leaves it unsigned in a pending
+batch; the batch is signed under one Merkle root and queued when the event loop next runs the
+client's flush callback (``call_soon``: no timer), or at once when it holds ``max_batch``
+events, or before any other message is sent, so messages keep their order. At a low rate
+every batch is one event (an ordinary single-signed publication, one loop iteration later,
+the same iteration in which the frame is written anyway); at a high rate, or when the caller
+publishes in a loop without yielding, batches grow up to ``max_batch`` and the publisher
+signs, and every broker and subscriber verifies, once per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import ssl as _ssl
+import time
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from pubguard.errors import (
+    DropError,
+    PubguardError,
+    StateError,
+    TransportError,
+    ValidationError,
+)
+from pubguard.model.events import Event
+from pubguard.model.filters import Filter
+from pubguard.net.client.link import ClientLink
+from pubguard.net.client.renewal import GENERATION_SEP, SubscriptionRenewal
+from pubguard.net.client.subscription import Delivery, Handler, Subscription
+from pubguard.net.client.withdrawal import blocks_on_io, withdrawal_meta_off_loop
+from pubguard.net.conn import FrameConnection
+from pubguard.schemes.base import ClientScheme, ProtectedEvent
+from pubguard.schemes.plain import PlainScheme, new_event_id
+from pubguard.wire import envelope
+from pubguard.wire.framing import (
+    MAX_FRAME_SIZE,
+    encode_frame,
+    encode_message_frame,
+    encode_run,
+    pack,
+)
+from pubguard.wire.messages import (
+    Advertise,
+    Error,
+    Subscribe,
+    Unadvertise,
+    Unsubscribe,
+    publish_wire,
+)
+
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "DEFAULT_MAX_PENDING",
+    "DEFAULT_WINDOW",
+    "Client",
+    "Delivery",
+    "Subscription",
+    "connect",
+    "parse_url",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW: Final = 2048  # unacknowledged messages a client may have in flight
+#: publications signed under one Merkle root by :meth:`Client.publish` (batch_sign)
+DEFAULT_MAX_BATCH: Final = 64
+DEFAULT_MAX_PENDING: Final = 65_536  # deliveries buffered per subscription
+HIGH_WATER: Final = 1 << 20  # bytes in the socket buffer before publish awaits drain
+DEFAULT_RENEW_GRACE: Final = 60.0  # eventguard.txt §4.7 max_delay: old epochs' events are stale
+WITHDRAW_TIMEOUT: Final = 2.0  # seconds close() spends withdrawing with proofs (non-durable)
+
+
+def parse_url(url: str) -> tuple[bool, str, int]:
+    """``tls://host:port`` (default) or ``tcp://host:port`` -> (use_tls, host, port)."""
+    u = urlsplit(url if "://" in url else f"tls://{url}")
+    if u.scheme not in ("tls", "tcp") or not u.hostname or u.port is None:
+        raise ValidationError(f"broker URL must look like tls://host:port, got {url!r}")
+    return u.scheme == "tls", u.hostname, u.port
+
+
+class Client(ClientLink, SubscriptionRenewal):
+    """One client link to one broker. Create with :func:`connect`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        identity: str,
+        ssl: _ssl.SSLContext | None,
+        durable: bool = False,
+        scheme: ClientScheme | None = None,
+        window: int = DEFAULT_WINDOW,
+        heartbeat_interval: float = 2.0,
+        heartbeat_timeout: float = 10.0,
+        reconnect: bool = True,
+        batch_sign: bool | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        renew_grace: float = DEFAULT_RENEW_GRACE,
+    ) -> None:
+        if not identity or len(identity) > envelope.MAX_NAME:
+            raise ValidationError("identity must be a non-empty name")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValidationError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self.host, self.port, self.identity, self.ssl = host, port, identity, ssl
+        self.durable = durable
+        self.scheme: ClientScheme = scheme if scheme is not None else PlainScheme()
+        self.window = window
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.reconnect = reconnect
+        signs = callable(getattr(self.scheme, "prepare_event", None)) and callable(
+            getattr(self.scheme, "sign_prepared", None)
+        )
+        if batch_sign and not signs:
+            raise ValidationError(
+                f"profile {self.scheme.profile!r} does not sign Merkle batches (batch_sign)"
+            )
+        #: publish() signs the events of one loop iteration under one Merkle root
+        self.batch_sign = signs if batch_sign is None else batch_sign
+        self.max_batch = max_batch
+        #: seconds after its key epoch ends that a renewed subscription's old generation is
+        #: retired (pubguard.net.client.renewal)
+        self.renew_grace = float(renew_grace)
+        self._batch: list[tuple[Any, str]] = []  # (prepared event, profile), unsigned
+        self._batch_scheduled = False
+        self.batches = 0  # Merkle batches signed by publish() (batch_sign)
+        self.session = secrets.token_hex(8)
+        self.broker_name: str | None = None
+        self.errors: deque[Error] = deque(maxlen=100)
+        self.reconnects = 0
+        self.delivers = 0  # Deliver messages received (before subscription routing)
+        self._subs: dict[str, Subscription] = {}
+        self._adverts: dict[str, Filter] = {}
+        self._unacked: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._tx_next = 1
+        self._rx_seq = 0
+        self._acked_rx = 0  # the highest delivery sequence acknowledged to the broker
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._ids = itertools.count(1)
+        self._writer: FrameConnection | None = None
+        self._out: list[bytes] = []  # packed messages queued this iteration, consecutive
+        self._out_first = 0  # the sequence number of _out[0]
+        self._flush_scheduled = False
+        self._pending_frames: list[dict[str, Any]] = []  # decoded after the broker's hello
+        self._connected = asyncio.Event()
+        self._credit = asyncio.Event()
+        self._credit.set()
+        self._status: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._closing = False
+        self._last_rx = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+        self._hb_task: asyncio.Task[None] | None = None
+        self._renew_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def _start(self) -> Client:
+        await self._handshake()
+        self._task = asyncio.get_running_loop().create_task(self._supervise())
+        self._hb_task = asyncio.get_running_loop().create_task(self._heartbeats())
+        if self._renewal_hooks() is not None:
+            self._renew_task = asyncio.get_running_loop().create_task(self._renewals())
+        return self
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def is_connected(self) -> bool:
+        return self._writer is not None
+
+    async def close(self) -> None:
+        """Close the link; pending subscriptions end their iteration."""
+        if self._closing:
+            return
+        with contextlib.suppress(Exception):
+            self._sign_batch()
+            if not self.durable and self._writer is not None:
+                await asyncio.wait_for(self._withdraw_all(), WITHDRAW_TIMEOUT)
+        self._closing = True
+        with contextlib.suppress(Exception):
+            if self._writer is not None and self._unacked:
+                await self.flush(timeout=1.0)
+        for t in (self._renew_task, self._hb_task, self._task, self._held_task):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+        w = self._writer
+        with contextlib.suppress(Exception):
+            self._send_ack()  # what was handled is acknowledged before the bye
+        self._drop_connection()
+        if w is not None:
+            with contextlib.suppress(Exception):
+                w.write(encode_frame(envelope.bye("client closing")))
+                w.close()
+                await asyncio.wait_for(w.wait_closed(), 1.0)
+        for s in list(self._subs.values()):
+            s._close()
+            if s._task is not None:
+                s._task.cancel()
+        self._credit.set()
+        for f in self._status.values():
+            if not f.done():
+                f.set_exception(TransportError("client closed"))
+
+    async def _withdraw_all(self) -> None:
+        """A leaving non-durable client withdraws what needs its own proof to withdraw
+        (EventGuard's usb/uab permits, §4.5-4.6; the default profile's signed withdrawals).
+        Its broker forgets the link's subscriptions anyway, but cannot prove the withdrawal to
+        the brokers above it, which refuse a withdrawal without the holder's proof (a fake
+        unsubscribe) and would keep routing the subscription's events down. A proof fetched
+        from a remote MS is fetched in a worker thread (:mod:`pubguard.net.client.withdrawal`), so
+        ``close()``'s ``wait_for`` can cut a dead MS short."""
+        now = time.time()
+        for sub in list(self._subs.values()):
+            meta = await withdrawal_meta_off_loop(self.scheme, "unsubscribe_meta", sub.filter,
+                                                  now=now)  # fmt: skip
+            if meta:
+                await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
+        for aid, f in list(self._adverts.items()):
+            meta = await withdrawal_meta_off_loop(self.scheme, "unadvertise_meta", f, now=now)
+            if meta:
+                await self._send(Unadvertise(aid, self.scheme.profile, meta).to_wire())
+
+    # -- public API ------------------------------------------------------------------------
+
+    async def publish(self, event: Event | Mapping[str, Any], *, profile: str | None = None) -> str:
+        """Publish ``event`` (an Event or an attribute mapping); returns its event id."""
+        ev = event if isinstance(event, Event) else Event(event)
+        prof = profile or self.scheme.profile
+        if self.batch_sign:
+            return await self._publish_batched(ev, prof)
+        pe = await self._off_loop_if_due(self.scheme.protect_event, ev)
+        msg = publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta)
+        await self._send(msg)
+        return pe.event_id
+
+    async def _publish_batched(self, ev: Event, prof: str) -> str:
+        """publish() with ``batch_sign``: prepare now, sign with the loop iteration's batch."""
+        await self._await_credit()
+        if ev.id is None:
+            ev = Event(ev.attrs, id=new_event_id(), type=ev.type, payload=ev.payload)
+        prepared = await self._off_loop_if_due(self.scheme.prepare_event, ev)  # type: ignore[attr-defined]
+        if _rough_size(ev) > MAX_FRAME_SIZE // 4:  # alone, so a FrameError reaches the caller
+            self._sign_batch()
+            (pe,) = self.scheme.sign_prepared([prepared], now=time.time())  # type: ignore[attr-defined]
+            await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
+            return pe.event_id  # type: ignore[no-any-return]
+        self._batch.append((prepared, prof))
+        if len(self._batch) >= self.max_batch:
+            self._sign_batch()
+        elif not self._batch_scheduled:
+            self._batch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._sign_batch)
+        w = self._writer
+        if w is not None and w.write_buffer_size() > HIGH_WATER:
+            with contextlib.suppress(ConnectionError):
+                await w.drain()
+        assert ev.id is not None
+        return ev.id
+
+    async def _off_loop_if_due(self, protect: Any, ev: Event) -> Any:
+        """``protect(ev, now=now)``; in a worker thread when it is about to ask a remote MS
+        (an eventguard publisher's first publication of a new epoch renews its grant, §4.8),
+        as renewals and withdrawals are (net/client/withdrawal.py)."""
+        now = time.time()
+        due = getattr(self.scheme, "key_service_due", None)
+        if due is not None and blocks_on_io(self.scheme) and due(ev, now):
+            return await asyncio.to_thread(protect, ev, now=now)
+        return protect(ev, now=now)
+
+    def _sign_batch(self) -> None:
+        """Sign the pending publications (one Merkle root per run of one profile) and queue
+        them in order; called from the loop, at ``max_batch``, and before any other message."""
+        if not self._batch:  # the common case on every send: nothing pending, nothing to do
+            return
+        self._batch_scheduled = False
+        pending, self._batch = self._batch, []
+        now = time.time()
+        sign = self.scheme.sign_prepared  # type: ignore[attr-defined]
+        for prof, run in itertools.groupby(pending, key=lambda p: p[1]):
+            items = [p for p, _ in run]
+            self.batches += 1
+            for pe in sign(items, now=now):
+                try:
+                    self._enqueue(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
+                except PubguardError as exc:  # (too large: sizes are checked in publish)
+                    log.warning("client %s: publication %s not sent: %s", self.identity,
+                                pe.event_id, exc)  # fmt: skip
+        self._flush_out()
+
+    async def publish_protected(self, pe: ProtectedEvent, *, profile: str | None = None) -> str:
+        """Send an event protected earlier by this client's scheme (a publisher may protect
+        ahead of time; the guards' timestamp window still applies)."""
+        prof = profile or self.scheme.profile
+        await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
+        return pe.event_id
+
+    async def publish_batch(self, events: list[Event], *, profile: str | None = None) -> list[str]:
+        """Publish several events; a profile with ``protect_events`` signs one Merkle root over
+        the batch (amortised signing, issue 5), others protect each event alone."""
+        batch = getattr(self.scheme, "protect_events", None)
+        if batch is None or len(events) < 2 or self.batch_sign:
+            return [await self.publish(e, profile=profile) for e in events]
+        prof = profile or self.scheme.profile
+        ids = []
+        for pe in batch(events, now=time.time()):
+            await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
+            ids.append(pe.event_id)
+        return ids
+
+    async def subscribe(
+        self,
+        filter: str | Filter,
+        handler: Handler | None = None,
+        *,
+        sub_id: str | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> Subscription:
+        """Subscribe with a filter (text or Filter); iterate the result or pass ``handler``."""
+        f = Filter.parse(filter) if isinstance(filter, str) else filter
+        sid = sub_id or f"s{next(self._ids)}-{secrets.token_hex(4)}"
+        if GENERATION_SEP in sid:
+            raise ValidationError(f"a subscription id may not contain {GENERATION_SEP!r}")
+        if sid in self._subs:
+            raise StateError(f"subscription {sid!r} already exists on this client")
+        sub = Subscription(self, sid, f, handler, max_pending)
+        try:
+            msg = self._subscribe_msg(sub)  # may be refused by the key service (DropError)
+        except BaseException:
+            sub._close()
+            raise
+        self._subs[sid] = sub
+        await self._send(msg)
+        await self._after_subscribe(sub)
+        return sub
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        if self._subs.pop(sub.id, None) is None:
+            return
+        sub._close()
+        # the scheme's withdrawal proof (EventGuard usb permit, §4.5; signed withdrawals)
+        meta = await withdrawal_meta_off_loop(self.scheme, "unsubscribe_meta", sub.filter,
+                                              now=time.time())  # fmt: skip
+        await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
+        await self._retire(sub)  # a generation of the last epoch still in its grace
+
+    async def advertise(self, filter: str | Filter, *, adv_id: str | None = None) -> str:
+        f = Filter.parse(filter) if isinstance(filter, str) else filter
+        aid = adv_id or f"a{next(self._ids)}-{secrets.token_hex(4)}"
+        self._adverts[aid] = f
+        await self._send(self._advertise_msg(aid, f))
+        return aid
+
+    async def unadvertise(self, adv_id: str) -> None:
+        """Withdraw an advertisement (with the scheme's ``unadvertise_meta``, §4.6)."""
+        f = self._adverts.pop(adv_id, None)
+        if f is None:
+            return
+        meta = await withdrawal_meta_off_loop(self.scheme, "unadvertise_meta", f, now=time.time())
+        await self._send(Unadvertise(adv_id, self.scheme.profile, meta).to_wire())
+
+    async def flush(self, timeout: float | None = 10.0) -> None:
+        """Wait until the broker has acknowledged everything sent so far."""
+        self._sign_batch()
+        target = self._tx_next - 1
+
+        async def _wait() -> None:
+            while self._unacked and next(iter(self._unacked)) <= target:
+                self._credit.clear()
+                if self._closing:
+                    raise TransportError("client closed")
+                await self._credit.wait()
+
+        await asyncio.wait_for(_wait(), timeout)
+
+    async def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The broker's status report (links, tables, queues, drop counters)."""
+        await asyncio.wait_for(self._connected.wait(), timeout)
+        q = next(self._ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._status[q] = fut
+        try:
+            self._write(envelope.status_request(q))
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._status.pop(q, None)
+
+    # -- sending ---------------------------------------------------------------------------
+
+    async def _fresh_session_msgs(self) -> list[dict[str, Any]]:
+        """Every live subscription and advertisement again, for a broker that does not know
+        this session; built in a worker thread when the scheme calls a remote MS (one call
+        each: the loop is not stalled for them, as for renewals)."""
+
+        def build() -> tuple[list[dict[str, Any]], list[tuple[str, str, DropError]]]:
+            msgs: list[dict[str, Any]] = []
+            refused = []  # rights withdrawn or revoked meanwhile: (kind, id, error)
+            for sub in list(self._subs.values()):
+                try:
+                    msgs += self._subscribe_msgs(sub)
+                except DropError as exc:
+                    refused.append(("subscription", sub.id, exc))
+            for aid, f in list(self._adverts.items()):
+                try:
+                    msgs.append(self._advertise_msg(aid, f))
+                except DropError as exc:
+                    refused.append(("advertisement", aid, exc))
+            return msgs, refused
+
+        try:
+            msgs, refused = await asyncio.to_thread(build) if blocks_on_io(self.scheme) else build()
+        except (PubguardError, OSError) as exc:  # the key service unreachable: try again
+            raise TransportError(f"cannot re-subscribe: {exc}") from exc
+        for kind, ident, err in refused:  # as a refused renewal (pubguard.net.client.renewal): it ends
+            log.warning("client %s: %s %s refused by the key service on a fresh session (%s):"
+                        " it ends", self.identity, kind, ident, err.reason.value)  # fmt: skip
+            if kind == "advertisement":
+                self._adverts.pop(ident, None)
+            elif (sub := self._subs.pop(ident, None)) is not None:
+                sub._close()
+        return msgs
+
+    def _subscribe_msgs(self, sub: Subscription) -> list[dict[str, Any]]:
+        """What re-subscribes ``sub`` on a fresh session: the current generation, preceded by
+        any older one whose epoch is still running (renewed ahead, pubguard.net.client.renewal:
+        without it this epoch's publications would not match until the epoch ends). An old
+        generation whose epoch is over is not rebuilt: its permit would be refused."""
+        now = time.time()
+        msgs = []
+        for wid, end in sub.old:
+            if end <= now:
+                continue
+            try:
+                pf = self.scheme.protect_filter(sub.filter, now=now)
+            except PubguardError as exc:  # refused now: the current generation decides
+                log.info("client %s: old generation %s not re-sent: %s", self.identity, wid,
+                         exc)  # fmt: skip
+                continue
+            msgs.append(Subscribe(wid, self.scheme.profile, pf.filter, pf.meta).to_wire())
+        return [*msgs, self._subscribe_msg(sub)]  # the current last: the scheme keeps its keys
+
+    def _subscribe_msg(self, sub: Subscription) -> dict[str, Any]:
+        # the current generation, for the epoch it was built for (renewed ahead: the next)
+        pf = self.scheme.protect_filter(sub.filter, now=max(time.time(), sub.built_at))
+        return Subscribe(sub.wire_id, self.scheme.profile, pf.filter, pf.meta).to_wire()
+
+    def _advertise_msg(self, aid: str, f: Filter) -> dict[str, Any]:
+        pf = self.scheme.protect_advertisement(f, now=time.time())
+        return Advertise(aid, self.scheme.profile, pf.filter, pf.meta).to_wire()
+
+    async def _await_credit(self) -> None:
+        """Wait until one more message fits in the window beside those in flight and the
+        pending batch (which is signed and sent first: only then can it be acknowledged)."""
+        while len(self._unacked) + len(self._batch) >= self.window:
+            if self._closing:
+                raise TransportError("client closed")
+            if self._batch:
+                self._sign_batch()
+                continue
+            self._credit.clear()
+            await self._credit.wait()
+        if self._closing:
+            raise TransportError("client closed")
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        await self._await_credit()
+        self._sign_batch()  # publications published before this message go out before it
+        self._enqueue(msg)
+        w = self._writer
+        if w is not None and w.write_buffer_size() > HIGH_WATER:
+            with contextlib.suppress(ConnectionError):
+                await w.drain()
+
+    def _enqueue(self, msg: dict[str, Any]) -> None:
+        """Give ``msg`` the next sequence number and queue its frame for this iteration."""
+        packed = pack(msg)  # FrameError here, before the message takes a sequence number
+        if len(packed) > MAX_FRAME_SIZE - 64:
+            encode_message_frame(self._tx_next, packed)  # raises unless its frame fits
+        seq = self._tx_next
+        self._tx_next += 1
+        self._unacked[seq] = msg
+        w = self._writer
+        if w is not None:
+            if not self._out:
+                self._out_first = seq
+            self._out.append(packed)
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush_out)
+            if len(self._out) >= 256:
+                self._flush_out()
+
+    def _flush_out(self) -> None:
+        """Write the frames queued in this loop iteration with one call (fewer syscalls)."""
+        self._flush_scheduled = False
+        if self._out:
+            out, self._out = self._out, []
+            w = self._writer
+            if w is not None:  # consecutive messages as batch frames (envelope.py, ``mb``)
+                w.write(b"".join(encode_run(self._out_first, out, envelope.MAX_BATCH)))
+
+    def _write(self, env: dict[str, Any]) -> None:
+        w = self._writer
+        if w is None:
+            raise TransportError("not connected")
+        self._flush_out()  # keep order with queued reliable frames
+        w.write(encode_frame(env))
+
+
+def _rough_size(ev: Event) -> int:
+    """An upper-bound-ish size of an event's attributes and payload (bytes)."""
+    return len(ev.payload) + sum(len(k) + len(str(v)) for k, v in ev.attrs.items())
+
+
+async def connect(
+    url: str,
+    *,
+    identity: str,
+    ssl: _ssl.SSLContext | None = None,
+    durable: bool = False,
+    scheme: ClientScheme | None = None,
+    window: int = DEFAULT_WINDOW,
+    reconnect: bool = True,
+    heartbeat_interval: float = 2.0,
+    heartbeat_timeout: float = 10.0,
+    batch_sign: bool | None = None,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    renew_grace: float = DEFAULT_RENEW_GRACE,
+) -> Client:
+    """Connect to the broker at ``url`` (``tls://host:port``); TransportError if refused."""
+    use_tls, host, port = parse_url(url)
+    if use_tls and ssl is None:
+        raise ValidationError("a tls:// URL needs an ssl context (client_ssl_context(...))")
+    client = Client(
+        host,
+        port,
+        identity=identity,
+        ssl=ssl if use_tls else None,
+        durable=durable,
+        scheme=scheme,
+        window=window,
+        heartbeat_interval=heartbeat_interval,
+        heartbeat_timeout=heartbeat_timeout,
+        reconnect=reconnect,
+        batch_sign=batch_sign,
+        max_batch=max_batch,
+        renew_grace=renew_grace,
+    )
+    return await client._start()

@@ -1,0 +1,134 @@
+"""Subscriptions of the asyncio client: bounded queues, async iteration, handlers.
+
+A :class:`Subscription` buffers at most ``max_pending`` deliveries; beyond that it drops them
+and the next read raises :class:`~pubguard.errors.SlowConsumerError` once (nats-py's slow
+consumer). With a ``handler`` a task feeds each delivery to it instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from pubguard.errors import SlowConsumerError
+from pubguard.model.events import Event
+from pubguard.model.filters import Filter
+
+if TYPE_CHECKING:
+    from pubguard.net.client.client import Client
+
+__all__ = ["Delivery", "Handler", "Subscription"]
+
+log = logging.getLogger("pubguard.net.client")
+
+Handler = Callable[["Delivery"], Awaitable[None] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event handed to one subscription."""
+
+    event: Event
+    sub_id: str
+
+
+_CLOSED: Final = object()
+
+
+class Subscription:
+    """A live subscription: ``async for delivery in sub``, ``await sub.unsubscribe()``."""
+
+    def __init__(
+        self, client: Client, sub_id: str, filter: Filter, handler: Handler | None, max_pending: int
+    ) -> None:
+        self.client, self.id, self.filter = client, sub_id, filter
+        # key-epoch renewal (pubguard.net.client.renewal): the current generation's id at the brokers,
+        # the time it was built for, the epoch end it was renewed past, and the old
+        # generations (id, end of their epoch) not yet retired
+        self.wire_id = sub_id
+        self.generation = 0
+        self.built_at = 0.0
+        self.renewed_for = float("-inf")
+        self.old: list[tuple[str, float]] = []
+        self.max_pending = max_pending
+        self.received = 0
+        self.dropped = 0
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._slow = False
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        if handler is not None:
+            self._task = asyncio.get_running_loop().create_task(self._run_handler(handler))
+
+    @property
+    def pending(self) -> int:
+        return len(self._items)
+
+    def _push(self, item: Any) -> None:
+        if item is not _CLOSED:
+            if len(self._items) >= self.max_pending:
+                self.dropped += 1
+                if not self._slow:
+                    log.warning("subscription %s: slow consumer, dropping deliveries", self.id)
+                self._slow = True
+                return
+            self.received += 1
+        self._items.append(item)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._push(_CLOSED)
+
+    async def next(self, timeout: float | None = None) -> Delivery:
+        """The next delivery; TimeoutError after ``timeout``; StopAsyncIteration when closed."""
+        if self._slow:
+            self._slow = False
+            raise SlowConsumerError(
+                f"subscription {self.id} dropped {self.dropped} deliveries",
+                capacity=self.max_pending,
+            )
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._waiter, timeout)
+            finally:
+                self._waiter = None
+        item = self._items[0]
+        if item is _CLOSED:
+            raise StopAsyncIteration
+        self._items.popleft()
+        return item  # type: ignore[no-any-return]
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        return await self.next()
+
+    async def _run_handler(self, handler: Handler) -> None:
+        while True:
+            try:
+                d = await self.next()
+            except StopAsyncIteration:
+                return
+            except SlowConsumerError as exc:
+                log.warning("%s", exc)
+                continue
+            try:
+                r = handler(d)
+                if r is not None:
+                    await r
+            except Exception:  # a handler bug must not kill the subscription
+                log.exception("subscription %s: handler failed", self.id)
+
+    async def unsubscribe(self) -> None:
+        await self.client.unsubscribe(self)

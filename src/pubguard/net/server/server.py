@@ -1,0 +1,523 @@
+"""The broker server: an asyncio + mutual-TLS shell around the sans-IO broker core.
+
+Theory of operation
+-------------------
+The server owns a :class:`~pubguard.broker.core.Broker` and a set of :class:`~.links.Link`
+objects, one per peer (``b:<name>`` for brokers, ``c:<name>`` for clients). Connections come
+in on one listening socket (mutual TLS 1.3: the peer's certificate must be issued by the
+project CA and name the identity it claims in its ``hello``; hermes §2.4 assumes TLS between
+brokers); the link to the parent is dialled by this broker and redialled with back-off.
+
+Reading never stops (so acknowledgements always get through): each connection is a
+:class:`~pubguard.net.conn.FrameConnection` whose ``data_received`` decodes frames and calls
+:meth:`BrokerServer._on_frames` directly. Reliable messages go to the link's ``inbox`` and are
+processed in batches. A batch runs in one SQLite transaction: the core
+writes its routing tables through, new outgoing frames of durable links go to their outboxes
+and each source link's ``rx_seq`` is recorded; only after the commit are frames written and the
+batch acknowledged (``store/broker_state.py``). Hence ``kill -9`` loses no acknowledged message.
+
+Back-pressure: a broker link whose queue exceeds ``max_queue`` is *congested*; messages from
+other links then wait in their inboxes (bounded by the peers' windows), which stops their
+acknowledgements and so slows the publishers. Messages from the congested link itself are still
+processed (in a tree they never produce output towards it), which rules out a wait cycle. A
+client link over ``max_queue`` is a slow consumer: a non-durable one is disconnected, a durable
+one loses the excess deliveries (``overload`` drops, counted).
+
+A malformed frame closes only its link, with the reason logged; the broker keeps serving.
+
+Revocation: with ``[revocation]`` in its configuration the broker polls the authority's signed
+revocation list (:mod:`pubguard.net.server.revocation`) and revokes newly listed keys in its schemes
+while it runs; publications dropped as ``revoked`` are logged (the first per link, then every
+:data:`REVOKED_LOG_EVERY` th) and counted in the status.
+
+Batch processing and back-pressure live in :mod:`pubguard.net.server.batching`, the parent dialler
+and heartbeats in :mod:`pubguard.net.server.parent_link` (mixins of :class:`BrokerServer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import ssl as _ssl
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pubguard.broker.actions import Drop
+from pubguard.broker.core import Broker
+from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
+from pubguard.net import gc_tuning
+from pubguard.net.config import BrokerConfig
+from pubguard.net.conn import FrameConnection, PeerClosed
+from pubguard.net.server.batching import BatchProcessing
+from pubguard.net.server.links import BROKER_WINDOW, Link
+from pubguard.net.server.parent_link import HANDSHAKE_TIMEOUT, ParentLink
+from pubguard.net.server.revocation import RevocationWatcher
+from pubguard.net.tls import peer_identity
+from pubguard.schemes.base import LinkKind, SchemeRegistry
+from pubguard.schemes.common.replay import ReplayState
+from pubguard.schemes.common.revocation_list import RevocationFeed
+from pubguard.schemes.plain import PlainScheme
+from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
+from pubguard.store.broker_state import BrokerStore, LinkRow
+from pubguard.store.sqlite import Database
+from pubguard.wire import envelope
+from pubguard.wire.framing import encode_frame
+
+__all__ = ["HANDSHAKE_TIMEOUT", "REVOKED_LOG_EVERY", "BrokerServer", "run_broker", "schemes_for"]
+
+log = logging.getLogger(__name__)
+
+#: a link's ``revoked`` drops are logged for the first and then every this many
+REVOKED_LOG_EVERY = 100
+
+
+class _PeerClosed(Exception):
+    """The peer ended the link in an orderly way (EOF or ``bye``)."""
+
+
+def schemes_for(
+    profiles: str | Sequence[str],
+    keys: BrokerKeys | Path | str | None = None,
+    *,
+    now: float | None = None,
+    state_dir: Path | None = None,
+    replay_db: Database | None = None,
+) -> SchemeRegistry:
+    """The broker faces of every profile a broker serves, built from public key material only
+    (``keys``: a :class:`~pubguard.schemes.registry.BrokerKeys` or the path of its JSON; not
+    needed for plain). Where narada / default keep their replay state, so a restarted broker
+    reopens no replay window (narada §V-B): ``replay_db``, the broker's own state database
+    (committed with each batch: a durable broker), else ``state_dir/replay.db``."""
+    names = (profiles,) if isinstance(profiles, str) else tuple(profiles)
+    for p in names:
+        if p not in PROFILES:
+            raise ConfigError(f"unknown profile {p!r} (known: {', '.join(PROFILES)})",
+                              key="profile")  # fmt: skip
+    if set(names) <= {"plain"}:
+        return SchemeRegistry([PlainScheme()])
+    if keys is None:
+        raise ConfigError("serving a secure profile needs the broker keys (keys = ...)",
+                          key="keys")  # fmt: skip
+    bk = keys if isinstance(keys, BrokerKeys) else BrokerKeys.load(keys)
+    t = time.time() if now is None else now
+    return build_registry(names, bk, now=t, state_dir=state_dir, replay_db=replay_db)
+
+
+def _peer_identity(writer: FrameConnection) -> tuple[str | None, str | None]:
+    """(common name, role) from the peer certificate, or (None, None) without TLS."""
+    return peer_identity(writer.get_extra_info("ssl_object"))
+
+
+class BrokerServer(BatchProcessing, ParentLink):
+    """One broker process (or an in-process broker for demos and tests)."""
+
+    def __init__(self, config: BrokerConfig, *, ssl_server: _ssl.SSLContext | None = None,
+                 ssl_client: _ssl.SSLContext | None = None) -> None:  # fmt: skip
+        self.config = config
+        self.name = config.name
+        if config.tls is not None and ssl_server is None:
+            from pubguard.crypto.x509 import client_ssl_context, server_ssl_context
+            from pubguard.net.tls import tls_password
+
+            t, pw = config.tls, tls_password()  # an encrypted key: PUBGUARD_TLS_PASSPHRASE
+            ssl_server = server_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw)
+            ssl_client = client_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw)
+        self.ssl_server, self.ssl_client = ssl_server, ssl_client
+        self.store: BrokerStore | None = None
+        if config.durable:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+            self.store = BrokerStore(config.state_dir / "broker.db")
+        replay_db = self.store.db if self.store is not None else None
+        if replay_db is not None:  # an older broker's replay.db: carried over, not dropped
+            ReplayState.import_file(config.state_dir / "replay.db", replay_db)
+        self.core = Broker(config.name, schemes_for(config.served, config.keys,
+                           replay_db=replay_db), store=self.store,
+                           no_catch_up=config.no_catch_up)  # fmt: skip
+        self._record = config.record.open("ab") if config.record is not None else None
+        self.links: dict[str, Link] = {}
+        self.stats: Counter[str] = Counter()
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._congested: set[str] = set()
+        self._scheduled = False
+        self._closing = False
+        self.session = secrets.token_hex(8)
+        self.revocation: RevocationWatcher | None = None
+        self._revoked_seen = 0
+        self._revoked_by_link: Counter[str] = Counter()
+        if config.revocation is not None:
+            self._watch_revocations()
+        self._restore()
+
+    def _watch_revocations(self) -> None:
+        cfg = self.config
+        assert cfg.revocation is not None and cfg.keys is not None
+        ak = BrokerKeys.load(cfg.keys).authority_key
+        if ak is None:
+            raise ConfigError("[revocation] needs the authority key in the broker keys",
+                              key="revocation")  # fmt: skip
+        feed = RevocationFeed(ak, max_age=cfg.revocation.max_age)
+        self.revocation = RevocationWatcher(self.name, cfg.revocation, feed, self.core.schemes,
+                                            self.ssl_client, state_dir=cfg.state_dir)  # fmt: skip
+        self.revocation.restore()
+
+    def _apply(self, actions: list[Any]) -> None:
+        n = self.core.drops.get(DropReason.REVOKED, 0)
+        if n != self._revoked_seen:  # only when this batch dropped something as revoked
+            self._revoked_seen = n
+            for a in actions:
+                if isinstance(a, Drop) and a.reason is DropReason.REVOKED:
+                    k = self._revoked_by_link[a.link]
+                    self._revoked_by_link[a.link] += 1
+                    if k % REVOKED_LOG_EVERY == 0:
+                        log.warning("broker %s: dropped %s %s from %s: revoked (%d so far)",
+                                    self.name, a.op or "message", a.message_id, a.link,
+                                    k + 1)  # fmt: skip
+        super()._apply(actions)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        st = self.store
+        if st is not None:
+            sess = st.get_meta("session")
+            if sess is None:
+                st.set_meta("session", self.session)
+            else:
+                self.session = sess
+            rows = {r.link: r for r in st.links()}
+        else:
+            rows = {}
+        stale: list[str] = []
+        for link_id, info in list(self.core.links.items()):
+            row = rows.get(link_id)
+            if info.kind is LinkKind.CLIENT and (row is None or not row.durable):
+                stale.append(link_id)  # a non-durable client: it re-subscribes when it returns
+                continue
+            link = self._new_link(link_id, info.kind.value, info.peer or "", row)
+            if st is not None:
+                for seq, frame in st.outbox(link_id):
+                    link.outq[seq] = frame
+        parent = self.config.parent
+        if parent is not None:
+            lid = f"b:{parent.name}"
+            if lid not in self.links:
+                self._new_link(lid, LinkKind.PARENT.value, parent.name, None)
+                self._apply(self.core.add_link(lid, LinkKind.PARENT, parent.name))
+        for link_id in stale:
+            self._apply(self.core.remove_link(link_id, time.time()))
+            if st is not None:
+                st.forget_link(link_id)
+        self._flush_batch()
+
+    def _new_link(self, link_id: str, kind: str, peer: str, row: LinkRow | None,
+                  *, durable: bool | None = None, session: str = "") -> Link:  # fmt: skip
+        role = "client" if kind == LinkKind.CLIENT.value else "broker"
+        if durable is None:
+            durable = role == "broker" or (row is not None and row.durable)
+        link = Link(
+            link_id,
+            kind,
+            peer,
+            role=role,
+            durable=durable and self.store is not None,
+            session=row.session if row else session,
+            rx_seq=row.rx_seq if row else 0,
+            tx_next=row.tx_next if row else 1,
+            window=BROKER_WINDOW,
+        )
+        self.links[link_id] = link
+        if self.store is not None and link.durable and row is None:
+            self.store.put_link(LinkRow(link_id, kind, link.session, True, 0, 1))
+        return link
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> int:
+        cfg = self.config
+        port = cfg.port
+        if port == 0 and self.store is not None:
+            port = int(self.store.get_meta("port") or 0)  # sticky across restarts
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FrameConnection(self._on_connection), cfg.host, port, ssl=self.ssl_server,
+            reuse_address=True,
+        )  # fmt: skip
+        self.port = self._server.sockets[0].getsockname()[1]
+        if self.store is not None:
+            self.store.set_meta("port", str(self.port))
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = cfg.state_dir / "port.tmp"
+        tmp.write_text(str(self.port))
+        os.replace(tmp, cfg.state_dir / "port")
+        self._spawn(self._heartbeats())
+        if self.revocation is not None:
+            self._spawn(self.revocation.run())
+        if cfg.parent is not None:
+            self._spawn(self._dial_parent())
+        log.info("broker %s listening on %s:%d", self.name, cfg.host, self.port)
+        return self.port
+
+    def _spawn(self, coro: Any) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def serve_forever(self) -> None:
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for link in self.links.values():
+            w = link.detach()
+            if w is not None:
+                with contextlib.suppress(Exception):
+                    w.write(encode_frame(envelope.bye("broker shutting down")))
+                    w.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self._record is not None:
+            self._record.close()
+            self._record = None
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _on_connection(self, conn: FrameConnection) -> None:
+        """A new connection (after its TLS handshake): served by a task of its own."""
+        self._spawn(self._serve_connection(conn))
+
+    async def _serve_connection(self, writer: FrameConnection) -> None:
+        peer = writer.get_extra_info("peername")
+        link: Link | None = None
+        try:
+            hello, rest = await self._read_hello(writer)
+            link, resumed = self._accept_hello(hello, writer)
+            writer.write(
+                encode_frame(
+                    envelope.hello(self.name, "broker", self.session, durable=link.durable,
+                                   rx=link.rx_seq, resumed=resumed)
+                )
+            )  # fmt: skip
+            if link.kind == LinkKind.CHILD.value and not resumed:
+                self._apply(self.core.link_up(link.link_id))
+                self._flush_batch()
+            self.core.link_live(link.link_id, time.time())
+            # the peer's rx counts only for a resumed session; a new link starts from 1
+            link.attach(writer, hello["rx"] if resumed else 0)
+            await self._read_loop(link, writer, rest)
+        except (FrameError, TransportError) as exc:
+            self.stats["closed." + type(exc).__name__] += 1
+            who = link.link_id if link else peer
+            log.warning("broker %s: closing link %s: %s", self.name, who, exc)
+            with contextlib.suppress(Exception):
+                writer.write(encode_frame(envelope.bye(str(exc))))
+        except (_PeerClosed, TimeoutError, OSError, _ssl.SSLError) as exc:
+            log.info("broker %s: connection %s ended: %s", self.name, peer, exc)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if link is not None and link.writer is writer:
+                self._link_down(link)
+            writer.close()
+
+    async def _read_hello(
+        self, conn: FrameConnection
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        try:
+            frames = await conn.next_frames(HANDSHAKE_TIMEOUT)
+        except PeerClosed:
+            raise TransportError("peer closed before hello") from None
+        if envelope.check_envelope(frames[0]) != "hello":
+            raise FrameError("the first frame must be hello")
+        return frames[0], frames[1:]
+
+    def _accept_hello(self, hello: dict[str, Any], writer: FrameConnection) -> tuple[Link, bool]:
+        name, role = hello["name"], hello["role"]
+        cn, cert_role = _peer_identity(writer)
+        if self.ssl_server is not None:
+            if cn is None or not (name == cn or name.startswith(cn + "/")):
+                raise TransportError(f"hello name {name!r} does not match certificate {cn!r}")
+            if role == "broker" and cert_role != "broker":
+                raise TransportError(f"{name!r} claims to be a broker but its certificate is not")
+        if role == "broker":
+            lid = f"b:{name}"
+            if self.config.children and name not in self.config.children:
+                raise TransportError(f"broker {name!r} is not a configured child")
+            if self.config.parent is not None and name == self.config.parent.name:
+                raise TransportError("the parent must not dial its child")
+        else:
+            lid = f"c:{name}"
+        link = self.links.get(lid)
+        old = link.detach() if link is not None else None
+        if old is not None:
+            self.stats["replaced"] += 1
+            old.close()
+        session, durable = hello["session"], hello["durable"]
+        resumed = link is not None and link.session == session
+        if link is not None and not resumed:
+            if role == "client" and link.durable and durable:
+                link.rx_seq, link.session = 0, session  # a new process of a durable subscriber
+                resumed = True
+            else:
+                self._drop_link(link)
+                link = None
+        if link is None:
+            kind = LinkKind.CHILD if role == "broker" else LinkKind.CLIENT
+            link = self._new_link(lid, kind.value, name, None, durable=durable or role == "broker",
+                                  session=session)  # fmt: skip
+            self._apply(self.core.add_link(lid, kind, name))
+        if self.store is not None and link.durable:
+            self.store.put_link(LinkRow(lid, link.kind, session, True, link.rx_seq, link.tx_next))
+        self._flush_batch()
+        return link, resumed
+
+    def _drop_link(self, link: Link) -> None:
+        """Forget a link and everything that came over it."""
+        self.links.pop(link.link_id, None)
+        self._congested.discard(link.link_id)
+        if link.link_id in self.core.links:
+            self._apply(self.core.remove_link(link.link_id, time.time()))
+        if self.store is not None:
+            self.store.forget_link(link.link_id)
+        self._flush_batch()
+
+    def _link_down(self, link: Link) -> None:
+        link.detach()
+        self.core.link_down(link.link_id, time.time())  # catch-up routing until it is back
+        if link.role == "client" and not link.durable and not self._closing:
+            self._drop_link(link)
+
+    async def _read_loop(self, link: Link, conn: FrameConnection,
+                         frames: list[dict[str, Any]]) -> None:  # fmt: skip
+        """Serve the link until its connection ends: every chunk's envelopes go to
+        :meth:`_on_frames` from the transport's callback (``io_conn.py``)."""
+        await conn.run(lambda fs: self._on_frames(link, fs), frames)
+
+    def _on_frames(self, link: Link, frames: list[dict[str, Any]]) -> None:
+        link.last_rx = time.monotonic()
+        for env in frames:
+            t = envelope.check_envelope(env)
+            if t == "m":
+                link.inbox.append(env)
+            elif t == "a":
+                self._on_ack(link, env["u"])
+            elif t == "st?":
+                link.send_control(envelope.status_reply(env["q"], self.status()))
+            elif t == "bye":
+                raise _PeerClosed(f"peer said bye: {env['reason']}")
+            elif t == "hello":
+                raise FrameError("unexpected second hello")
+        if len(link.inbox) > 2 * BROKER_WINDOW:
+            raise FrameError(f"peer overran its window ({len(link.inbox)} unprocessed)")
+        if link.inbox:
+            self._process()
+        if link.slow:
+            raise TransportError("slow consumer")
+
+    def _on_ack(self, link: Link, upto: int) -> None:
+        if upto >= link.tx_next:
+            raise FrameError(f"ack {upto} for a frame never sent")
+        if link.on_ack(upto) and self.store is not None and link.durable:
+            self.store.outbox_ack(link.link_id, upto)
+        if link.link_id in self._congested and link.depth <= self.config.max_queue // 2:
+            self._congested.discard(link.link_id)
+            self._schedule()
+
+    # -- the parent link (dialled and redialled by ParentLink) -------------------------------
+
+    async def _parent_session(self, link: Link, writer: FrameConnection) -> bool:
+        """``hello`` both ways on a fresh connection to the parent, then its read loop until the
+        connection ends; True if the exchange succeeded (the dialler resets its back-off)."""
+        p = self.config.parent
+        assert p is not None
+        lid = link.link_id
+        greeted = False
+        try:
+            writer.write(encode_frame(envelope.hello(
+                self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq)))  # fmt: skip
+            hello, rest = await self._read_hello(writer)
+            cn, _ = _peer_identity(writer)
+            if hello["name"] != p.name or (self.ssl_client is not None and cn != p.name):
+                raise TransportError(f"expected parent {p.name!r}, got {hello['name']!r}")
+            if hello["session"] != link.session:
+                link.rx_seq = 0  # the parent's sequence numbers restarted
+                link.session = hello["session"]
+                if self.store is not None:
+                    self.store.put_link(
+                        LinkRow(lid, link.kind, link.session, True, 0, link.tx_next)
+                    )
+            link.attach(writer, hello["rx"])
+            if not hello.get("resumed", False):
+                self._apply(self.core.link_up(lid))
+                self._flush_batch()
+            greeted = True
+            await self._read_loop(link, writer, rest)
+        except (_PeerClosed, TimeoutError, FrameError, TransportError, OSError, _ssl.SSLError) as exc:  # fmt: skip
+            log.info("broker %s: parent link lost: %s", self.name, exc)
+        finally:
+            if link.writer is writer:
+                self._link_down(link)
+            writer.close()
+        return greeted
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        st = self.core.status()
+        st["port"] = self.port
+        st["pid"] = os.getpid()
+        st["durable"] = self.store is not None
+        st["link_state"] = {k: v.info() for k, v in sorted(self.links.items())}
+        # in flight on live links (what the bench watches); parked = kept for absent peers
+        st["queue"] = sum(lk.depth + len(lk.inbox) for lk in self.links.values() if lk.writer)
+        st["parked"] = sum(lk.depth for lk in self.links.values() if not lk.writer)
+        st["congested"] = sorted(self._congested)
+        st["transport"] = dict(self.stats)
+        st["profiles"] = list(self.config.served)
+        st["domain"] = self.config.domain
+        st["gc"] = gc_tuning.status()
+        st["no_catch_up"] = sorted(self.core.no_catch_up)
+        if self.revocation is not None:
+            st["revocation"] = self.revocation.status()
+        return st
+
+
+async def run_broker(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run one broker until cancelled (``pubguard broker``); writes ``pid`` and ``port`` files."""
+    server = BrokerServer(config)
+    try:
+        await server.start()
+        (config.state_dir / "pid").write_text(str(os.getpid()))
+        if ready is not None:
+            ready.set()
+        await server.serve_forever()
+    except PubguardError:
+        raise
+    finally:
+        await server.close()
+
+
+def read_port(state_dir: Path) -> int | None:
+    try:
+        return int((state_dir / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,514 @@
+"""The psguard profile on the broker network: PSGuard (:mod:`pubguard.schemes.psguard.scheme`) as a
+:class:`~pubguard.schemes.base.ClientScheme` and a :class:`~pubguard.schemes.base.BrokerScheme`.
+
+Theory of operation
+-------------------
+:mod:`pubguard.schemes.psguard.scheme` holds the profile as pure functions (publisher, KDC authority,
+record signature check, counting match); this module only maps them onto the broker's wire and
+hooks, so the Spark pipeline and the broker network run the same cryptography.
+
+Wire forms, the token index (:class:`TokenMatcher`) and the routing hooks shared with the default
+profile (:class:`TokenRouting`) live in :mod:`pubguard.schemes.psguard.wire`; they are
+re-exported here.
+
+Broker check: publications must carry a valid signature of a known publisher and a timestamp
+within ``max_delay`` (:func:`~pubguard.schemes.psguard.scheme.check_record`): FORGED, then STALE.
+PSGuard itself does not sign (psguard.txt §4 trusts brokers to route, not to authenticate);
+this profile adds the publisher's Ed25519 signature so a broker can drop forgeries. Two forms:
+one signature per record (over ``record.message()``), or amortised over a batch
+(:meth:`PSGuardClient.protect_events`): the publisher signs ``ROOT_TAG || n || root`` of a Merkle
+tree whose leaves are ``H(record.message())`` (:mod:`pubguard.schemes.common.merkle`) and each
+publication carries its index, the batch size and its path in ``meta`` (``mi``, ``mn``,
+``mp``: the path's hashes concatenated, so ``meta`` stays a flat map of scalars); every leaf
+hash commits to its index and the batch size (so altering ``mi`` or ``mn`` is ``forged``). A
+broker verifies one signature per batch and caches the verified root. The two
+signed strings start with different tags, so neither signature passes for the other form.
+PSGuard has no subscription guard: a subscription is only tokens, and a subscriber without the
+KDC's keys can neither compute them nor open what they would match.
+
+Key service (:class:`PSGuardKeyService`, in :mod:`~pubguard.schemes.psguard.keyservice`): the KDC's subscriber and publisher faces for one
+deployment. It refuses filters no policy entry of the subscriber covers (DropError
+UNAUTHORISED), gives publishers key trees only for their scopes, and changes keys per epoch
+(psguard.txt §3.2): a client renews its filters' keys at an epoch change, a withdrawn filter
+is not renewed, so its holder cannot read the new epoch's events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from random import Random
+from typing import Any, Final
+
+from pubguard.crypto import H, SigningKey, VerifyKey
+from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
+from pubguard.model import Event, Filter
+from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
+from pubguard.schemes.common.guards import SignedRootVerifier
+from pubguard.schemes.common.merkle import (
+    MAX_BATCH,
+    PACKED_PATH_LENGTHS,
+    check_packed_path,
+    merkle_batch,
+    pack_path,
+    signed_root,
+    unpack_path,
+)
+from pubguard.schemes.plain import new_event_id
+from pubguard.schemes.psguard.keyservice import (
+    DEFAULT_EPOCH_LENGTH,
+    PSGuardKeyService,
+    filter_id,
+)
+from pubguard.schemes.psguard.scheme import (
+    DEFAULT_MAX_DELAY_MS,
+    MODES,
+    PROFILE,
+    FilterKeys,
+    ProtectedFilterRows,
+    ProtectedRecord,
+    Publisher,
+    verify_record,
+    with_sig,
+)
+from pubguard.schemes.psguard.wire import (
+    MAX_EVENT_TAGS,
+    MAX_FILTER_TOKENS,
+    TokenEvent,
+    TokenFilter,
+    TokenMatcher,
+    TokenRouting,
+    filter_to_wire,
+    parse_filter,
+    parse_routing,
+    record_from_wire,
+    record_to_wire,
+    signed_from_wire,
+)
+
+__all__ = [
+    "DEFAULT_EPOCH_LENGTH",
+    "MAX_EVENT_TAGS",
+    "MAX_FILTER_TOKENS",
+    "PSGUARD",
+    "PSGUARD_PAPER",
+    "ROOT_TAG",
+    "TRUST",
+    "VERIFY_MODES",
+    "PSGuardBroker",
+    "PSGuardClient",
+    "PSGuardKeyService",
+    "TokenEvent",
+    "TokenFilter",
+    "TokenMatcher",
+    "TokenRouting",
+    "filter_to_wire",
+    "batch_fields",
+    "parse_filter",
+    "parse_routing",
+    "record_from_wire",
+    "record_to_wire",
+]
+
+PSGUARD: Final = PROFILE
+#: psguard.txt §2's configuration: brokers only match tokens (honest-but-curious routing)
+PSGUARD_PAPER: Final = "psguard-paper"
+#: broker ``verify`` mode -> the profile name it is served under
+VERIFY_MODES: Final = {"signature": PSGUARD, "none": PSGUARD_PAPER}
+TRUST: Final = {
+    "signature": "malicious brokers: forgeries and stale records dropped at the first broker",
+    "none": "honest-but-curious brokers (psguard.txt §2): forgeries refused by subscribers only",
+}
+ROOT_TAG: Final = b"pubguard/psguard/root/v2\x00"  # what a batch's signature covers, then root
+
+
+# -- broker face ----------------------------------------------------------------------------------
+
+
+class PSGuardBroker(TokenRouting):
+    """Broker face of the psguard profile. ``publishers``: name -> Ed25519 key of every
+    publisher whose records are routed; ``max_delay_ms``: the timestamp window.
+
+    ``verify``: what the broker checks before it matches (see :data:`VERIFY_MODES`):
+    ``"signature"`` (profile ``psguard``, the default): the publisher's signature on the
+    record or on its batch's Merkle root, then the timestamp window; ``"none"`` (profile
+    ``psguard-paper``): psguard.txt §2's honest-but-curious routing nodes ("we assume that the
+    pub-sub nodes are honest in routing"), which only match tokens. In that mode a forgery or a
+    tampered record is routed and refused end to end: subscribers check the publisher's
+    signature when they know its key and the AEAD under ``K(e)`` fails on any tampered
+    ciphertext."""
+
+    @property
+    def catch_up_horizon(self) -> float:
+        """Seconds a down link is routed a new epoch's publications (``Broker._catch_up``):
+        the timestamp window, after which they would arrive stale anyway."""
+        return self.max_delay_ms / 1000
+
+    def __init__(
+        self,
+        publishers: Mapping[str, VerifyKey] = (),  # type: ignore[assignment]
+        *,
+        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+        verify: str = "signature",
+    ) -> None:
+        if max_delay_ms <= 0:
+            raise ValidationError("max_delay_ms must be positive")
+        if verify not in VERIFY_MODES:
+            raise ValidationError(
+                f"unknown psguard verify mode {verify!r} (valid: {', '.join(VERIFY_MODES)})"
+            )
+        self.verify = verify
+        self.profile = VERIFY_MODES[verify]
+        #: the assumption this broker's checks rest on (shown by docs/profiles.md's threat table)
+        self.trust = TRUST[verify]
+        self.publishers: dict[str, VerifyKey] = dict(publishers)
+        #: revoked publisher keys (raw), and the names whose key is among them
+        self.revoked: set[bytes] = set()
+        self._revoked_names: set[str] = set()
+        self.max_delay_ms = max_delay_ms
+        self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)
+        #: the core's flag: without checks it admits publications on its plain fast path
+        self.checks_messages = verify != "none"
+        if verify == "none":
+            self.broker_check = _route_only  # type: ignore[method-assign]
+
+    def __repr__(self) -> str:
+        return f"PSGuardBroker(verify={self.verify!r}, publishers={len(self.publishers)})"
+
+    def add_publisher(self, name: str, key: VerifyKey) -> None:
+        self.publishers[name] = key
+        if key.to_bytes() in self.revoked:
+            self._revoked_names.add(name)
+
+    def revoke(self, publisher_key: VerifyKey | bytes) -> None:
+        """Refuse this key's publications from now on with REVOKED (the authority's signed
+        revocation list, :mod:`pubguard.net.server.revocation`; psguard.txt §3.2 alone cuts a
+        publisher off only at the next key epoch). Brokers that verify nothing (``psguard-paper``)
+        route on regardless: there a revoked publisher is cut off at the next key epoch."""
+        raw = publisher_key.to_bytes() if isinstance(publisher_key, VerifyKey) else publisher_key
+        k = bytes(raw)
+        self.revoked.add(k)
+        self._revoked_names.update(n for n, v in self.publishers.items() if v.to_bytes() == k)
+
+    def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
+        if message.op != "publish":
+            return None  # psguard.txt: keys, not brokers, enforce who may subscribe
+        meta, routing = message.meta, message.routing
+        te = self.decoded(routing) or parse_routing(routing)
+        pub, ts, _, signed, sig = signed_from_wire(message.event_id, te, routing, message.body,
+                                                   meta)  # fmt: skip
+        key = self.publishers.get(pub)
+        if pub in self._revoked_names:
+            return DropReason.REVOKED
+        if "mn" not in meta:  # one signature per record (check_record: forged, then stale)
+            if key is None or not key.is_valid(sig, signed):
+                return DropReason.FORGED
+        else:
+            index, size, path = meta.get("mi"), meta["mn"], meta.get("mp")
+            if not (type(index) is int and type(size) is int and 0 <= index < size <= MAX_BATCH
+                    and type(path) is bytes and len(path) in PACKED_PATH_LENGTHS):  # fmt: skip
+                index, size, path = _batch_packed(meta)  # ValidationError: MALFORMED
+            if key is None:
+                return DropReason.FORGED
+            try:
+                self.roots.verify_packed(key, H(signed), sig, ctx.now, index, size, path)
+            except InvalidToken:
+                return DropReason.FORGED
+        return DropReason.STALE if abs(int(ctx.now * 1000) - ts) > self.max_delay_ms else None
+
+
+def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:
+    """psguard.txt §2/§4: an honest-but-curious broker routes on tokens and checks nothing
+    else (the core has already decoded the routing part: a malformed one is MALFORMED)."""
+    return None
+
+
+def _batch_packed(meta: Mapping[str, Any]) -> tuple[int, int, bytes]:
+    """:func:`batch_fields` with the path left packed (the broker's verifier reads it so)."""
+    index, size = meta.get("mi"), meta.get("mn")
+    if type(index) is not int or type(size) is not int:
+        raise ValidationError("psguard Merkle index and size must be integers")
+    if not 0 <= index < size <= MAX_BATCH:
+        raise ValidationError("psguard Merkle index/size out of range")
+    return index, size, check_packed_path(meta.get("mp"))
+
+
+def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:
+    """``(index, size, path)`` of a batch-signed publication (ValidationError if malformed)."""
+    index, size, path = meta.get("mi"), meta.get("mn"), meta.get("mp")
+    for v in (index, size):
+        if type(v) is not int:
+            raise ValidationError("psguard Merkle index and size must be integers")
+    if not 0 <= index < size <= MAX_BATCH:  # type: ignore[operator]
+        raise ValidationError("psguard Merkle index/size out of range")
+    return index, size, unpack_path(path)  # type: ignore[return-value]
+
+
+# -- client face (the key service: schemes/psguard/keyservice.py) -----------------------------
+
+
+class _Held:
+    __slots__ = ("filter", "keys")
+
+    def __init__(self, f: Filter, keys: FilterKeys) -> None:
+        self.filter, self.keys = f, keys
+
+
+class PSGuardClient:
+    """A publisher and/or subscriber on the psguard profile. ``keys`` is the KDC (a
+    :class:`PSGuardKeyService` or a proxy to one); ``signing_key`` the publisher's record key;
+    ``publisher_keys`` lets a subscriber also check publishers' signatures on receipt (the
+    AEAD under ``K(e)`` already authenticates the content to holders of ``K(e)``).
+    ``profile``: the name its messages carry (``psguard``, or ``psguard-paper`` for brokers
+    that only route: the same records, the same signatures)."""
+
+    def __init__(
+        self,
+        name: str,
+        keys: PSGuardKeyService,
+        *,
+        signing_key: SigningKey | None = None,
+        mode: str = "randomized",
+        publisher_keys: Mapping[str, VerifyKey] | None = None,
+        sign_records: bool = True,
+        profile: str = PSGUARD,
+        max_delay: float = DEFAULT_MAX_DELAY_MS / 1000,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValidationError("client name must be a non-empty string")
+        if not max_delay > 0:
+            raise ValidationError("max_delay must be positive")
+        #: the brokers' timestamp window (seconds): an event arrives at most this late, so a
+        #: filter's keys are kept that long past their epoch (``_hold``)
+        self.max_delay = float(max_delay)
+        if profile not in (PSGUARD, PSGUARD_PAPER):
+            raise ValidationError(f"not a psguard profile: {profile!r}")
+        self.profile = profile
+        if mode not in MODES:
+            raise ValidationError(f"unknown psguard mode {mode!r} (valid: {', '.join(MODES)})")
+        self.name, self.service, self.mode = name, keys, mode
+        self._sk = signing_key
+        self._signer: Any = signing_key if sign_records else _NullSigner()
+        self.publisher_keys = dict(publisher_keys or {})
+        self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
+        self._pub: tuple[int, Publisher] | None = None
+        self._sign_records = sign_records
+        #: verified batch roots (one Ed25519 verify per Merkle batch, psguard.txt §4 + issue 5)
+        self._roots = SignedRootVerifier(ROOT_TAG, ttl=2 * DEFAULT_MAX_DELAY_MS / 1000)
+        self._record_checks = 0
+
+    def __repr__(self) -> str:
+        return f"PSGuardClient({self.name!r}, filters={len(self._held)})"
+
+    #: psguard.txt §3.2: filter tokens and keys belong to one epoch; the KDC serves the next
+    #: epoch's shortly before it begins (``EPOCH_SKEW``), so a subscription is renewed ahead
+    renews_ahead = True
+    #: brokers hold no permit to expire: the client withdraws the old epoch's subscription
+    leased_subscriptions = False
+
+    def epoch_end(self, now: float) -> float | None:
+        """When the key epoch current at ``now`` ends (``pubguard.net.client.client`` renews then)."""
+        s = self.service
+        return float(s.origin + (s.epoch_at(now) + 1) * s.epoch_length)
+
+    @property
+    def verify_key(self) -> VerifyKey | None:
+        return None if self._sk is None else self._sk.public
+
+    @property
+    def signature_checks(self) -> int:
+        """Ed25519 verifications this client performed on receipt (single-signed records, and
+        batch roots not already verified)."""
+        return self._record_checks + self._roots.verifications
+
+    # -- subscriber -----------------------------------------------------------------------------
+    def authorise(self, f: Filter, *, now: float) -> ProtectedFilterRows:
+        f = f if f.id else f.with_id(filter_id(f))
+        rows, keys = self.service.authorise(self.name, f, epoch=self.service.epoch_at(now))
+        self._hold(f, keys)
+        return rows
+
+    def _hold(self, f: Filter, keys: FilterKeys) -> None:
+        """Keep ``f``'s keys of this epoch and of those whose events may still arrive: a
+        subscription renewed ahead (``pubguard.net.client.renewal``) holds the next epoch's keys
+        while the current one runs, and an event of an earlier epoch in flight, or held in a
+        durable outbox while a broker restarted, arrives up to ``max_delay`` after its epoch
+        ended (the brokers refuse it later). Epoch ``k`` ends when ``k + 1`` begins and this
+        epoch's keys came at the latest while the one before it ran, so ``k`` is kept while
+        ``k >= this - 2 - max_delay / epoch_length``: the two epochs before this one, and as
+        many more as ``max_delay`` spans whole epochs; older ones are dropped. The soak found
+        it with 3 s epochs and a 10 s window: events a restarted broker delivered a few
+        epochs late were ``invalid token`` at the subscriber."""
+        self._held[(str(f), keys.epoch)] = _Held(f, keys)
+        keep = 2 + math.floor(self.max_delay / float(self.service.epoch_length))
+        for k in [k for k in self._held if k[0] == str(f) and k[1] < keys.epoch - keep]:
+            del self._held[k]
+
+    def protect_filter(
+        self, f: Filter, *, now: float, rng: Random | None = None
+    ) -> ProtectedFilter:
+        # the epoch the tokens belong to rides beside them (an unauthenticated routing hint:
+        # a broker routes a catching-up link the next epoch's publications by it,
+        # broker/publishing.py ``_catch_up``; the tokens themselves stay unlinkable)
+        epoch = self.service.epoch_at(now)
+        return ProtectedFilter(filter_to_wire(self.authorise(f, now=now)), {"e": epoch})
+
+    def protect_advertisement(
+        self, f: Filter, *, now: float, rng: Random | None = None
+    ) -> ProtectedFilter:
+        return ProtectedFilter({"g": []})
+
+    def unsubscribe_meta(
+        self, f: Filter, *, now: float, rng: Random | None = None
+    ) -> dict[str, Any]:
+        """Forget ``f``'s keys: it is not renewed at the next epoch."""
+        for k in [k for k in self._held if k[0] == str(f)]:
+            del self._held[k]
+        return {}
+
+    def unadvertise_meta(
+        self, f: Filter, *, now: float, rng: Random | None = None
+    ) -> dict[str, Any]:
+        return {}  # PSGuard has no advertisements
+
+    def renew(self, *, now: float) -> list[Filter]:
+        """Fetch the current epoch's keys for every held filter; returns the filters the KDC
+        refused (they are dropped)."""
+        epoch = self.service.epoch_at(now)
+        latest: dict[str, _Held] = {}
+        for (fk, _), h in self._held.items():
+            if fk not in latest or h.keys.epoch > latest[fk].keys.epoch:
+                latest[fk] = h
+        lost = []
+        for h in latest.values():
+            if h.keys.epoch < epoch:
+                try:
+                    self._hold(h.filter, self.service.authorise(self.name, h.filter,
+                                                                epoch=epoch)[1])  # fmt: skip
+                except DropError:
+                    lost.append(h.filter)
+        return lost
+
+    def open_record(
+        self, rec: ProtectedRecord, *, now: float, batch: tuple[int, int, Any] | None = None
+    ) -> Event:
+        """Verify (when the publisher is known) and decrypt; InvalidToken if no held filter's
+        keys open it or the subscriber's own filter rejects it. ``batch``: the record's
+        ``(index, size, path)`` when it was signed as part of a Merkle batch."""
+        vk = self.publisher_keys.get(rec.publisher)
+        if vk is not None:
+            if batch is None:
+                self._record_checks += 1
+                if not verify_record(rec, {rec.publisher: vk}):
+                    raise InvalidToken()
+            else:
+                i, n, path = batch
+                self._roots.verify(vk, H(rec.message()), rec.sig, now=now, index=i, size=n,
+                                   path=path)  # fmt: skip
+        newest = max((k[1] for k in self._held), default=rec.epoch)
+        if newest < rec.epoch <= self.service.epoch_at(now):
+            self.renew(now=now)  # a new epoch began: fetch its keys (refused if withdrawn)
+        for h in list(self._held.values()):
+            if h.keys.epoch != rec.epoch:
+                continue
+            try:
+                ev = h.keys.open_matching(rec)
+            except InvalidToken:
+                continue
+            if ev is not None:
+                return ev
+        raise InvalidToken()
+
+    def open_event(
+        self,
+        event_id: str,
+        routing: Mapping[str, Any],
+        body: bytes,
+        meta: Mapping[str, Any],
+        *,
+        now: float,
+    ) -> Event:
+        try:
+            rec = record_from_wire(event_id, routing, body, meta)
+            batch = batch_fields(meta) if "mn" in meta else None
+        except ValidationError:
+            raise InvalidToken() from None
+        return self.open_record(rec, now=now, batch=batch)
+
+    # -- publisher ------------------------------------------------------------------------------
+    def publisher(self, *, now: float) -> Publisher:
+        """The :class:`~pubguard.schemes.psguard.scheme.Publisher` of the current epoch."""
+        epoch = self.service.epoch_at(now)
+        if self._pub is None or self._pub[0] != epoch:
+            if self._signer is None:
+                raise KeyError_("this client has no signing key: it cannot publish")
+            pub = self.service.publisher(self.name, self._signer, epoch=epoch, mode=self.mode)
+            self._pub = (epoch, pub)
+        return self._pub[1]
+
+    def record(self, event: Event, *, now: float, rng: Random | None = None) -> ProtectedRecord:
+        """psguard.txt §4.1: the protected record of ``event`` (an id is drawn if missing)."""
+        if event.id is None:
+            event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
+        return self.publisher(now=now).protect(event, now_ms=int(now * 1000), rng=rng)
+
+    def protect_event(
+        self, event: Event, *, now: float, rng: Random | None = None
+    ) -> ProtectedEvent:
+        return record_to_wire(self.record(event, now=now, rng=rng))
+
+    def protect_events(
+        self, events: list[Event], *, now: float, rng: Random | None = None
+    ) -> list[ProtectedEvent]:
+        """Protect a batch under one signature over the Merkle root of its records (amortised
+        signing; a batch of one is an ordinary single-signed record)."""
+        return self.sign_prepared([self.prepare_event(e, now=now, rng=rng) for e in events],
+                                  now=now)  # fmt: skip
+
+    def prepare_event(
+        self, event: Event, *, now: float, rng: Random | None = None
+    ) -> ProtectedRecord:
+        """The first half of :meth:`protect_events`: the record of ``event``, encrypted and
+        tokenised but not signed (typed errors for a bad event are raised here). A client
+        that batches publications itself (:class:`pubguard.net.client.client.Client`) prepares
+        each event as it is published and signs them together with :meth:`sign_prepared`."""
+        if event.id is None:
+            event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
+        return self.publisher(now=now).protect(event, now_ms=int(now * 1000), rng=rng,
+                                               sign=False)  # fmt: skip
+
+    def sign_prepared(
+        self, recs: list[ProtectedRecord], *, now: float, rng: Random | None = None
+    ) -> list[ProtectedEvent]:
+        """Sign prepared records: one signature each for a batch of one (or without record
+        signatures), else one over the Merkle root of the batch, each record carrying its
+        index, the batch size and its path (``mi``, ``mn``, ``mp``)."""
+        if len(recs) <= 1 or not self._sign_records:
+            if recs and self._signer is None:
+                raise KeyError_("this client has no signing key: it cannot publish")
+            return [record_to_wire(with_sig(r, self._signer.sign(r.message()))) for r in recs]
+        if self._sk is None:
+            raise KeyError_("this client has no signing key: it cannot publish")
+        root, paths = merkle_batch([H(r.message()) for r in recs])
+        sig = self._sk.sign(signed_root(ROOT_TAG, root, len(recs)))
+        out = []
+        for i, r in enumerate(recs):
+            pe = record_to_wire(with_sig(r, sig))
+            meta = {**pe.meta, "mi": i, "mn": len(recs), "mp": pack_path(paths[i])}
+            out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
+        return out
+
+
+class _NullSigner:
+    """For profiles that sign something else than the record (the default profile signs a
+    Merkle root over a batch of records): ``sig`` stays empty and costs nothing."""
+
+    __slots__ = ()
+
+    def sign(self, message: bytes) -> bytes:
+        return b""
+
+
+def make_scheme(publishers: Mapping[str, VerifyKey], **options: Any) -> PSGuardBroker:
+    """The broker scheme for a :class:`~pubguard.schemes.SchemeRegistry` (see the class)."""
+    return PSGuardBroker(publishers, **options)

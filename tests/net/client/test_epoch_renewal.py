@@ -1,0 +1,204 @@
+"""Subscriptions outlive key epochs (psguard.txt §3.2, eventguard.txt §4.8; net/client/renewal.py),
+over real broker processes with key epochs of a few seconds.
+
+A chain ``b0 - b1 - b2`` (mutual TLS), a publisher on ``b0`` and subscribers on ``b1`` and
+``b2`` of psguard, default and eventguard: events published steadily across two epoch
+changes all arrive at both, each exactly once (the old and new generations overlap at each
+change), each client renewed its subscription once per change, and once the old
+generations' grace and leases are over every broker holds one generation per subscriber
+(psguard's withdrawn by the client, the others lapsed at the brokers, ``Broker.expire``; at
+``b1`` eventguard's old generation from ``b2`` covers its renewal, and the one promoted when
+the local one lapses must be accepted above: ``forwarded_grace``). A default subscriber that
+vanishes without a withdrawal is forgotten by the broker above when its permit runs out (the
+test fails with leases switched off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pubguard.broker.core import LEASE_SLACK
+from pubguard.model import Event
+from pubguard.net.config import chain_toml
+from pubguard.ops.cluster import LocalCluster
+from pubguard.schemes.registry import HOSPITAL
+from tests.net.conftest import LoopThread, keyed_cluster
+
+pytestmark = pytest.mark.slow
+
+EPOCH = 4.0  # seconds
+MAX_DELAY = 1.0  # brokers' timestamp window: leases end one second after the permit
+GRACE = 0.5  # the client retires an old generation this long after its epoch
+CLUSTER = chain_toml(
+    3, ["psguard", "eventguard", "default"], publishers=["hosp"], heartbeat_interval=0.5
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    now = time.time()
+    with keyed_cluster(aloop, tmp_path_factory.mktemp("renewal"), CLUSTER, now=now,
+                       identities=["hosp"], epoch_length=EPOCH, origin=now - 1.0,
+                       max_delay=MAX_DELAY) as c:  # fmt: skip
+        yield c
+
+
+@pytest.mark.parametrize("profile", ["psguard", "default", "eventguard"])
+def test_a_subscription_outlives_two_epoch_changes(aloop: LoopThread, cluster: LocalCluster,
+                                                   profile: str) -> None:  # fmt: skip
+    topic = f"t-{profile}"
+    brokers = ("b0", "b1", "b2")
+
+    async def scenario() -> tuple[list[str], dict[str, list[str]], dict[str, int], dict]:
+        # subscribers one and two hops below the publisher's broker: b1 holds its own
+        # subscriber's generations and b2's copies, one filter (eventguard's T(w) survives
+        # epochs, so an old generation covers the renewal there)
+        subs = {b: await cluster.connect(b, f"sub-{profile}-{b}", profile=profile,
+                                         renew_grace=GRACE) for b in ("b1", "b2")}  # fmt: skip
+        pub = await cluster.connect("b0", "hosp", profile=profile)
+        if profile == "eventguard":
+            await pub.advertise(f'topic = "{topic}"')  # eventguard.txt §4.3
+        its = {b: await c.subscribe(f'topic = "{topic}"') for b, c in subs.items()}
+        for c in (*subs.values(), pub):
+            await c.flush()
+        await cluster.wait_quiescent()
+        # the module's cluster is shared: count this test's drops only
+        before = {b: (await cluster.status(b))["drops"] for b in brokers}
+        start = time.time()
+        sent: list[str] = []
+        i = 0
+        while time.time() < start + 2 * EPOCH + 1.0:  # across two epoch changes
+            eid = f"{profile}-{i}"
+            await pub.publish(Event({"topic": topic, "age": 30, "patientRecord": f"r{i}"},
+                                    id=eid, type=HOSPITAL.name))  # fmt: skip
+            sent.append(eid)
+            i += 1
+            await asyncio.sleep(0.05)
+        await pub.flush()
+        got: dict[str, list[str]] = {}
+        for b, s in its.items():
+            got[b] = []
+            while len(got[b]) < len(sent):
+                try:
+                    got[b].append((await s.next(timeout=5)).event.id)
+                except TimeoutError:
+                    break
+        # the last old generation is retired by the client (psguard) or has lapsed at the
+        # brokers (leases: the permit's end + MAX_DELAY, LEASE_SLACK more for a child's copy,
+        # swept every 0.25 s) 1.5 + 5 s after its epoch ended; the next ahead renewal comes
+        # EPOCH / 4 before the next end, so look in between: just before that renewal
+        ms = cluster.bundle.ms
+        at = ms.epoch_end(ms.epoch_at(time.time())) - EPOCH / 4 - 0.4
+        while at < ms.epoch_end(ms.epoch_at(time.time()) - 1) + MAX_DELAY + LEASE_SLACK + 0.5:
+            at += EPOCH
+        await asyncio.sleep(at - time.time())
+        tables = {}
+        for b in brokers:
+            st = await cluster.status(b)
+            drops = {r: n - before[b].get(r, 0) for r, n in st["drops"].items()}
+            drops = {r: n for r, n in drops.items() if n}
+            tables[b] = (st["subscriptions"], drops, st["advertisements"])
+        renewals = {b: c.renewals for b, c in subs.items()}
+        await pub.close()
+        for c in subs.values():
+            await c.close()
+        return sent, got, renewals, tables
+
+    sent, got, renewals, tables = aloop.run(scenario(), timeout=90)
+    assert len(sent) > 100
+    assert got == {"b1": sent, "b2": sent}  # every event, once, in order, across both changes
+    # one per change (a third, or a fourth, renewed by the time the tables are read)
+    assert all(2 <= n <= 4 for n in renewals.values()), renewals
+    ads = 1 if profile == "eventguard" else 0  # renewed in place each epoch, none lapsed
+    # one generation per subscriber at its broker, b2's copy beside b1's own at b1, one
+    # forwarded to b0 (the two filters are one: covering)
+    assert tables == {"b0": (1, {}, ads), "b1": (2, {}, ads), "b2": (1, {}, ads)}, tables
+
+
+def test_a_vanished_subscriber_is_forgotten_upstream_when_its_permit_runs_out(
+    aloop: LoopThread, cluster: LocalCluster
+) -> None:
+    """A default subscriber whose connection dies without a withdrawal: its broker forgets
+    it at once, the broker above refuses that broker's proof-less withdrawal (it could be a
+    fake unsubscribe) and keeps the entry, then forgets it by itself when the permit's epoch
+    is over (its lease: the permit's end + max_delay + LEASE_SLACK for a child's entry)."""
+
+    async def scenario() -> tuple[int, int, int, int, int]:
+        base = (await cluster.status("b0"))["subscriptions"]
+        sub = await cluster.connect("b1", "sub-vanish", profile="default", reconnect=False)
+        await sub.subscribe('topic = "vanish"')
+        await sub.flush()
+        await cluster.wait_quiescent()
+        held = (await cluster.status("b0"))["subscriptions"]
+        assert sub._renew_task is not None and sub._writer is not None
+        sub._renew_task.cancel()  # the process "died": nothing more from it
+        sub._writer.transport.abort()
+        await asyncio.sleep(0.5)
+        await cluster.wait_quiescent()
+        st = await cluster.status("b0")
+        kept = st["subscriptions"]
+        refused = st["drops"].get("unauthorised", 0)
+        await asyncio.sleep(EPOCH + MAX_DELAY + LEASE_SLACK + 1.0)  # at most, from now
+        await cluster.wait_quiescent()
+        after = (await cluster.status("b0"))["subscriptions"]
+        await sub.close()
+        return base, held, kept, refused, after
+
+    base, held, kept, refused, after = aloop.run(scenario(), timeout=60)
+    assert held == base + 1
+    assert kept == base + 1 and refused >= 1  # the fake-unsubscribe guard held
+    assert after == base  # the lease ended: forgotten without the subscriber's proof
+
+
+def test_a_fresh_session_in_the_ahead_window_re_sends_both_generations(
+    aloop: LoopThread, cluster: LocalCluster
+) -> None:
+    """psguard renews ahead (EPOCH / 4 before the end here): a subscriber whose connection
+    breaks in that window and finds a fresh session at its broker re-subscribes the running
+    epoch's generation as well as the next one, so this epoch's publications still match
+    (before, only the next epoch's was re-sent and they were lost until the epoch ended)."""
+
+    async def scenario() -> list[tuple[str, float, float, float]]:
+        sub = await cluster.connect("b1", "sub-fresh", profile="psguard", renew_grace=GRACE)
+        pub = await cluster.connect("b0", "hosp", profile="psguard")
+        s = await sub.subscribe('topic = "fresh"')
+        await sub.flush()
+        await cluster.wait_quiescent()
+        tries: list[tuple[str, float, float, float]] = []
+        for attempt in range(3):  # each epoch once, until the publication lands in the window
+            while not [e for _, e in s.old if e > time.time() + 0.2]:
+                await asyncio.sleep(0.01)  # the ahead renewal
+            end = max(e for _, e in s.old)
+            seen = sub.reconnects
+            assert sub._writer is not None
+            sub._writer.transport.abort()  # the broker drops the non-durable session
+            while sub.reconnects == seen:
+                await asyncio.sleep(0.01)
+            await sub.flush()
+            await cluster.wait_quiescent()
+            eid, t0 = f"fresh-{attempt}", time.time()
+            await pub.publish(Event({"topic": "fresh", "age": 30, "patientRecord": eid},
+                                    id=eid, type=HOSPITAL.name))  # fmt: skip
+            await pub.flush()
+            t1 = time.time()
+            try:
+                got = (await s.next(timeout=3)).event.id
+            except TimeoutError:
+                got = "-"
+            tries.append((got, t0, t1, end))
+            if t1 < end:  # published in the running epoch: the case under test
+                break
+            while time.time() < end + GRACE:
+                await asyncio.sleep(0.05)
+        await pub.close()
+        await sub.close()
+        return tries
+
+    tries = aloop.run(scenario(), timeout=60)
+    got, t0, t1, end = tries[-1]
+    assert t1 < end, tries  # one attempt was published before its epoch ended
+    assert got == f"fresh-{len(tries) - 1}", tries
