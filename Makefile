@@ -23,6 +23,7 @@ demo: setup
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy src
 
 test: setup lint

@@ -35,8 +35,12 @@ def wire_messages(draw: st.DrawFn) -> tuple[str, Any]:
     if kind == "unsub":
         return link, {"op": "unsubscribe", "sub_id": sid, "profile": profile}
     if kind == "pub":
-        msg = {"op": "publish", "event_id": draw(st.sampled_from("abcdefghijklmnop")),
-               "profile": profile, "routing": {"a": draw(st.integers(-1, 2)), **draw(events)}}  # fmt: skip
+        msg = {
+            "op": "publish",
+            "event_id": draw(st.sampled_from("abcdefghijklmnop")),
+            "profile": profile,
+            "routing": {"a": draw(st.integers(-1, 2)), **draw(events)},
+        }
         if draw(st.booleans()):
             msg["meta"] = {"sig": draw(st.sampled_from([b"ok", b"no"]))}
         return link, msg
@@ -129,11 +133,22 @@ def _psguard_pool() -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
     r = random.Random(5)
     pubs: list[dict[str, Any]] = []
     for j in range(10):
-        e = Event({"topic": PS_TOPICS[j % 2], "age": r.randrange(128), "patientRecord": "x"},
-                  id=f"p{j}", type=HOSPITAL.name)  # fmt: skip
+        e = Event(
+            {"topic": PS_TOPICS[j % 2], "age": r.randrange(128), "patientRecord": "x"},
+            id=f"p{j}",
+            type=HOSPITAL.name,
+        )
         pe = client.protect_event(e, now=PS_NOW + (j % 4) - 5.5 * (j >= 8), rng=r)
-        pubs.append({"op": "publish", "event_id": pe.event_id, "profile": "psguard",
-                     "routing": pe.routing, "body": pe.body, "meta": pe.meta})  # fmt: skip
+        pubs.append(
+            {
+                "op": "publish",
+                "event_id": pe.event_id,
+                "profile": "psguard",
+                "routing": pe.routing,
+                "body": pe.body,
+                "meta": pe.meta,
+            }
+        )
     forged = dict(pubs[0], meta={**pubs[0]["meta"], "sig": bytes(64)})
     bad = dict(pubs[1], routing={"nonce": 3})
     return broker, filters, [*pubs, forged, bad]

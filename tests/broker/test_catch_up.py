@@ -36,8 +36,15 @@ class Pair:
     def __init__(self, tmp: Path, profile: str, no_catch_up: tuple[str, ...] = ()) -> None:
         self.profile = profile
         self.no_catch_up = no_catch_up
-        self.bundle = KeyBundle(tmp, now=NOW, types=(HOSPITAL,), identities=["hosp"],
-                                epoch_length=EPOCH, origin=0.0, max_delay=MAX_DELAY)  # fmt: skip
+        self.bundle = KeyBundle(
+            tmp,
+            now=NOW,
+            types=(HOSPITAL,),
+            identities=["hosp"],
+            epoch_length=EPOCH,
+            origin=0.0,
+            max_delay=MAX_DELAY,
+        )
         self.keys = self.bundle.broker_keys()
         self.store = MemoryState()
         self.parent = self._parent()
@@ -74,18 +81,24 @@ class Pair:
 
     def publish_local(self, eid: str, at: float) -> set[str]:
         """Publish at the child; the sub ids it delivers to at once."""
-        pe = self.pub.protect_event(Event({"topic": "cardio", "age": 30, "patientRecord": "r"},
-                                          id=eid, type="patient"), now=at)  # fmt: skip
-        acts = self.child.handle(Publish(eid, self.profile, pe.routing, pe.body, pe.meta),
-                                 "local", at)  # fmt: skip
+        pe = self.pub.protect_event(
+            Event({"topic": "cardio", "age": 30, "patientRecord": "r"}, id=eid, type="patient"),
+            now=at,
+        )
+        acts = self.child.handle(
+            Publish(eid, self.profile, pe.routing, pe.body, pe.meta), "local", at
+        )
         return {s for a in acts if isinstance(a, DeliverTo) for s in a.message.sub_ids}
 
     def publish(self, eid: str, at: float) -> tuple[bool, set[str]]:
         """(whether the parent routed it to the child, the child's deliveries' sub ids)."""
-        pe = self.pub.protect_event(Event({"topic": "cardio", "age": 30, "patientRecord": "r"},
-                                          id=eid, type="patient"), now=at)  # fmt: skip
-        acts = self.parent.handle(Publish(eid, self.profile, pe.routing, pe.body, pe.meta),
-                                  "pub", at)  # fmt: skip
+        pe = self.pub.protect_event(
+            Event({"topic": "cardio", "age": 30, "patientRecord": "r"}, id=eid, type="patient"),
+            now=at,
+        )
+        acts = self.parent.handle(
+            Publish(eid, self.profile, pe.routing, pe.body, pe.meta), "pub", at
+        )
         down = [a for a in acts if isinstance(a, Forward) and a.link == "down"]
         got: set[str] = set()
         for a in down:

@@ -65,7 +65,7 @@ small_constraint = st.builds(
 small_filters = st.lists(small_constraint, min_size=1, max_size=3).flatmap(
     lambda cs: st.just(
         " && ".join(c if " exists " not in c else c.split(" exists")[0] + " exists" for c in cs)
-    )  # fmt: skip
+    )
 )
 
 

@@ -20,32 +20,95 @@ from tests.broker.helpers import GuardScheme, pub, sub
 N = int(os.environ.get("PUBGUARD_FUZZ_MESSAGES", "10000"))
 
 ODD_VALUES: list[Any] = [
-    None, True, 0, -1, 2**63, 2**64, -(2**64), 1.5, math.nan, math.inf, "", "x", "é" * 300,
-    b"", b"\x00\xff", [], [1, "a"], {}, {"a": 1}, {1: 2}, [[[[[]]]]], ("t",), {"constraints": []},
-    {"constraints": [["a", ">", 1]]}, {"constraints": [["a", "prefix", 3]]},
-    {"constraints": [["", "=", 1]]}, {"constraints": [["a", "exists", 1]]}, set(), object(),
-]  # fmt: skip
-KEYS = ["op", "sub_id", "adv_id", "event_id", "profile", "filter", "routing", "body", "meta",
-        "sub_ids", "event", "ref", "of", "reason", "detail", "seq", "zzz"]  # fmt: skip
-OPS = ["subscribe", "unsubscribe", "advertise", "unadvertise", "publish", "deliver", "ack",
-       "error", "heartbeat", "launch", "", "SUBSCRIBE"]  # fmt: skip
+    None,
+    True,
+    0,
+    -1,
+    2**63,
+    2**64,
+    -(2**64),
+    1.5,
+    math.nan,
+    math.inf,
+    "",
+    "x",
+    "é" * 300,
+    b"",
+    b"\x00\xff",
+    [],
+    [1, "a"],
+    {},
+    {"a": 1},
+    {1: 2},
+    [[[[[]]]]],
+    ("t",),
+    {"constraints": []},
+    {"constraints": [["a", ">", 1]]},
+    {"constraints": [["a", "prefix", 3]]},
+    {"constraints": [["", "=", 1]]},
+    {"constraints": [["a", "exists", 1]]},
+    set(),
+    object(),
+]
+KEYS = [
+    "op",
+    "sub_id",
+    "adv_id",
+    "event_id",
+    "profile",
+    "filter",
+    "routing",
+    "body",
+    "meta",
+    "sub_ids",
+    "event",
+    "ref",
+    "of",
+    "reason",
+    "detail",
+    "seq",
+    "zzz",
+]
+OPS = [
+    "subscribe",
+    "unsubscribe",
+    "advertise",
+    "unadvertise",
+    "publish",
+    "deliver",
+    "ack",
+    "error",
+    "heartbeat",
+    "launch",
+    "",
+    "SUBSCRIBE",
+]
 
 
 def templates() -> list[dict[str, Any]]:
     p = pub("e0", x=1, sym="IBM")
     return [
-        sub("s0", "x > 1 && sym prefix \"I\"").to_wire(),
+        sub("s0", 'x > 1 && sym prefix "I"').to_wire(),
         sub("g0", "x > 1", profile="guarded", owner="a").to_wire(),
         {"op": "unsubscribe", "sub_id": "s1", "profile": "plain"},
-        {"op": "advertise", "adv_id": "a0", "profile": "plain", "filter": {"constraints": [["x", ">", 0]]}},
+        {
+            "op": "advertise",
+            "adv_id": "a0",
+            "profile": "plain",
+            "filter": {"constraints": [["x", ">", 0]]},
+        },
         {"op": "unadvertise", "adv_id": "a1", "profile": "plain"},
         p.to_wire(),
         pub("g1", profile="guarded", meta={"sig": b"ok"}, x=3).to_wire(),
-        {"op": "deliver", "sub_ids": ["s"], "event": {k: v for k, v in p.to_wire().items() if k != "op"}},
+        {
+            "op": "deliver",
+            "sub_ids": ["s"],
+            "event": {k: v for k, v in p.to_wire().items() if k != "op"},
+        },
         {"op": "ack", "ref": "s", "of": "subscribe"},
         {"op": "error", "ref": "s", "reason": "forged", "detail": ""},
         {"op": "heartbeat", "seq": 1},
-    ]  # fmt: skip
+    ]
 
 
 def mutate(rng: random.Random, d: Any, depth: int = 0) -> Any:

@@ -35,8 +35,15 @@ class Chain:
 
     def __init__(self, tmp: Path, profile: str, *, store: MemoryState | None = None) -> None:
         self.profile = profile
-        self.bundle = KeyBundle(tmp, now=NOW, types=(HOSPITAL,), identities=["hosp"],
-                                epoch_length=EPOCH, origin=0.0, max_delay=MAX_DELAY)  # fmt: skip
+        self.bundle = KeyBundle(
+            tmp,
+            now=NOW,
+            types=(HOSPITAL,),
+            identities=["hosp"],
+            epoch_length=EPOCH,
+            origin=0.0,
+            max_delay=MAX_DELAY,
+        )
         keys = self.bundle.broker_keys()
         self.parent = Broker("p", [make_broker_scheme(profile, keys, now=NOW)])
         self.child = Broker("k", [make_broker_scheme(profile, keys, now=NOW)], store=store)
@@ -68,11 +75,14 @@ class Chain:
             from pubguard.broker import Advertise
 
             self.parent.handle(Advertise(f"a-{eid}", self.profile, pa.filter, pa.meta), "pub", at)
-        pe = self.pub.protect_event(Event({"topic": "cardio", "age": 30, "patientRecord": "r"},
-                                          id=eid, type="patient"), now=at)  # fmt: skip
+        pe = self.pub.protect_event(
+            Event({"topic": "cardio", "age": 30, "patientRecord": "r"}, id=eid, type="patient"),
+            now=at,
+        )
         at = at if arrive is None else arrive
-        acts = self.parent.handle(Publish(eid, self.profile, pe.routing, pe.body, pe.meta),
-                                  "pub", at)  # fmt: skip
+        acts = self.parent.handle(
+            Publish(eid, self.profile, pe.routing, pe.body, pe.meta), "pub", at
+        )
         got: set[str] = set()
         for a in acts:
             if isinstance(a, Forward) and a.link == "down":
@@ -149,8 +159,11 @@ def test_a_publication_signed_as_its_epoch_ends_is_not_refused_in_transit(
     the broker's clock), so one signed just before its permit ran out still routes."""
     ch = Chain(tmp_path, profile)
     ch.subscribe("s", built=NOW)
-    ch.subscribe("s@1", built=END + 0.001 if profile == "default" else END + 0.5,
-                 at=END - 10 if profile == "default" else END + 0.5)  # fmt: skip
+    ch.subscribe(
+        "s@1",
+        built=END + 0.001 if profile == "default" else END + 0.5,
+        at=END - 10 if profile == "default" else END + 0.5,
+    )
     assert ch.publish("edge", END - 0.01, arrive=END + 0.2)  # signed in epoch 10, arrives in 11
     assert ch.parent.drops == {}
     assert ch.publish("late", END - 0.01, arrive=END + MAX_DELAY + 0.5) == set()
@@ -230,8 +243,9 @@ def test_a_grandchilds_held_generation_promoted_at_the_lapse_is_accepted_above(
     ch.subscribe("s@1", built=END + 1, at=END + 1)
     assert len(ch.child.subscriptions()) == 3 and len(ch.parent.subscriptions()) == 1
     up = ch.child.expire(LEASE + 1)  # "s" lapses; "t" is held LEASE_SLACK longer
-    sent = [(type(a.message).__name__, a.message.meta == pf.meta) for a in up
-            if isinstance(a, Forward)]  # fmt: skip
+    sent = [
+        (type(a.message).__name__, a.message.meta == pf.meta) for a in up if isinstance(a, Forward)
+    ]
     assert sent == [("Subscribe", True), ("Unsubscribe", False)]  # "t" forwarded, then "s" gone
     ch.pump(up, LEASE + 1)
     assert ch.parent.drops == {} and len(ch.parent.subscriptions()) == 1
@@ -312,6 +326,7 @@ def _publication(ch: Chain, eid: str, at: float) -> Publish:
 
     pa = ch.pub.protect_advertisement(Filter.parse(CARDIO), now=at)
     ch.parent.handle(Advertise(f"a-{eid}", "eventguard", pa.filter, pa.meta), "pub", at)
-    pe = ch.pub.protect_event(Event({"topic": "cardio", "age": 30, "patientRecord": "r"},
-                                    id=eid, type="patient"), now=at)  # fmt: skip
+    pe = ch.pub.protect_event(
+        Event({"topic": "cardio", "age": 30, "patientRecord": "r"}, id=eid, type="patient"), now=at
+    )
     return Publish(eid, "eventguard", pe.routing, pe.body, pe.meta)

@@ -8,8 +8,22 @@ from click.testing import CliRunner
 
 from pubguard.cli.main import cli
 
-SMALL = ["bench", "broker", "-n", "4", "-n", "40", "--events", "60", "--batch", "16",
-         "--reference-events", "20", "--repeat", "1"]  # fmt: skip
+SMALL = [
+    "bench",
+    "broker",
+    "-n",
+    "4",
+    "-n",
+    "40",
+    "--events",
+    "60",
+    "--batch",
+    "16",
+    "--reference-events",
+    "20",
+    "--repeat",
+    "1",
+]
 
 
 def test_bench_broker_json_reports_every_count_with_a_ratio() -> None:

@@ -23,8 +23,10 @@ def _failed_up(config: Path, state: Path) -> str:
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() if p.is_file() else "/"
-            for p in sorted(root.rglob("*"))}  # fmt: skip
+    return {
+        str(p.relative_to(root)): p.read_text() if p.is_file() else "/"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_failed_cluster_up_removes_what_it_created_and_only_that(tmp_path: Path) -> None:

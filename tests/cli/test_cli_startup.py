@@ -39,8 +39,16 @@ def test_importing_the_cli_loads_no_heavy_library() -> None:
     assert "pubguard.cli.main" in loaded
     assert _heavy(loaded) == []
     # nor the parts of pubguard that pull them in
-    assert not {"pubguard.sim.engine", "pubguard.schemes.registry", "pubguard.overlay.resilient",
-                "pubguard.matching.index", "pubguard.broker.core"} & loaded  # fmt: skip
+    assert (
+        not {
+            "pubguard.sim.engine",
+            "pubguard.schemes.registry",
+            "pubguard.overlay.resilient",
+            "pubguard.matching.index",
+            "pubguard.broker.core",
+        }
+        & loaded
+    )
 
 
 @pytest.mark.parametrize(

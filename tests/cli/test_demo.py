@@ -58,8 +58,10 @@ def test_scanner_finds_plaintext_when_it_is_there() -> None:
 
 
 def test_demo_cli_psguard_in_process_json() -> None:
-    r = CliRunner().invoke(cli, ["demo", "--no-spark", "--in-process", "--profile", "psguard",
-                                 "--events", "30", "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        ["demo", "--no-spark", "--in-process", "--profile", "psguard", "--events", "30", "--json"],
+    )
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)["network"]
     assert obj["profile"] == "psguard" and obj["events"] == 30 and obj["correct"]
@@ -70,8 +72,7 @@ def test_demo_cli_psguard_in_process_json() -> None:
 
 
 def test_demo_cli_prints_both_views() -> None:
-    r = CliRunner().invoke(cli, ["demo", "--no-spark", "--in-process"],
-                           env={"COLUMNS": "200"})  # fmt: skip
+    r = CliRunner().invoke(cli, ["demo", "--no-spark", "--in-process"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "what 'cloud' holds" in r.stdout and "0 found" in r.stdout
     assert "F_T(r)=" in r.stdout and "MRN-" in r.stdout

@@ -21,9 +21,17 @@ def _cli() -> click.Group:
 def test_psguard_cost_ratio_quick_json_and_png(tmp_path):
     res = CliRunner().invoke(
         _cli(),
-        ["experiments", "psguard-cost-ratio", "--quick", "--joins", "8", "--json",
-         "--out", str(tmp_path)],
-    )  # fmt: skip
+        [
+            "experiments",
+            "psguard-cost-ratio",
+            "--quick",
+            "--joins",
+            "8",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert [r["phi"] for r in doc["table5"]] == [10, 100, 1000, 10_000]
@@ -61,10 +69,29 @@ def test_scaling_quick_json_fields_and_png(tmp_path):
     png = tmp_path / "scaling.png"
     res = CliRunner().invoke(
         _cli(),
-        ["experiments", "scaling", "--quick", "--profiles", "eventguard-nosig", "--brokers",
-         "1,3", "--subscribers", "8", "--topics", "6", "--per-subscriber", "2",
-         "--publications", "36", "--observe-every", "6", "--json", "--plot", str(png)],
-    )  # fmt: skip
+        [
+            "experiments",
+            "scaling",
+            "--quick",
+            "--profiles",
+            "eventguard-nosig",
+            "--brokers",
+            "1,3",
+            "--subscribers",
+            "8",
+            "--topics",
+            "6",
+            "--per-subscriber",
+            "2",
+            "--publications",
+            "36",
+            "--observe-every",
+            "6",
+            "--json",
+            "--plot",
+            str(png),
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert doc["experiment"] == "scaling" and "measured-cost simulation" in doc["method"]
@@ -84,9 +111,22 @@ def test_scaling_quick_json_fields_and_png(tmp_path):
 def test_scaling_prints_a_table_and_refuses_bad_options():
     res = CliRunner().invoke(
         _cli(),
-        ["experiments", "scaling", "--quick", "--profiles", "plain", "--brokers", "1",
-         "--subscribers", "4", "--topics", "4", "--per-subscriber", "2"],
-    )  # fmt: skip
+        [
+            "experiments",
+            "scaling",
+            "--quick",
+            "--profiles",
+            "plain",
+            "--brokers",
+            "1",
+            "--subscribers",
+            "4",
+            "--topics",
+            "4",
+            "--per-subscriber",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "experiments scaling" in res.output and "plain" in res.output
     assert "measured-cost simulation" in res.output
@@ -109,18 +149,29 @@ def test_cost_ratio_figure_labels_every_panel() -> None:
     from tests.figure_checks import assert_labelled
 
     def row(ns: int) -> dict[str, float]:
-        return {"ns": ns, "sg_keys_per_subscriber": ns / 50, "psguard_keys_per_subscriber": 6.5,
-                "sg_keys_per_publisher": ns * 1.9, "psguard_keys_per_publisher": 1,
-                "sg_kdc_ms_per_join": ns / 1000, "psguard_kdc_ms_per_join": 0.17,
-                "sg_kb_per_join": ns / 400, "psguard_kb_per_join": 0.46}  # fmt: skip
+        return {
+            "ns": ns,
+            "sg_keys_per_subscriber": ns / 50,
+            "psguard_keys_per_subscriber": 6.5,
+            "sg_keys_per_publisher": ns * 1.9,
+            "psguard_keys_per_publisher": 1,
+            "sg_kdc_ms_per_join": ns / 1000,
+            "psguard_kdc_ms_per_join": 0.17,
+            "sg_kb_per_join": ns / 400,
+            "psguard_kb_per_join": 0.46,
+        }
 
-    fig = experiment_cmds._figure({"uniform": [row(n) for n in (10, 100, 1000)],
-                                   "gaussian": [row(n) for n in (2, 8, 64)]})  # fmt: skip
+    fig = experiment_cmds._figure(
+        {"uniform": [row(n) for n in (10, 100, 1000)], "gaussian": [row(n) for n in (2, 8, 64)]}
+    )
     try:
         labels = assert_labelled(fig)
         assert [ax.get_ylabel() for ax in fig.axes] == [
-            "keys held per subscriber", "keys held per publisher", "KDC CPU per join (ms)",
-            "sealed keys sent per join (KB)"]  # fmt: skip
+            "keys held per subscriber",
+            "keys held per publisher",
+            "KDC CPU per join (ms)",
+            "sealed keys sent per join (KB)",
+        ]
         assert "PSGuard (phi=100, R=10^4)" in labels and len(labels) == 4
     finally:
         plt.close(fig)

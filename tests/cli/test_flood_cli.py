@@ -35,8 +35,17 @@ def test_flood_json_and_png(tmp_path):
         assert "paper" in row
         for v in ("guard", "noguard", "plain"):
             pt = row[v]
-            for key in ("throughput", "relative", "sustainable", "reached", "utilisation",
-                        "reach_by_hop", "max_utilisation", "flood_sent", "drops"):  # fmt: skip
+            for key in (
+                "throughput",
+                "relative",
+                "sustainable",
+                "reached",
+                "utilisation",
+                "reach_by_hop",
+                "max_utilisation",
+                "flood_sent",
+                "drops",
+            ):
                 assert key in pt
     first = doc["series"][0]
     assert all(first[v]["relative"] == 1.0 for v in ("guard", "noguard", "plain"))
@@ -50,9 +59,9 @@ def test_flood_json_and_png(tmp_path):
 
 def test_flood_table_output(tmp_path):
     res = CliRunner().invoke(
-        _cli(), ["experiments", "flood", "--variants", "guard", "--out", str(tmp_path / "f.png"),
-                 *SMALL],
-    )  # fmt: skip
+        _cli(),
+        ["experiments", "flood", "--variants", "guard", "--out", str(tmp_path / "f.png"), *SMALL],
+    )
     assert res.exit_code == 0, res.output
     assert "Fig. 13" in res.output and "Fig. 3" in res.output and "guard" in res.output
 

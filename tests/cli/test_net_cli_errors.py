@@ -22,8 +22,10 @@ def _one_line_error(args: list[str]) -> str:
 def test_broker_with_missing_tls_files_names_them(tmp_path: Path) -> None:
     cfg = tmp_path / "broker.toml"
     cert, key, ca = tmp_path / "b0.crt", tmp_path / "b0.key", tmp_path / "ca.pem"
-    cfg.write_text(f'name = "b0"\nstate_dir = "{tmp_path / "s"}"\n'
-                   f'[tls]\nca = "{ca}"\ncert = "{cert}"\nkey = "{key}"\n')  # fmt: skip
+    cfg.write_text(
+        f'name = "b0"\nstate_dir = "{tmp_path / "s"}"\n'
+        f'[tls]\nca = "{ca}"\ncert = "{cert}"\nkey = "{key}"\n'
+    )
     line = _one_line_error(["broker", "--config", str(cfg)])
     assert line == (
         f"pubguard: error: cannot build TLS context: certificate {cert} / key {key}: "
@@ -83,8 +85,9 @@ def test_broker_on_a_port_in_use_is_one_line(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         cfg = tmp_path / "b.toml"
-        cfg.write_text(f'name = "x"\nport = {port}\ntls_enabled = false\n'
-                       f'state_dir = "{tmp_path / "s"}"\n')  # fmt: skip
+        cfg.write_text(
+            f'name = "x"\nport = {port}\ntls_enabled = false\nstate_dir = "{tmp_path / "s"}"\n'
+        )
         line = _one_line_error(["broker", "--config", str(cfg)])
     assert line == (
         f"pubguard: error: broker x: listen address 127.0.0.1:{port}: Address already in use"

@@ -15,14 +15,20 @@ from pubguard.cli.main import cli
 from pubguard.errors import ConfigError
 
 COMMANDS = [
-    (["bench", "network", "--profile", "plain", "--brokers", "1", "--in-process", "--plot"],
-     "--plot", "x.png"),
+    (
+        ["bench", "network", "--profile", "plain", "--brokers", "1", "--in-process", "--plot"],
+        "--plot",
+        "x.png",
+    ),
     (["experiments", "scaling", "--quick", "--profiles", "plain", "--plot"], "--plot", "x.png"),
     (["experiments", "flood", "--out"], "--out", "x.png"),
     (["experiments", "psguard-cost-ratio", "--quick", "--out"], "--out", "psguard-cost-ratio.png"),
-    (["bench", "pipeline", "--subscriptions", "10", "--events", "1", "--sweep"], "--sweep",
-     "x.png"),
-]  # fmt: skip
+    (
+        ["bench", "pipeline", "--subscriptions", "10", "--events", "1", "--sweep"],
+        "--sweep",
+        "x.png",
+    ),
+]
 
 
 @pytest.mark.parametrize(("args", "option", "name"), COMMANDS)

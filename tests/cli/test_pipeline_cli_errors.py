@@ -33,8 +33,9 @@ def workload(tmp_path: Path) -> Path:
 
 def test_unknown_profile_is_refused_before_spark(workload: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    line = _one_line_error(["pipeline", "run", "--workload", str(workload), "--out", str(out),
-                            "--profile", "nosuch"])  # fmt: skip
+    line = _one_line_error(
+        ["pipeline", "run", "--workload", str(workload), "--out", str(out), "--profile", "nosuch"]
+    )
     assert line == "pubguard: error: unknown pipeline profile 'nosuch' (valid: psguard)"
     assert not out.exists()
 
@@ -62,7 +63,7 @@ def test_bad_master_is_one_line_not_a_java_trace(
             str(out),
             "--checkpoint",
             str(tmp_path / "ck"),
-        ],  # fmt: skip
+        ],
     ):
         line = _one_line_error([*args, "--master", master])
         assert line == (
@@ -73,8 +74,16 @@ def test_bad_master_is_one_line_not_a_java_trace(
 
 
 def test_the_masters_spark_accepts_pass() -> None:
-    for master in ("local", "local[*]", "local[2]", "local[2,3]", "local[*,4]",
-                   "spark://127.0.0.1:7077", "spark://h1:7077,h2:7077", "yarn"):  # fmt: skip
+    for master in (
+        "local",
+        "local[*]",
+        "local[2]",
+        "local[2,3]",
+        "local[*,4]",
+        "spark://127.0.0.1:7077",
+        "spark://h1:7077,h2:7077",
+        "yarn",
+    ):
         check_master(master)
     with pytest.raises(ConfigError) as info:
         check_master("local[]")
@@ -83,8 +92,9 @@ def test_the_masters_spark_accepts_pass() -> None:
 
 def test_match_on_a_missing_protected_folder_is_refused_before_spark(tmp_path: Path) -> None:
     p = tmp_path / "nope"
-    line = _one_line_error(["pipeline", "match", "--protected", str(p), "--out", str(tmp_path),
-                            "--master", "bogus"])  # fmt: skip
+    line = _one_line_error(
+        ["pipeline", "match", "--protected", str(p), "--out", str(tmp_path), "--master", "bogus"]
+    )
     assert line == f"pubguard: error: {p}: not a protected folder (no manifest.json)"
 
 

@@ -29,8 +29,22 @@ def run(root: click.Group, *args: str) -> object:
 
 def test_generate_json_and_info(root: click.Group, tmp_path: Path) -> None:
     out = tmp_path / "w"
-    r = run(root, "workload", "generate", "--shape", "psguard", "--out", str(out),
-            "--seed", "5", "--subscribers", "4", "--events", "30", "--json")  # fmt: skip
+    r = run(
+        root,
+        "workload",
+        "generate",
+        "--shape",
+        "psguard",
+        "--out",
+        str(out),
+        "--seed",
+        "5",
+        "--subscribers",
+        "4",
+        "--events",
+        "30",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     assert obj["shape"] == "psguard" and obj["seed"] == 5
@@ -49,8 +63,21 @@ def test_generate_json_and_info(root: click.Group, tmp_path: Path) -> None:
 
 
 def test_generate_table_output(root: click.Group, tmp_path: Path) -> None:
-    r = run(root, "workload", "generate", "--shape", "vcaps", "--out", str(tmp_path / "v"),
-            "--filters", "50", "--subscribers", "3", "--events", "10")  # fmt: skip
+    r = run(
+        root,
+        "workload",
+        "generate",
+        "--shape",
+        "vcaps",
+        "--out",
+        str(tmp_path / "v"),
+        "--filters",
+        "50",
+        "--subscribers",
+        "3",
+        "--events",
+        "10",
+    )
     assert r.exit_code == 0
     assert "workload vcaps" in r.stdout and "filters" in r.stdout
 
@@ -76,8 +103,20 @@ def test_bad_options_one_line_error(
 
 def test_non_empty_out_refused_then_forced(root: click.Group, tmp_path: Path) -> None:
     (tmp_path / "note.txt").write_text("x")
-    args = ["workload", "generate", "--shape", "vcaps", "--out", str(tmp_path),
-            "--filters", "20", "--subscribers", "2", "--events", "5"]  # fmt: skip
+    args = [
+        "workload",
+        "generate",
+        "--shape",
+        "vcaps",
+        "--out",
+        str(tmp_path),
+        "--filters",
+        "20",
+        "--subscribers",
+        "2",
+        "--events",
+        "5",
+    ]
     r = run(root, *args)
     assert r.exit_code == 1 and "not empty" in r.stderr and "--force" in r.stderr
     assert not (tmp_path / "events.jsonl").exists()

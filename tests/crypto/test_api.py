@@ -10,5 +10,19 @@ def test_all_is_complete_and_importable() -> None:
         assert getattr(crypto, name) is not None, name
     assert len(set(crypto.__all__)) == len(crypto.__all__)
     # the recipes every other layer uses
-    assert {"H", "KH", "KeyedHash", "seal", "open_", "aad_for", "SigningKey", "VerifyKey",
-            "wrap", "unwrap", "SecretBytes", "random_bytes", "prf_aes_blocks", "hkdf"} <= set(crypto.__all__)  # fmt: skip
+    assert {
+        "H",
+        "KH",
+        "KeyedHash",
+        "seal",
+        "open_",
+        "aad_for",
+        "SigningKey",
+        "VerifyKey",
+        "wrap",
+        "unwrap",
+        "SecretBytes",
+        "random_bytes",
+        "prf_aes_blocks",
+        "hkdf",
+    } <= set(crypto.__all__)

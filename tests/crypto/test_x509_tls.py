@@ -154,8 +154,9 @@ def test_identity_keys_encrypted_at_rest_open_only_with_their_passphrase(pki, tm
     one and refuse it, with a one-line reason and without prompting, otherwise."""
     ca, broker, _, _, now = pki
     secret = b"identity-passphrase-canary"
-    enc = issue_tls_identity(ca, "client-enc", Role.CLIENT, tmp_path / "enc", now=now,
-                             passphrase=secret)  # fmt: skip
+    enc = issue_tls_identity(
+        ca, "client-enc", Role.CLIENT, tmp_path / "enc", now=now, passphrase=secret
+    )
     pem = enc.key_path.read_bytes()
     assert pem.startswith(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") and secret not in pem
     assert enc.key_path.stat().st_mode & 0o777 == 0o600

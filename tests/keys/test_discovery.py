@@ -47,18 +47,44 @@ class World:
 def world(tmp_path_factory) -> World:
     ca = CertificateAuthority.create("ca", tmp_path_factory.mktemp("ca"), passphrase=b"pw", now=NOW)
     kcert, kkey = ca.issue_signing_identity("kmc-1", Role.KMC, now=NOW)
-    kmc = KMC(Database(":memory:"), signing_key=kkey, cert=kcert, ca_cert=ca.cert,
-              storage_key=SecretBytes(random.Random(2).randbytes(32)))  # fmt: skip
-    ids = {n: ca.issue_signing_identity(n, r, now=NOW) for n, r in
-           (("owner", Role.CLIENT), ("alice", Role.CLIENT), ("bob", Role.CLIENT),
-            ("broker-x", Role.BROKER), ("revoked", Role.CLIENT))}  # fmt: skip
+    kmc = KMC(
+        Database(":memory:"),
+        signing_key=kkey,
+        cert=kcert,
+        ca_cert=ca.cert,
+        storage_key=SecretBytes(random.Random(2).randbytes(32)),
+    )
+    ids = {
+        n: ca.issue_signing_identity(n, r, now=NOW)
+        for n, r in (
+            ("owner", Role.CLIENT),
+            ("alice", Role.CLIENT),
+            ("bob", Role.CLIENT),
+            ("broker-x", Role.BROKER),
+            ("revoked", Role.CLIENT),
+        )
+    }
     ocert, okey = ids["owner"]
-    kmc.register_topic(RegisterTopic.signed(okey, ocert, topic=TOPIC, algorithm="AES-256-GCM",
-                                            key_bits=256, now=NOW), now=NOW)  # fmt: skip
+    kmc.register_topic(
+        RegisterTopic.signed(
+            okey, ocert, topic=TOPIC, algorithm="AES-256-GCM", key_bits=256, now=NOW
+        ),
+        now=NOW,
+    )
     for n, r in (("alice", Rights.PUBLISH), ("bob", Rights.SUBSCRIBE)):
-        kmc.authorize(Authorize.signed(okey, ocert, topic=TOPIC, entity=ids[n][0].subject,
-                                       rights=r, not_before=NOW - 60, not_after=NOW + 86400,
-                                       now=NOW), now=NOW)  # fmt: skip
+        kmc.authorize(
+            Authorize.signed(
+                okey,
+                ocert,
+                topic=TOPIC,
+                entity=ids[n][0].subject,
+                rights=r,
+                not_before=NOW - 60,
+                not_after=NOW + 86400,
+                now=NOW,
+            ),
+            now=NOW,
+        )
     return World(ca, kmc, kkey, ids)
 
 
@@ -100,8 +126,7 @@ def test_tdn_reveals_the_topic_only_to_valid_credentials(world, tmp_path):
     # a stale request, and a tampered one
     cert, key = world.ids["alice"]
     with pytest.raises(InvalidToken):
-        tdns[0].discover(DiscoveryRequest.signed(key, cert, kem, kmc="", now=NOW - 1000),
-                         now=NOW)  # fmt: skip
+        tdns[0].discover(DiscoveryRequest.signed(key, cert, kem, kmc="", now=NOW - 1000), now=NOW)
     req = DiscoveryRequest.signed(key, cert, kem, kmc="", now=NOW)
     with pytest.raises(InvalidToken):
         tdns[0].discover(dataclasses.replace(req, kmc="kmc-x"), now=NOW)
@@ -115,8 +140,13 @@ def test_tdn_refuses_revoked_requesters_and_forged_or_old_advertisements(world, 
     ca = CertificateAuthority.create("ca3", tmp_path / "ca3", passphrase=b"p", now=NOW)
     cert, key = ca.issue_signing_identity("eve", Role.CLIENT, now=NOW)
     kcert, kkey = ca.issue_signing_identity("kmc-3", Role.KMC, now=NOW)
-    kmc = KMC(Database(":memory:"), signing_key=kkey, cert=kcert, ca_cert=ca.cert,
-              storage_key=SecretBytes(b"k" * 32))  # fmt: skip
+    kmc = KMC(
+        Database(":memory:"),
+        signing_key=kkey,
+        cert=kcert,
+        ca_cert=ca.cert,
+        storage_key=SecretBytes(b"k" * 32),
+    )
     ep = KmcEndpoint(kmc, kkey, now=NOW)
     tdn = TopicDiscoveryNode(ca.cert, ca.crl(now=NOW))
     tdn.advertise(ep.advertisement, now=NOW)
@@ -179,8 +209,10 @@ def test_entity_gets_its_key_through_the_network_and_survives_a_flood(world):
     crl = world.ca.crl(now=NOW)
 
     def schemes(_b):
-        return [PlainScheme(), NaradaBroker(ca_cert=world.ca.cert, kmc_certs=[world.kmc.cert],
-                                            now=NOW, crl=crl)]  # fmt: skip
+        return [
+            PlainScheme(),
+            NaradaBroker(ca_cert=world.ca.cert, kmc_certs=[world.kmc.cert], now=NOW, crl=crl),
+        ]
 
     sim = Simulator(tree, schemes, wire=True, seed=2)
     ep = endpoint(world, flood_threshold=20, source_threshold=1000)
@@ -210,8 +242,7 @@ def test_entity_gets_its_key_through_the_network_and_survives_a_flood(world):
         sim.add_client(f"{name}-ctl", "e")  # the entity's control client (plain profile)
         blob, kem = _request(world, name)
         sim.subscribe(f"{name}-ctl", f'topic = "reply/{name}"', at=at)
-        sim.publish(f"{name}-ctl", Event({"topic": adv.topic, "from": name}, payload=blob),
-                    at=at)  # fmt: skip
+        sim.publish(f"{name}-ctl", Event({"topic": adv.topic, "from": name}, payload=blob), at=at)
         pump(at)
         ctl = sim.clients[f"{name}-ctl"]
         cert, key = world.ids[name]
@@ -225,8 +256,9 @@ def test_entity_gets_its_key_through_the_network_and_survives_a_flood(world):
     old = ep.topic
     sim.add_client("mallory", "m")
     for i in range(25):
-        sim.publish("mallory", Event({"topic": old, "from": f"m{i % 5}"}, payload=b"x" * 40),
-                    at=NOW + 2)  # fmt: skip
+        sim.publish(
+            "mallory", Event({"topic": old, "from": f"m{i % 5}"}, payload=b"x" * 40), at=NOW + 2
+        )
     pump(NOW + 2)
     assert ep.topic != old and ep.version == 2
     before = processed

@@ -59,8 +59,9 @@ def test_churn_measurement_tracks_the_bound_for_uniform_ranges():
         lo = rng.randrange(0, 10_000 - 100 + 1)
         return lo, lo + 99
 
-    r = simulate_churn(ns=300, draw=draw, range_size=10_000, tree_size=16_384, joins=60,
-                       rng=random.Random(4))  # fmt: skip
+    r = simulate_churn(
+        ns=300, draw=draw, range_size=10_000, tree_size=16_384, joins=60, rng=random.Random(4)
+    )
     bound = analytical_ratio(300, 100, 10_000)
     assert 0.6 * bound < r.ratio < 1.6 * bound
     assert 5 < r.psg_keys < 9  # ~ log2(phi) = 6.64 authorisation keys (psguard.txt Table 2)

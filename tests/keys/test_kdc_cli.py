@@ -80,8 +80,22 @@ def test_derive_matches_the_vectors_and_hides_the_master(root: click.Group) -> N
         for v in VECTORS["psguard"]
         if v["name"] == "numeric_node" and v["inputs"]["ktid"] == "101"
     ]
-    r = run(root, "keys", "derive", "--scheme", "psguard", "--master-hex", MASTER_HEX, "--topic", "cancerTrail",
-            "--attribute", "age", "--ktid", "101", "--json")  # fmt: skip
+    r = run(
+        root,
+        "keys",
+        "derive",
+        "--scheme",
+        "psguard",
+        "--master-hex",
+        MASTER_HEX,
+        "--topic",
+        "cancerTrail",
+        "--attribute",
+        "age",
+        "--ktid",
+        "101",
+        "--json",
+    )
     assert r.exit_code == 0 and json.loads(r.stdout) == {"key_hex": v["hex"]}
     assert MASTER_HEX not in r.output
     (e,) = [

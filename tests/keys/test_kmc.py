@@ -82,11 +82,17 @@ def _setup(kmc: KMC, pki: Pki, *, rights=Rights.PUBLISH, alg="AES-256-GCM", bits
     acert, _ = pki.alice
     kmc.authorize(
         Authorize.signed(
-            okey, ocert, topic=TOPIC, entity=acert.subject, rights=rights,
-            not_before=NOW, not_after=NOW + 30 * DAY, now=NOW,
+            okey,
+            ocert,
+            topic=TOPIC,
+            entity=acert.subject,
+            rights=rights,
+            not_before=NOW,
+            not_after=NOW + 30 * DAY,
+            now=NOW,
         ),
         now=NOW,
-    )  # fmt: skip
+    )
 
 
 def _request(pki: Pki, who: tuple, kem: KemPrivateKey, now: float = NOW + 60) -> KeyRequest:
@@ -185,11 +191,17 @@ def test_unauthorised_and_revoked_entities_are_refused(pki, tmp_path):
     # bob, authorised after the rotation, gets a key alice never saw
     kmc.authorize(
         Authorize.signed(
-            okey, ocert, topic=TOPIC, entity=pki.bob[0].subject, rights="subscribe",
-            not_before=NOW, not_after=NOW + DAY, now=NOW + 200,
+            okey,
+            ocert,
+            topic=TOPIC,
+            entity=pki.bob[0].subject,
+            rights="subscribe",
+            not_before=NOW,
+            not_after=NOW + DAY,
+            now=NOW + 200,
         ),
         now=NOW + 200,
-    )  # fmt: skip
+    )
     after = open_delivery(
         kmc.request_key(_request(pki, pki.bob, kem, NOW + 200), now=NOW + 200), kem
     )
@@ -199,11 +211,17 @@ def test_unauthorised_and_revoked_entities_are_refused(pki, tmp_path):
     with pytest.raises(DropError):
         kmc.authorize(
             Authorize.signed(
-                bkey, bcert, topic=TOPIC, entity=bcert.subject, rights="both",
-                not_before=NOW, not_after=NOW + DAY, now=NOW,
+                bkey,
+                bcert,
+                topic=TOPIC,
+                entity=bcert.subject,
+                rights="both",
+                not_before=NOW,
+                not_after=NOW + DAY,
+                now=NOW,
             ),
             now=NOW,
-        )  # fmt: skip
+        )
 
 
 def test_ca_revocation_refuses_entity_and_kmc(pki, tmp_path):
@@ -259,11 +277,17 @@ def test_bad_requests_are_typed(pki):
     with pytest.raises(ValidationError, match="rights"):
         kmc.authorize(
             Authorize.signed(
-                okey, ocert, topic=TOPIC, entity="CN=x", rights="read",
-                not_before=NOW, not_after=NOW + 1, now=NOW,
+                okey,
+                ocert,
+                topic=TOPIC,
+                entity="CN=x",
+                rights="read",
+                not_before=NOW,
+                not_after=NOW + 1,
+                now=NOW,
             ),
             now=NOW,
-        )  # fmt: skip
+        )
     with pytest.raises(ValidationError):
         KMC(
             Database(":memory:"),
@@ -286,8 +310,10 @@ def test_restart_keeps_registrations_and_keys_never_plaintext_on_disk(pki, tmp_p
     kem = KemPrivateKey.generate()
     key1 = open_delivery(kmc.request_key(_request(pki, pki.alice, kem), now=NOW + 60), kem)
     errors: list[str] = []
-    for bad in (lambda: kmc.request_key(_request(pki, pki.bob, kem), now=NOW + 60),
-                lambda: kmc.rotate("/nope", now=NOW)):  # fmt: skip
+    for bad in (
+        lambda: kmc.request_key(_request(pki, pki.bob, kem), now=NOW + 60),
+        lambda: kmc.rotate("/nope", now=NOW),
+    ):
         try:
             bad()
         except Exception as exc:  # noqa: BLE001 - collecting texts for the canary
@@ -312,8 +338,11 @@ def test_restart_keeps_registrations_and_keys_never_plaintext_on_disk(pki, tmp_p
     assert pki.storage.reveal() not in disk
     # a KMC with the wrong storage key cannot open the stored keys
     wrong = KMC(
-        Database(path), signing_key=pki.kmc_key, cert=pki.kmc_cert, ca_cert=pki.ca.cert,
+        Database(path),
+        signing_key=pki.kmc_key,
+        cert=pki.kmc_cert,
+        ca_cert=pki.ca.cert,
         storage_key=SecretBytes(b"\x00" * 32),
-    )  # fmt: skip
+    )
     with pytest.raises(InvalidToken):
         wrong.request_key(_request(pki, pki.alice, kem, NOW + 90), now=NOW + 90)

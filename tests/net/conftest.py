@@ -63,8 +63,9 @@ def start_cluster(aloop: LoopThread, state: Path, *, in_process: bool) -> LocalC
 
 
 @contextlib.contextmanager
-def keyed_cluster(aloop: LoopThread, state: Path, toml_text: str,
-                  **bundle: Any) -> Iterator[LocalCluster]:  # fmt: skip
+def keyed_cluster(
+    aloop: LoopThread, state: Path, toml_text: str, **bundle: Any
+) -> Iterator[LocalCluster]:
     """Broker processes from ``toml_text`` serving the security profiles with keys from a
     ``KeyBundle(state / "keys", now=<now>, types=(HOSPITAL,), **bundle)``, started for the
     block and stopped after it (a module fixture's body)."""

@@ -50,10 +50,28 @@ def test_bench_plain_quick_json_and_plot(tmp_path: Path) -> None:
     # the method end to end on one in-process broker: subscribers in their own process,
     # latencies joined by event id, one JSON object, and the per-tree-size plot
     png = tmp_path / "plot" / "bench.png"
-    r = CliRunner().invoke(cli, ["bench", "network", "--profile", "plain", "--brokers", "1",
-                                 "--payload", "16", "--subscribers", "3", "--in-process",
-                                 "--quick", "--repeat", "2", "--json", "--plot",
-                                 str(png)])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "network",
+            "--profile",
+            "plain",
+            "--brokers",
+            "1",
+            "--payload",
+            "16",
+            "--subscribers",
+            "3",
+            "--in-process",
+            "--quick",
+            "--repeat",
+            "2",
+            "--json",
+            "--plot",
+            str(png),
+        ],
+    )
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     runs = obj["max_throughput_runs_eps"]  # two searches, lowest first; the median reported
@@ -69,8 +87,16 @@ def test_bench_plot_refuses_an_unwritable_path(tmp_path: Path) -> None:
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    r = [{"profile": "plain", "payload": 16, "brokers": 1, "max_throughput_eps": 1.0,
-          "latency_p50_ms": 1.0, "latency_p99_ms": 2.0}]  # fmt: skip
+    r = [
+        {
+            "profile": "plain",
+            "payload": 16,
+            "brokers": 1,
+            "max_throughput_eps": 1.0,
+            "latency_p50_ms": 1.0,
+            "latency_p99_ms": 2.0,
+        }
+    ]
     with pytest.raises(OSError):
         plot_network(r, blocker / "sub" / "x.png")
 
@@ -84,10 +110,22 @@ def test_cluster_up_publish_subscribe_down(tmp_path: Path) -> None:
         assert r.exit_code == 0, r.output
         assert "7 brokers up" in r.output
         sub = subprocess.Popen(
-            [*PUBGUARD, "subscribe", "--state", str(state), "--broker", "b4", "--count", "1",
-             "--timeout", "30", "price > 10"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            [
+                *PUBGUARD,
+                "subscribe",
+                "--state",
+                str(state),
+                "--broker",
+                "b4",
+                "--count",
+                "1",
+                "--timeout",
+                "30",
+                "price > 10",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # until the subscription reached the root
@@ -97,9 +135,18 @@ def test_cluster_up_publish_subscribe_down(tmp_path: Path) -> None:
                 if st["b0"]["subscriptions"] >= 1:
                     break
                 time.sleep(0.1)
-            r = runner.invoke(cli, ["publish", "--state", str(state), "--broker", "b6",
-                                    '{"id": "x1", "attrs": {"price": 5}}',
-                                    '{"id": "x2", "attrs": {"price": 12}}'])  # fmt: skip
+            r = runner.invoke(
+                cli,
+                [
+                    "publish",
+                    "--state",
+                    str(state),
+                    "--broker",
+                    "b6",
+                    '{"id": "x1", "attrs": {"price": 5}}',
+                    '{"id": "x2", "attrs": {"price": 12}}',
+                ],
+            )
             assert r.exit_code == 0, r.output
             out, err = sub.communicate(timeout=30)
         finally:
@@ -128,8 +175,9 @@ def test_cluster_demo_in_process_is_correct_and_leaves_nothing_running() -> None
 def test_median_run_takes_the_middle_search_and_lists_all() -> None:
     from pubguard.ops.bench.network import _median_run
 
-    runs = [{"max_throughput_eps": x, "tag": t} for x, t in ((900.0, "a"), (300.0, "b"),
-                                                               (600.0, "c"))]  # fmt: skip
+    runs = [
+        {"max_throughput_eps": x, "tag": t} for x, t in ((900.0, "a"), (300.0, "b"), (600.0, "c"))
+    ]
     m = _median_run(runs)
     assert m["tag"] == "c" and m["max_throughput_runs_eps"] == [300.0, 600.0, 900.0]
     assert "max_throughput_runs_eps" not in runs[2]  # the inputs are not modified

@@ -103,8 +103,9 @@ def test_cluster_edges_and_errors() -> None:
     with pytest.raises(ConfigError) as ei:
         parse_cluster_config({"topology": {"kind": "tree"}, "broker": {"max_queue": -1}})
     assert ei.value.key == "broker.max_queue"
-    c = parse_cluster_config({"topology": {"kind": "tree"},
-                              "brokers": {"b0": {"no_catch_up": ["b2"]}}})  # fmt: skip
+    c = parse_cluster_config(
+        {"topology": {"kind": "tree"}, "brokers": {"b0": {"no_catch_up": ["b2"]}}}
+    )
     assert c.settings("b0")["no_catch_up"] == ["b2"] and "no_catch_up" not in c.settings("b1")
     with pytest.raises(ConfigError) as ei:
         parse_cluster_config({"topology": {"kind": "tree"}, "broker": {"no_catch_up": [7]}})

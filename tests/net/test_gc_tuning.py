@@ -37,8 +37,9 @@ print(json.dumps({"before": before, "tuned": tuned, "after": after, "left": left
 
 
 def _run() -> dict:
-    out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True,
-                         check=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, check=True, timeout=60
+    )
     return json.loads(out.stdout)
 
 

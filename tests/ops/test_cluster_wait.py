@@ -15,8 +15,10 @@ from pubguard.errors import TransportError
 from pubguard.net.config import load_cluster_config
 from pubguard.ops.cluster import LocalCluster
 
-LINKED = {"b0": {"parent": None, "link_state": {}, "queue": 0},
-          "b1": {"parent": "b:b0", "link_state": {"b:b0": {"connected": True}}, "queue": 0}}  # fmt: skip
+LINKED = {
+    "b0": {"parent": None, "link_state": {}, "queue": 0},
+    "b1": {"parent": "b:b0", "link_state": {"b:b0": {"connected": True}}, "queue": 0},
+}
 
 
 class Scripted(LocalCluster):

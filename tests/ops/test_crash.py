@@ -93,8 +93,9 @@ def test_garbage_frames_close_only_that_link(aloop: LoopThread, cluster7: LocalC
                 reader, writer = await asyncio.open_connection(
                     "127.0.0.1", cluster7.ports["b0"], ssl=ctx
                 )
-                writer.write(encode_frame(envelope.hello("g-evil", "client", "x", durable=False,
-                                                         rx=0)))  # fmt: skip
+                writer.write(
+                    encode_frame(envelope.hello("g-evil", "client", "x", durable=False, rx=0))
+                )
                 writer.write(garbage)
                 dec, frames = FrameDecoder(), []
                 while True:
@@ -135,8 +136,9 @@ def test_certificate_from_another_ca_is_refused(
                 reader, writer = await asyncio.open_connection(
                     "127.0.0.1", cluster7.ports["b1"], ssl=ctx
                 )
-                writer.write(encode_frame(envelope.hello(f"rogue-{role}", role, "x", durable=False,
-                                                         rx=0)))  # fmt: skip
+                writer.write(
+                    encode_frame(envelope.hello(f"rogue-{role}", role, "x", durable=False, rx=0))
+                )
                 data = await asyncio.wait_for(reader.read(65536), 10)
                 writer.close()
                 refused = data == b""

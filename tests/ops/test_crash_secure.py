@@ -30,8 +30,9 @@ CLUSTER = chain_toml(3, ["default"], publishers=["hosp"], heartbeat_interval=0.5
 
 @pytest.fixture(scope="module")
 def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with keyed_cluster(aloop, tmp_path_factory.mktemp("crash-secure"), CLUSTER,
-                       identities=["hosp"], max_delay=30.0) as c:  # fmt: skip
+    with keyed_cluster(
+        aloop, tmp_path_factory.mktemp("crash-secure"), CLUSTER, identities=["hosp"], max_delay=30.0
+    ) as c:
         yield c
 
 
@@ -49,8 +50,13 @@ def test_kill_9_of_a_replay_checking_broker_loses_no_fresh_publication(
         async def stream(n: int) -> None:
             for _ in range(n):
                 eid = f"c{len(sent)}"
-                await pub.publish(Event({"topic": "crash", "age": 30, "patientRecord": eid},
-                                        id=eid, type=HOSPITAL.name))  # fmt: skip
+                await pub.publish(
+                    Event(
+                        {"topic": "crash", "age": 30, "patientRecord": eid},
+                        id=eid,
+                        type=HOSPITAL.name,
+                    )
+                )
                 sent.append(eid)
                 await asyncio.sleep(0.02)
 

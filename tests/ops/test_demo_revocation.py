@@ -22,8 +22,11 @@ def test_the_stolen_laptop_is_cut_off_at_its_first_broker(tmp_path: Path) -> Non
     assert act is not None and act.ok
     name, broker = LAPTOP
     before, after = laptop_events()
-    assert act.before == {"paediatric-unit": ["lap00"], "oncology-researcher": [],
-                          "geriatric-ward": ["lap01"]}  # fmt: skip
+    assert act.before == {
+        "paediatric-unit": ["lap00"],
+        "oncology-researcher": [],
+        "geriatric-ward": ["lap01"],
+    }
     assert act.serial == 1 and set(act.learned) == {"h0", "cloud", "h1", "h2", "u1"}
     assert act.thief == [str(e.id) for e in after]
     assert act.errors == [(str(e.id), "revoked") for e in after]

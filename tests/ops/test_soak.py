@@ -22,8 +22,17 @@ def test_plain_eventguard_and_narada_lose_nothing_across_epochs_and_crashes() ->
     """An inner broker and the publishers' broker crash in turn; narada's replay state at
     ``b0`` (committed with its batches) lets the publications the publishers re-send in."""
     profiles = ("plain", "eventguard", "narada")
-    r = asyncio.run(soak(profiles, brokers=3, epoch=2.0, duration=8.0,
-                         kills=[("b1", 2.5), ("b0", 5.0)], outage=1.0, rate=25.0))  # fmt: skip
+    r = asyncio.run(
+        soak(
+            profiles,
+            brokers=3,
+            epoch=2.0,
+            duration=8.0,
+            kills=[("b1", 2.5), ("b0", 5.0)],
+            outage=1.0,
+            rate=25.0,
+        )
+    )
     assert [o.broker for o in r.outages] == ["b1", "b0"] and len(r.epoch_changes) >= 3
     assert {(s.profile, s.broker) for s in r.subscribers} == {
         (p, b) for p in profiles for b in ("b1", "b2")
@@ -44,9 +53,17 @@ def test_psguard_and_default_lose_nothing_when_outages_span_the_renewal_and_the_
     (broker/publishing.py ``_catch_up``) the new epoch's events were lost to the subtree until
     the renewals came back, and at the leaf until the next change."""
     profiles = ("psguard", "default")
-    r = asyncio.run(soak(profiles, brokers=3, epoch=2.0, duration=14.0,
-                         kills=[("b1", 1.5), ("b0", 6.0), ("b2", 10.0)], outage=2.6,
-                         rate=25.0))  # fmt: skip
+    r = asyncio.run(
+        soak(
+            profiles,
+            brokers=3,
+            epoch=2.0,
+            duration=14.0,
+            kills=[("b1", 1.5), ("b0", 6.0), ("b2", 10.0)],
+            outage=2.6,
+            rate=25.0,
+        )
+    )
     assert [o.broker for o in r.outages] == ["b1", "b0", "b2"]
     for s in r.subscribers:
         assert s.sent > 200 and s.received == s.sent and s.lost == [], s
@@ -61,8 +78,18 @@ def test_without_catch_up_routing_psguard_loses_the_new_epoch_while_the_link_is_
     a change loses the new epoch's events below ``b0`` until ``b1``'s renewal is back."""
     # down 3 s with 2 s epochs, renewals half a second ahead: some change and the renewal
     # before it both fall inside the outage, whatever the epochs' phase
-    r = asyncio.run(soak(("psguard",), brokers=3, epoch=2.0, duration=8.0,
-                         kills=[("b1", 1.5)], outage=3.0, rate=25.0, catch_up=False))  # fmt: skip
+    r = asyncio.run(
+        soak(
+            ("psguard",),
+            brokers=3,
+            epoch=2.0,
+            duration=8.0,
+            kills=[("b1", 1.5)],
+            outage=3.0,
+            rate=25.0,
+            catch_up=False,
+        )
+    )
     assert r.catch_up is False and r.to_json()["catch_up"] is False
     assert r.to_json()["lossless"] == {"psguard": False}
     (down,) = r.outages
@@ -117,16 +144,31 @@ def test_the_report_prints_each_lost_range_whole_on_a_narrow_terminal() -> None:
     from pubguard.ops.soak import Outage, SoakResult
 
     lost = [(640, 655, 24.69, 25.13), (1210, 1239, 49.68, 50.12)]
-    subs = [SubscriberResult("default", "b4", 1648, 1602, 0, True, 12, lost),
-            SubscriberResult("plain", "b4", 1669, 1669, 0, True, 0)]  # fmt: skip
-    r = SoakResult(("plain", "default"), 5, 5.0, 10.0, 60.0, [4.7, 24.66, 49.66],
-                   [Outage("b3", 22.0, 25.0), Outage("b4", 47.0, 50.1)], subs, {})  # fmt: skip
+    subs = [
+        SubscriberResult("default", "b4", 1648, 1602, 0, True, 12, lost),
+        SubscriberResult("plain", "b4", 1669, 1669, 0, True, 0),
+    ]
+    r = SoakResult(
+        ("plain", "default"),
+        5,
+        5.0,
+        10.0,
+        60.0,
+        [4.7, 24.66, 49.66],
+        [Outage("b3", 22.0, 25.0), Outage("b4", 47.0, 50.1)],
+        subs,
+        {},
+    )
     out, err = Console(width=80, record=True), Console(width=80, record=True)
     render(r, out, err)
     text = out.export_text()
-    assert ("  default at b4: default-640..655, sent 24.69-25.13 s: 0.03 s after the epoch "
-            "change at 24.66 s; b3 down\n") in text  # fmt: skip
-    assert ("  default at b4: default-1210..1239, sent 49.68-50.12 s: 0.02 s after the epoch "
-            "change at 49.66 s; b4 down\n") in text  # fmt: skip
+    assert (
+        "  default at b4: default-640..655, sent 24.69-25.13 s: 0.03 s after the epoch "
+        "change at 24.66 s; b3 down\n"
+    ) in text
+    assert (
+        "  default at b4: default-1210..1239, sent 49.68-50.12 s: 0.02 s after the epoch "
+        "change at 49.66 s; b4 down\n"
+    ) in text
     assert "…" not in text and "lossless: plain yes, default no" in text
     assert "Key epochs" in err.export_text()

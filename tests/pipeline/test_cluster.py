@@ -21,10 +21,21 @@ from tests.pipeline.helpers import NOW
 def test_match_on_standalone_cluster(spark_cluster: Any, psguard_run: Any, tmp_path: Path) -> None:
     out, _, summary = psguard_run
     cmd = [
-        sys.executable, "-m", "pubguard.cli.main", "pipeline", "match",
-        "--protected", str(out / "protected"), "--out", str(tmp_path),
-        "--master", spark_cluster.master_url, "--now-ms", str(NOW), "--json",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pubguard.cli.main",
+        "pipeline",
+        "match",
+        "--protected",
+        str(out / "protected"),
+        "--out",
+        str(tmp_path),
+        "--master",
+        spark_cluster.master_url,
+        "--now-ms",
+        str(NOW),
+        "--json",
+    ]
     env = {
         **os.environ,
         "PUBGUARD_SPARK_DRIVER_MEMORY": "1g",

@@ -42,8 +42,9 @@ def tap(sim: Simulator) -> Tap:
     for bid, broker in sim.brokers.items():
         inner = broker.handle
 
-        def handle(message: Any, from_link: str, now: float, *, _b: str = bid,
-                   _inner: Any = inner) -> list[Any]:  # fmt: skip
+        def handle(
+            message: Any, from_link: str, now: float, *, _b: str = bid, _inner: Any = inner
+        ) -> list[Any]:
             t.handled.append((_b, from_link, _wire(message)))
             actions = _inner(message, from_link, now)
             for a in actions:

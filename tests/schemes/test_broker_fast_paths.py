@@ -15,8 +15,15 @@ blobs = st.lists(st.binary(max_size=40), min_size=1, max_size=4)
 
 
 @settings(max_examples=60, deadline=None)
-@given(text, text, text, st.integers(0, 2**63 - 1), st.floats(allow_nan=False), blobs,
-       st.binary(max_size=64))  # fmt: skip
+@given(
+    text,
+    text,
+    text,
+    st.integers(0, 2**63 - 1),
+    st.floats(allow_nan=False),
+    blobs,
+    st.binary(max_size=64),
+)
 def test_eventguard_leaf_fast_is_leaf_digest(eid, profile, pub, epoch, ts, toks, body):
     wrapped = [t[::-1] for t in toks]
     assert _leaf_fast(eid, profile, pub, epoch, ts, toks, wrapped, body) == leaf_digest(

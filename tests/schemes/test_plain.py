@@ -49,9 +49,16 @@ def test_event_round_trip_and_seeded_ids() -> None:
 
 @pytest.mark.parametrize(
     "wire",
-    [[], {}, {"constraints": "a > 1"}, {"constraints": []}, {"constraints": [["a", "??", 1]]},
-     {"constraints": [["a", ">", 1]], "id": "x"}, {"constraints": [["a", "prefix", 1]]}],
-)  # fmt: skip
+    [
+        [],
+        {},
+        {"constraints": "a > 1"},
+        {"constraints": []},
+        {"constraints": [["a", "??", 1]]},
+        {"constraints": [["a", ">", 1]], "id": "x"},
+        {"constraints": [["a", "prefix", 1]]},
+    ],
+)
 def test_decode_filter_is_strict(wire: object) -> None:
     with pytest.raises(ValidationError):
         P.decode_filter(wire)  # type: ignore[arg-type]
@@ -94,12 +101,17 @@ def test_registry_refuses_duplicates_and_nameless() -> None:
     st.dictionaries(
         st.text(max_size=3),
         st.one_of(
-            st.integers(), st.floats(), st.text(max_size=3), st.booleans(), st.none(),
-            st.binary(max_size=2), st.lists(st.integers(), max_size=2),
+            st.integers(),
+            st.floats(),
+            st.text(max_size=3),
+            st.booleans(),
+            st.none(),
+            st.binary(max_size=2),
+            st.lists(st.integers(), max_size=2),
         ),
         max_size=4,
     )
-)  # fmt: skip
+)
 def test_decode_event_checks_as_event_does(routing: dict) -> None:
     # the fast check of the broker hot path accepts exactly what Event accepts
     for r in (routing, MappingProxyType(dict(routing))):

@@ -33,8 +33,9 @@ def install_profiles(keys: BrokerKeys, profiles: list[str], state_dir: Path) -> 
     def schemes_for(*_args: Any, replay_db: Any = None, **_kw: Any) -> Any:
         # the server passes its own database for the replay state (it commits with each
         # batch); without one, <state_dir>/replay.db
-        return build_registry(["plain", *profiles], keys, now=time.time(),
-                              state_dir=state_dir, replay_db=replay_db)  # fmt: skip
+        return build_registry(
+            ["plain", *profiles], keys, now=time.time(), state_dir=state_dir, replay_db=replay_db
+        )
 
     server_mod.schemes_for = schemes_for  # type: ignore[assignment]
 
@@ -72,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--capture", action="store_true")
     ap.add_argument("-v", "--verbose", action="count", default=0)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     config = load_broker_config(args.config)
     install_profiles(BrokerKeys.load(args.keys), args.profiles.split(","), config.state_dir)
     if args.capture:

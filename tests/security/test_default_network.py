@@ -48,8 +48,13 @@ CANARY = "CANARY-secure-net-5a9c41"
 YOUNG = 'topic = "cardio" && age >= 20 && age <= 30'
 EPOCH = 600.0  # key epochs of ten minutes: the epoch test publishes "ten minutes ahead"
 MAX_DELAY = 3600.0  # brokers accept timestamps an hour off (so the next epoch is reachable)
-POLICY = {"young": [YOUNG], "old": ['topic = "cardio" && age >= 31'],
-          "any": ['topic = "cardio"'], "stay": [YOUNG], "leave": [YOUNG]}  # fmt: skip
+POLICY = {
+    "young": [YOUNG],
+    "old": ['topic = "cardio" && age >= 31'],
+    "any": ['topic = "cardio"'],
+    "stay": [YOUNG],
+    "leave": [YOUNG],
+}
 PUBLISHERS = {"hospital": ["cardio"], "hospital2": ["cardio"], "gone": ["cardio"]}
 
 
@@ -65,12 +70,26 @@ class SecureCluster(LocalCluster):
         log = (self.broker_dir(name) / "broker.log").open("ab")
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.security.secure_broker", "--config",
-             str(self.config_path(name)), "--keys", str(self.keys), "--profiles", DEFAULT,
-             "--capture", "-vv"],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "tests.security.secure_broker",
+                "--config",
+                str(self.config_path(name)),
+                "--keys",
+                str(self.keys),
+                "--profiles",
+                DEFAULT,
+                "--capture",
+                "-vv",
+            ],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
             start_new_session=True,
-        )  # fmt: skip
+        )
         log.close()
 
 
@@ -131,19 +150,31 @@ class Net:
 
 
 def patient(age: int, eid: str) -> Event:
-    return Event({"topic": "cardio", "age": age, "patientRecord": CANARY}, id=eid,
-                 type="patient", payload=CANARY.encode())  # fmt: skip
+    return Event(
+        {"topic": "cardio", "age": age, "patientRecord": CANARY},
+        id=eid,
+        type="patient",
+        payload=CANARY.encode(),
+    )
 
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     state = tmp_path_factory.mktemp("secure")
     now = time.time()
-    bundle = KeyBundle(state / "keys", now=now, subscribers=POLICY, publishers=PUBLISHERS,
-                       identities=list(PUBLISHERS), epoch_length=EPOCH, origin=now - 1.0,
-                       max_delay=MAX_DELAY)  # fmt: skip
-    schemes: dict[str, Any] = {n: bundle.client(DEFAULT, n) for n in
-                               ("hospital", "young", "old", "any", "leave")}  # fmt: skip
+    bundle = KeyBundle(
+        state / "keys",
+        now=now,
+        subscribers=POLICY,
+        publishers=PUBLISHERS,
+        identities=list(PUBLISHERS),
+        epoch_length=EPOCH,
+        origin=now - 1.0,
+        max_delay=MAX_DELAY,
+    )
+    schemes: dict[str, Any] = {
+        n: bundle.client(DEFAULT, n) for n in ("hospital", "young", "old", "any", "leave")
+    }
     schemes["hospital2"] = Shifted(bundle.client(DEFAULT, "hospital2"))  # type: ignore[arg-type]
     schemes["stay"] = Shifted(bundle.client(DEFAULT, "stay"))  # type: ignore[arg-type]
     gone = bundle.client(DEFAULT, "gone")
@@ -151,12 +182,21 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
     bundle.revoke("gone")
     bundle.broker_keys().save(state / "broker-keys.json")
     loop = LoopThread()
-    cluster = SecureCluster(load_cluster_config(None, state_dir=state / "cluster"),
-                            state / "broker-keys.json")  # fmt: skip
+    cluster = SecureCluster(
+        load_cluster_config(None, state_dir=state / "cluster"), state / "broker-keys.json"
+    )
     clients: dict[str, Client] = {}
     subs: dict[str, Any] = {}
-    at = {"hospital": "b3", "mallory": "b3", "young": "b4", "old": "b6", "any": "b5",
-          "hospital2": "b3", "stay": "b5", "leave": "b6"}  # fmt: skip
+    at = {
+        "hospital": "b3",
+        "mallory": "b3",
+        "young": "b4",
+        "old": "b6",
+        "any": "b5",
+        "hospital2": "b3",
+        "stay": "b5",
+        "leave": "b6",
+    }
     schemes["mallory"] = Canned()
 
     async def up() -> None:
@@ -164,8 +204,13 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         for n, b in at.items():
             clients[n] = await cluster.connect(b, n, scheme=schemes[n])
         await clients["hospital"].advertise('topic = "cardio"')
-        for n, f in (("young", YOUNG), ("old", POLICY["old"][0]), ("any", POLICY["any"][0]),
-                     ("stay", YOUNG), ("leave", YOUNG)):  # fmt: skip
+        for n, f in (
+            ("young", YOUNG),
+            ("old", POLICY["old"][0]),
+            ("any", POLICY["any"][0]),
+            ("stay", YOUNG),
+            ("leave", YOUNG),
+        ):
             subs[n] = await clients[n].subscribe(f)
         for c in clients.values():
             await c.flush()
@@ -173,8 +218,16 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
 
     try:
         loop.run(up(), timeout=120)
-        yield Net(loop, bundle, cluster, clients, schemes, subs, state / "cluster",
-                  {"revoked": revoked_pe})  # fmt: skip
+        yield Net(
+            loop,
+            bundle,
+            cluster,
+            clients,
+            schemes,
+            subs,
+            state / "cluster",
+            {"revoked": revoked_pe},
+        )
     finally:
 
         async def down() -> None:
@@ -205,8 +258,11 @@ def test_canary_reaches_authorised_subscribers_and_no_broker(net: Net) -> None:
     async def scenario() -> dict[str, list[Event]]:
         for age, eid in ((25, "e25"), (35, "e35")):
             await net.clients["hospital"].publish(patient(age, eid))
-        got = {"young": await drain(net.subs["young"], 1), "old": await drain(net.subs["old"], 1),
-               "any": await drain(net.subs["any"], 2)}  # fmt: skip
+        got = {
+            "young": await drain(net.subs["young"], 1),
+            "old": await drain(net.subs["old"], 1),
+            "any": await drain(net.subs["any"], 2),
+        }
         await net.cluster.wait_quiescent()
         return got
 
@@ -247,18 +303,23 @@ def _attack(kind: str, net: Net) -> ProtectedEvent:
     genuine = hospital.protect_event(patient(25, f"g-{kind}"), now=now)
     match kind:
         case "forged":  # the hospital's permit, signed by another key
-            forger = DefaultClient("hospital", net.bundle.authority, signing_key=SigningKey.generate())  # fmt: skip
+            forger = DefaultClient(
+                "hospital", net.bundle.authority, signing_key=SigningKey.generate()
+            )
             pe = forger.protect_event(patient(25, "forged"), now=now)
             return dataclasses.replace(pe, meta={**pe.meta, "pm": genuine.meta["pm"]})
         case "tampered":
             body = genuine.body[:-1] + bytes([genuine.body[-1] ^ 1])
             return dataclasses.replace(genuine, body=body)
         case "stale":  # a copy of the hospital's client whose clock is two hours late
-            late = DefaultClient("hospital", net.bundle.authority,
-                                 signing_key=net.bundle.signing_key("hospital"))  # fmt: skip
+            late = DefaultClient(
+                "hospital", net.bundle.authority, signing_key=net.bundle.signing_key("hospital")
+            )
             return late.protect_event(patient(25, "stale"), now=now - 2 * MAX_DELAY)
         case "unauthorised":
-            return dataclasses.replace(genuine, meta={k: v for k, v in genuine.meta.items() if k != "pm"})  # fmt: skip
+            return dataclasses.replace(
+                genuine, meta={k: v for k, v in genuine.meta.items() if k != "pm"}
+            )
         case "revoked":
             return net.sent["revoked"]  # type: ignore[no-any-return]
     raise AssertionError(kind)
@@ -268,7 +329,9 @@ async def _drops(net: Net) -> dict[str, dict[str, int]]:
     return {n: dict(s["drops"]) for n, s in (await net.cluster.statuses()).items()}
 
 
-async def _until(net: Net, broker: str, reason: str, before: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:  # fmt: skip
+async def _until(
+    net: Net, broker: str, reason: str, before: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
     deadline = time.monotonic() + 20
     while True:
         now = await _drops(net)
@@ -282,9 +345,14 @@ async def _until(net: Net, broker: str, reason: str, before: dict[str, dict[str,
 
 @pytest.mark.parametrize(
     ("kind", "reason"),
-    [("forged", "forged"), ("tampered", "forged"), ("stale", "stale"),
-     ("unauthorised", "unauthorised"), ("revoked", "revoked")],
-)  # fmt: skip
+    [
+        ("forged", "forged"),
+        ("tampered", "forged"),
+        ("stale", "stale"),
+        ("unauthorised", "unauthorised"),
+        ("revoked", "revoked"),
+    ],
+)
 def test_attack_is_dropped_at_the_first_honest_broker(net: Net, kind: str, reason: str) -> None:
     pe = _attack(kind, net)
     mallory = net.clients["mallory"]
@@ -298,8 +366,10 @@ def test_attack_is_dropped_at_the_first_honest_broker(net: Net, kind: str, reaso
         return before, after, len(mallory.errors) - errors
 
     before, after, errors = net.run(scenario())
-    diff = {b: {r: n - before[b].get(r, 0) for r, n in d.items() if n != before[b].get(r, 0)}
-            for b, d in after.items()}  # fmt: skip
+    diff = {
+        b: {r: n - before[b].get(r, 0) for r, n in d.items() if n != before[b].get(r, 0)}
+        for b, d in after.items()
+    }
     assert diff == {b: ({reason: 1} if b == "b3" else {}) for b in after}
     assert errors == 1 and mallory.errors[-1].reason == DropReason(reason)
     assert mallory.errors[-1].ref == pe.event_id
@@ -316,8 +386,11 @@ def test_replay_is_a_duplicate_then_replayed_after_the_broker_restarts(net: Net)
         net.schemes["mallory"].next = pe
         await mallory.publish(Event({}))
         after = await _until(net, "b3", reason, before)
-        return {b: {r: n - before[b].get(r, 0) for r, n in d.items() if n != before[b].get(r, 0)}
-                for b, d in after.items() if d != before[b]}  # fmt: skip
+        return {
+            b: {r: n - before[b].get(r, 0) for r, n in d.items() if n != before[b].get(r, 0)}
+            for b, d in after.items()
+            if d != before[b]
+        }
 
     assert net.run(replay("duplicate")) == {"b3": {"duplicate": 1}}
     net.cluster.kill("b3")  # the de-dup window dies with the process; the replay state does not
@@ -376,5 +449,6 @@ def test_after_an_epoch_change_an_unsubscribed_subscriber_cannot_read(net: Net) 
     m = next(x for x in captured(net.state, "b0") if x["event_id"] == "epoch1")
     assert m["meta"]["e"] == leave.authority.epoch_at(time.time()) + 1
     with pytest.raises(InvalidToken):  # handed the new epoch's ciphertext by a broker
-        leave.open_event("epoch1", m["routing"], m.get("body", b""), m["meta"],
-                         now=time.time() + EPOCH)  # fmt: skip
+        leave.open_event(
+            "epoch1", m["routing"], m.get("body", b""), m["meta"], now=time.time() + EPOCH
+        )

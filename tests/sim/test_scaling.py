@@ -49,8 +49,15 @@ def test_search_finds_a_known_capacity_with_fixed_service_times(tmp_path):
 
 def test_throughput_grows_from_one_to_seven_brokers_with_fan_out(tmp_path):
     cost = FixedCost(broker=0.001, per_output=0.001)  # per-delivery work at the leaves
-    p = ScalingParams(brokers=(1, 3, 7), subscribers=16, workload=SMALL, publications=60,
-                      observe_every=10, bisect=3, cost=cost)  # fmt: skip
+    p = ScalingParams(
+        brokers=(1, 3, 7),
+        subscribers=16,
+        workload=SMALL,
+        publications=60,
+        observe_every=10,
+        bisect=3,
+        cost=cost,
+    )
     pts = run_scaling(p, ["plain"])["plain"]
     assert all(pt.mean_fanout > 1.5 for pt in pts)
     tput = [pt.max_throughput for pt in pts]
@@ -104,8 +111,15 @@ def test_subscribers_are_measured_but_brokers_and_publisher_define_saturation():
     # subscribers twice as slow as the broker: the network's capacity is still the broker's
     # (the papers watch "every node"); the busiest subscriber is reported as overloaded
     cost = FixedCost(broker=0.010, subscriber=0.020)
-    p = ScalingParams(brokers=(1,), subscribers=4, workload=SMALL, publications=60,
-                      observe_every=10, bisect=4, cost=cost)  # fmt: skip
+    p = ScalingParams(
+        brokers=(1,),
+        subscribers=4,
+        workload=SMALL,
+        publications=60,
+        observe_every=10,
+        bisect=4,
+        cost=cost,
+    )
     (pt,) = run_scaling(p, ["plain"])["plain"]
     assert 95.0 <= pt.max_throughput <= 115.0 and pt.bottleneck == "b0"
     assert pt.subscriber_utilisation > 1.0

@@ -83,8 +83,12 @@ def test_too_deep_is_refused() -> None:
     with pytest.raises(FrameError, match="not allowed"):
         check_wire({"a": {1, 2}})
     # a deep value inside a message is refused by the message codec
-    deep = decode_body(bytes((WIRE_VERSION,)) + msgpack.packb({"op": "publish", "event_id": "e",
-                       "profile": "plain", "routing": {"a": obj}}))  # fmt: skip
+    deep = decode_body(
+        bytes((WIRE_VERSION,))
+        + msgpack.packb(
+            {"op": "publish", "event_id": "e", "profile": "plain", "routing": {"a": obj}}
+        )
+    )
     with pytest.raises(FrameError, match="deeper"):
         decode_message(deep)
 
@@ -155,8 +159,11 @@ def test_coalesced_frames_carry_exactly_the_same_messages(
 ) -> None:
     # runs of consecutive messages become batch frames; a receiver gets the same (seq, msg)
     # pairs in the same order, whatever the gaps and the batch limit
-    items = [(first + i, encode_message_frame(first + i, pack(m)))
-             for i, m in enumerate(msgs) if i not in holes]  # fmt: skip
+    items = [
+        (first + i, encode_message_frame(first + i, pack(m)))
+        for i, m in enumerate(msgs)
+        if i not in holes
+    ]
     frames = coalesce_frames(items, max_count)
     assert len(frames) <= len(items)
     for f in frames:  # each frame is one message or a batch within the limit

@@ -36,8 +36,13 @@ def _broker() -> Broker:
 def _seeds() -> list[dict[str, Any]]:
     f1 = {"constraints": [["age", ">", 20]]}
     f2 = {"constraints": [["age", ">", 30], ["name", "prefix", "a"]]}
-    ev = {"event_id": "e1", "profile": "plain", "routing": {"age": 31, "name": "ann"},
-          "body": b"x" * 16, "meta": {"type": "t"}}  # fmt: skip
+    ev = {
+        "event_id": "e1",
+        "profile": "plain",
+        "routing": {"age": 31, "name": "ann"},
+        "body": b"x" * 16,
+        "meta": {"type": "t"},
+    }
     msgs = [
         {"op": "subscribe", "sub_id": "s1", "profile": "plain", "filter": f1},
         {"op": "subscribe", "sub_id": "s2", "profile": "plain", "filter": f2, "meta": {"k": 1}},
@@ -63,9 +68,29 @@ def _seeds() -> list[dict[str, Any]]:
     return envs
 
 
-_ODD: list[Any] = [None, True, -1, 0, 2**63, 1.5, float("inf"), float("nan"), "", "x" * 300,
-                   "age", "plain", ">", b"\xff\x00", [], [1, "a"], {}, {"a": {"b": [None]}},
-                   [["age", ">", 20]], [["age", "~", 1]], [["age", "prefix", 3]]]  # fmt: skip
+_ODD: list[Any] = [
+    None,
+    True,
+    -1,
+    0,
+    2**63,
+    1.5,
+    float("inf"),
+    float("nan"),
+    "",
+    "x" * 300,
+    "age",
+    "plain",
+    ">",
+    b"\xff\x00",
+    [],
+    [1, "a"],
+    {},
+    {"a": {"b": [None]}},
+    [["age", ">", 20]],
+    [["age", "~", 1]],
+    [["age", "prefix", 3]],
+]
 
 
 def _mutate_value(rng: random.Random, v: Any, depth: int = 0) -> Any:
@@ -125,8 +150,14 @@ def test_fuzz_frames_never_crash_and_never_change_routing_state() -> None:
     seeds = _seeds()
     broker = _broker()
     accepted: list[tuple[dict[str, Any], str, float]] = []
-    outcome = {"frame_error": 0, "incomplete": 0, "envelope_only": 0, "dropped": 0, "accepted": 0,
-               "batch": 0}  # fmt: skip
+    outcome = {
+        "frame_error": 0,
+        "incomplete": 0,
+        "envelope_only": 0,
+        "dropped": 0,
+        "accepted": 0,
+        "batch": 0,
+    }
     links = list(LINKS)
     for i in range(N_FRAMES):
         frame = _frame(rng, seeds)

@@ -233,8 +233,14 @@ def test_deliver_fast_decode_equals_the_constructor(sub_ids: object) -> None:
 def test_decode_publish_is_decode_message_for_the_common_shape() -> None:
     from pubguard.wire.messages import decode_publish
 
-    wire = {"op": "publish", "event_id": "e1", "profile": "plain", "routing": {"a": 1},
-            "body": b"x", "meta": {"ts": 1.5}}  # fmt: skip
+    wire = {
+        "op": "publish",
+        "event_id": "e1",
+        "profile": "plain",
+        "routing": {"a": 1},
+        "body": b"x",
+        "meta": {"ts": 1.5},
+    }
     fast = decode_publish(wire)
     assert fast is not None and fast == decode_message(wire) and fast.wire is wire
     # anything else is left to decode_message (which words the errors)

@@ -21,8 +21,15 @@ def _unpack(b: bytes) -> object:
     return msgpack.unpackb(b, raw=False)
 
 
-@given(ids, ids, flat | nested, st.binary(max_size=64), flat | nested,
-       st.lists(ids, min_size=1, max_size=4), st.booleans())  # fmt: skip
+@given(
+    ids,
+    ids,
+    flat | nested,
+    st.binary(max_size=64),
+    flat | nested,
+    st.lists(ids, min_size=1, max_size=4),
+    st.booleans(),
+)
 def test_packed_equals_to_wire(eid, prof, routing, body, meta, sids, received) -> None:
     pub = Publish(eid, prof, routing, body, meta)
     if received:  # as a broker holds it: decoded from the publisher's wire dict
@@ -38,8 +45,14 @@ def test_packed_equals_to_wire(eid, prof, routing, body, meta, sids, received) -
 
 
 def test_a_received_wire_with_empty_fields_decodes_the_same() -> None:
-    wire = {"event_id": "e1", "profile": "plain", "routing": {"a": 1}, "body": b"",
-            "meta": {}, "op": "publish"}  # fmt: skip
+    wire = {
+        "event_id": "e1",
+        "profile": "plain",
+        "routing": {"a": 1},
+        "body": b"",
+        "meta": {},
+        "op": "publish",
+    }
     pub = decode_message(wire)
     assert isinstance(pub, Publish) and pub.wire is wire
     assert decode_message(_unpack(_packed(pub, {}))) == pub
@@ -53,8 +66,11 @@ def test_other_messages_are_packed_whole() -> None:
 
 
 @settings(max_examples=60)
-@given(st.integers(1, 2**40), st.lists(st.binary(min_size=1, max_size=40_000), max_size=30),
-       st.integers(1, 8))  # fmt: skip
+@given(
+    st.integers(1, 2**40),
+    st.lists(st.binary(min_size=1, max_size=40_000), max_size=30),
+    st.integers(1, 8),
+)
 def test_encode_run_equals_coalescing_message_frames(first, bodies, max_count) -> None:
     packed = [pack({"b": b}) for b in bodies]
     frames = [(first + i, encode_message_frame(first + i, p)) for i, p in enumerate(packed)]

@@ -112,8 +112,13 @@ class AdvertisementRouting(CoreHooks):
             self.counters["unadvertise.unknown"] += 1
             return self._ack(link, msg)
         if prior.profile != msg.profile:
-            return self._drop(DropReason.MALFORMED, "profile differs from the advertisement",
-                              link, msg.adv_id, msg.op)  # fmt: skip
+            return self._drop(
+                DropReason.MALFORMED,
+                "profile differs from the advertisement",
+                link,
+                msg.adv_id,
+                msg.op,
+            )
         refused = self._check(prof.scheme, msg, link, now, prior)
         if refused is not None:
             return refused

@@ -117,8 +117,17 @@ __all__ = [
 ]
 
 MAX_BROKER_ID_LEN: Final = 64
-_MESSAGE_TYPES = (Subscribe, Unsubscribe, Advertise, Unadvertise, Publish, Deliver, Ack, Error,
-                  Heartbeat)  # fmt: skip
+_MESSAGE_TYPES = (
+    Subscribe,
+    Unsubscribe,
+    Advertise,
+    Unadvertise,
+    Publish,
+    Deliver,
+    Ack,
+    Error,
+    Heartbeat,
+)
 _DECODE_ERRORS = DECODE_ERRORS
 _IN_KEY: Final = {op: f"in.{op}" for op in KNOWN_OPS}  # counter names, built once
 _NEVER: Final = float("inf")
@@ -386,14 +395,16 @@ class Broker(PublicationRouting, AdvertisementRouting):
             case Publish():  # a subclass instance: the general path
                 return self._on_publish(message, link, now, counted=True)
             case _:  # Deliver: only ever sent to clients
-                return self._drop(DropReason.MALFORMED, f"unexpected {message.op}", link,
-                                  message.ref, message.op)  # fmt: skip
+                return self._drop(
+                    DropReason.MALFORMED, f"unexpected {message.op}", link, message.ref, message.op
+                )
 
     # -- subscriptions ------------------------------------------------------------------------
     def _on_subscribe(self, msg: Subscribe, link: LinkInfo, now: float) -> list[Action]:
         if link.kind is LinkKind.PARENT:
-            return self._drop(DropReason.MALFORMED, "subscription from the parent link", link,
-                              msg.sub_id, msg.op)  # fmt: skip
+            return self._drop(
+                DropReason.MALFORMED, "subscription from the parent link", link, msg.sub_id, msg.op
+            )
         prof = self._profile(msg.profile)
         if prof is None:
             return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.sub_id, msg.op)
@@ -419,8 +430,13 @@ class Broker(PublicationRouting, AdvertisementRouting):
 
     def _on_unsubscribe(self, msg: Unsubscribe, link: LinkInfo, now: float) -> list[Action]:
         if link.kind is LinkKind.PARENT:
-            return self._drop(DropReason.MALFORMED, "unsubscription from the parent link", link,
-                              msg.sub_id, msg.op)  # fmt: skip
+            return self._drop(
+                DropReason.MALFORMED,
+                "unsubscription from the parent link",
+                link,
+                msg.sub_id,
+                msg.op,
+            )
         prof = self._profile(msg.profile)
         if prof is None:
             return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.sub_id, msg.op)
@@ -430,8 +446,13 @@ class Broker(PublicationRouting, AdvertisementRouting):
             self.counters["unsubscribe.unknown"] += 1
             return self._ack(link, msg)
         if entry.profile != msg.profile:
-            return self._drop(DropReason.MALFORMED, "profile differs from the subscription", link,
-                              msg.sub_id, msg.op)  # fmt: skip
+            return self._drop(
+                DropReason.MALFORMED,
+                "profile differs from the subscription",
+                link,
+                msg.sub_id,
+                msg.op,
+            )
         refused = self._check(prof.scheme, msg, link, now, entry.message)
         if refused is not None:
             return refused
@@ -561,8 +582,11 @@ class Broker(PublicationRouting, AdvertisementRouting):
             out += self._remove_sub(key, {})
         self.counters["subscribe.expired"] += len(due)
         self.counters["subscribe.held"] += len(hold)
-        gone = [k for k, t in self._adv_expiry.items()
-                if k in self._advs and self._lapsed(k[0], self._advs[k].profile, t, now)]  # fmt: skip
+        gone = [
+            k
+            for k, t in self._adv_expiry.items()
+            if k in self._advs and self._lapsed(k[0], self._advs[k].profile, t, now)
+        ]
         for key in gone:  # an advertisement's permit ran out the same way (eventguard §4.8)
             del self._adv_expiry[key]
             out += self._remove_adv(key, {}, key[0])

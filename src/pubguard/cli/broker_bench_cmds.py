@@ -65,8 +65,12 @@ def _broker(scheme: PlainScheme, n_subs: int) -> Broker:
     for j in range(LINKS):
         b.add_link(f"c:sub{j}", "client", f"sub{j}")
     for i in range(n_subs):
-        wire = {"op": "subscribe", "sub_id": f"x{i}", "profile": "plain",
-                "filter": {"constraints": [["sym", "=", f"s{i}"]]}}  # fmt: skip
+        wire = {
+            "op": "subscribe",
+            "sub_id": f"x{i}",
+            "profile": "plain",
+            "filter": {"constraints": [["sym", "=", f"s{i}"]]},
+        }
         b.handle(wire, f"c:sub{i % LINKS}", 0.0)
     return b
 
@@ -80,7 +84,7 @@ def _publications(n_subs: int, count: int, payload: int, rng: random.Random, tag
             "profile": "plain",
             "routing": {"sym": f"s{rng.randrange(n_subs)}"},
             "body": body,
-        }  # fmt: skip
+        }
         for k in range(count)
     ]
 
@@ -94,8 +98,9 @@ def _best_cpu(run: Callable[[], None], repeat: int) -> float:
     return best
 
 
-def _measure(n_subs: int, events: int, batch: int, ref_events: int, payload: int,
-             repeat: int, seed: int) -> dict[str, Any]:  # fmt: skip
+def _measure(
+    n_subs: int, events: int, batch: int, ref_events: int, payload: int, repeat: int, seed: int
+) -> dict[str, Any]:
     rng = random.Random(f"bench-broker:{seed}:{n_subs}")
     # fresh event ids for every run: a repeated id is a duplicate, dropped unmatched
     runs = [_publications(n_subs, events, payload, rng, f"r{r}") for r in range(2 * repeat)]
@@ -141,9 +146,16 @@ def _measure(n_subs: int, events: int, batch: int, ref_events: int, payload: int
     }
 
 
-def run_broker_bench(subscriptions: list[int], *, events: int = 5000, batch: int = 512,
-                     reference_events: int = 300, payload: int = 16, repeat: int = 3,
-                     seed: int = 1) -> dict[str, Any]:  # fmt: skip
+def run_broker_bench(
+    subscriptions: list[int],
+    *,
+    events: int = 5000,
+    batch: int = 512,
+    reference_events: int = 300,
+    payload: int = 16,
+    repeat: int = 3,
+    seed: int = 1,
+) -> dict[str, Any]:
     """Measure every subscription count; returns the JSON report."""
     rows = []
     with progress() as bar:
@@ -196,20 +208,41 @@ def register(cli: click.Group) -> None:
     @click.option("--repeat", type=click.IntRange(1), default=3, show_default=True)
     @click.option("--seed", type=int, default=1, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-    def bench_broker(subscriptions: tuple[int, ...], events: int, batch: int,
-                     reference_events: int, payload: int, repeat: int, seed: int,
-                     as_json: bool) -> None:  # fmt: skip
+    def bench_broker(
+        subscriptions: tuple[int, ...],
+        events: int,
+        batch: int,
+        reference_events: int,
+        payload: int,
+        repeat: int,
+        seed: int,
+        as_json: bool,
+    ) -> None:
         """In-process broker core throughput vs subscriptions (plain profile), against the
         reference linear matcher."""
-        report = run_broker_bench(list(subscriptions or DEFAULT_SUBSCRIPTIONS), events=events,
-                                  batch=batch, reference_events=reference_events,
-                                  payload=payload, repeat=repeat, seed=seed)  # fmt: skip
+        report = run_broker_bench(
+            list(subscriptions or DEFAULT_SUBSCRIPTIONS),
+            events=events,
+            batch=batch,
+            reference_events=reference_events,
+            payload=payload,
+            repeat=repeat,
+            seed=seed,
+        )
         if as_json:
             print_json(report)
             return
         table = Table(title="pubguard bench broker (plain core, in process, CPU time)")
-        for col in ("subscriptions", "handle µs/ev", "handle ev/s", "batch µs/ev",
-                    "batch ev/s", "linear µs/ev", "ratio", "agrees"):  # fmt: skip
+        for col in (
+            "subscriptions",
+            "handle µs/ev",
+            "handle ev/s",
+            "batch µs/ev",
+            "batch ev/s",
+            "linear µs/ev",
+            "ratio",
+            "agrees",
+        ):
             table.add_column(col, justify="right")
         for r in report["results"]:
             table.add_row(

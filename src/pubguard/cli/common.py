@@ -61,5 +61,6 @@ def check_writable(path: Path, option: str) -> None:
         with tempfile.TemporaryFile(dir=path.parent):
             pass
     except OSError as exc:
-        raise ConfigError(f"{option} {path}: cannot write there ({exc.strerror or exc})",
-                          path=str(path)) from None  # fmt: skip
+        raise ConfigError(
+            f"{option} {path}: cannot write there ({exc.strerror or exc})", path=str(path)
+        ) from None

@@ -88,52 +88,73 @@ def _print_network(r: Any) -> None:
     from pubguard.ops.demo.hospital import CURIOUS, UNITS
 
     doms = ", ".join(f"{b} ({d})" for b, d in r.domains.items())
-    console.print(Panel(f"brokers: {doms}\nprofile: {r.profile}; the cloud broker records every "
-                        "message it routes", title="secure hospital network"))  # fmt: skip
+    console.print(
+        Panel(
+            f"brokers: {doms}\nprofile: {r.profile}; the cloud broker records every "
+            "message it routes",
+            title="secure hospital network",
+        )
+    )
     units = Table(title="subscribers: authorised ranges and what they received")
     for col in ("unit", "broker", "authorised filters", "received", "expected"):
         units.add_column(col)
     for unit, broker, filters in UNITS:
         got, exp = len(r.received.get(unit, [])), len(r.expected.get(unit, []))
         mark = "[green]✓[/green]" if got == exp else "[red]✗[/red]"
-        units.add_row(unit, f"{broker} ({r.domains[broker]})", "\n".join(filters),
-                      f"{got} {mark}", str(exp))  # fmt: skip
+        units.add_row(
+            unit, f"{broker} ({r.domains[broker]})", "\n".join(filters), f"{got} {mark}", str(exp)
+        )
     console.print(units)
 
     held = {m["event_id"]: m for _, m in r.curious.messages if m.get("op") == "publish"}
     who = {str(e.id): u for u, evs in r.received.items() for e in evs}
     side = Table(title=f"the same events: what a subscriber reads | what '{CURIOUS}' holds")
-    for col in ("event", "subscriber (plaintext)", "topic, age, patientRecord",
-                f"{CURIOUS}: routing tokens", "ciphertext (body, secrets)", _sig_header(r.profile)):  # fmt: skip
+    for col in (
+        "event",
+        "subscriber (plaintext)",
+        "topic, age, patientRecord",
+        f"{CURIOUS}: routing tokens",
+        "ciphertext (body, secrets)",
+        _sig_header(r.profile),
+    ):
         side.add_column(col, overflow="fold")
     shown = [e for e in r.events if str(e.id) in who][:SAMPLE_ROWS]
     for e in shown:
         m = held.get(str(e.id), {})
         meta = m.get("meta", {})
         side.add_row(
-            str(e.id), who[str(e.id)],
+            str(e.id),
+            who[str(e.id)],
             f"{e['topic']}, {e['age']}, {e['patientRecord']}",
             _tokens(m.get("routing", {})),
             f"body: {hexcut(m.get('body'), 8)}\n{_secrets(meta.get('s'))}",
             hexcut(meta.get("sig"), 8),
-        )  # fmt: skip
+        )
     console.print(side)
     subs = [m for _, m in r.curious.messages if m.get("op") == "subscribe"]
     if subs:
         groups = subs[0].get("filter", {}).get("g", [[]])
         toks = [hexcut(t, 6) for clause in groups for g in clause for t in g]
-        console.print(f"[dim]{CURIOUS} also holds {len(subs)} subscriptions as token sets, e.g. "
-                      f"{', '.join(toks[:3])}[/dim]")  # fmt: skip
+        console.print(
+            f"[dim]{CURIOUS} also holds {len(subs)} subscriptions as token sets, e.g. "
+            f"{', '.join(toks[:3])}[/dim]"
+        )
     cv = r.curious
     size = sum(cv.files.values())
-    verdict = "[green]0 found[/green]" if not cv.hits else f"[red]{len(cv.hits)} found: {cv.hits[:5]}[/red]"  # fmt: skip
+    verdict = (
+        "[green]0 found[/green]"
+        if not cv.hits
+        else f"[red]{len(cv.hits)} found: {cv.hits[:5]}[/red]"
+    )
     # the verdict first: it must not be wrapped apart, whatever the file list's length
-    console.print(f"{CURIOUS}'s view: {verdict} of {cv.needles} plaintext strings (every "
-                  f"patientRecord, payload, topic and age) in its {len(cv.messages)} recorded "
-                  f"messages and {len(cv.files)} files ({size:,} B: "
-                  f"{', '.join(sorted(cv.files))}). The same scan finds "
-                  f"{cv.control_hits}/{cv.needles} in the plain profile's wire form of these "
-                  "events.")  # fmt: skip
+    console.print(
+        f"{CURIOUS}'s view: {verdict} of {cv.needles} plaintext strings (every "
+        f"patientRecord, payload, topic and age) in its {len(cv.messages)} recorded "
+        f"messages and {len(cv.files)} files ({size:,} B: "
+        f"{', '.join(sorted(cv.files))}). The same scan finds "
+        f"{cv.control_hits}/{cv.needles} in the plain profile's wire form of these "
+        "events."
+    )
 
 
 def _print_revocation(act: Any) -> None:
@@ -143,14 +164,17 @@ def _print_revocation(act: Any) -> None:
     leaked = sum(map(len, act.leaked.values()))
     mark = "[green]✓[/green]" if act.ok else "[red]✗[/red]"
     reasons = sorted({r for _, r in act.errors}) or ["none"]
-    console.print(Panel(
-        f"before the theft, {act.identity} published at {act.broker}: delivered ({before})\n"
-        f"the admin revoked {act.identity} at the key service: signed list serial {act.serial}, "
-        f"applied by {len(act.learned)} brokers within {learned:.1f} s\n"
-        f"the thief published {len(act.thief)} events as {act.identity} "
-        f"({', '.join(act.thief)}): dropped at the first broker as revoked ({where}); "
-        f"thief told: {', '.join(reasons)}; received by subscribers: {leaked} {mark}",
-        title="revocation while the network runs"))  # fmt: skip
+    console.print(
+        Panel(
+            f"before the theft, {act.identity} published at {act.broker}: delivered ({before})\n"
+            f"the admin revoked {act.identity} at the key service: signed list serial {act.serial}, "
+            f"applied by {len(act.learned)} brokers within {learned:.1f} s\n"
+            f"the thief published {len(act.thief)} events as {act.identity} "
+            f"({', '.join(act.thief)}): dropped at the first broker as revoked ({where}); "
+            f"thief told: {', '.join(reasons)}; received by subscribers: {leaked} {mark}",
+            title="revocation while the network runs",
+        )
+    )
 
 
 # -- part 2: Spark ---------------------------------------------------------------------------------
@@ -168,14 +192,26 @@ def run_spark_part(
     from pubguard.pipeline.session import get_spark
     from pubguard.sim.workloads import generate
 
-    generate("psguard", workdir / "workload", seed=seed, events=events, subscribers=subscribers,
-             topics_per_subscriber=8)  # fmt: skip
+    generate(
+        "psguard",
+        workdir / "workload",
+        seed=seed,
+        events=events,
+        subscribers=subscribers,
+        topics_per_subscriber=8,
+    )
     say(f"psguard workload: {events} events, {subscribers} subscribers; starting Spark ({master})")
     spark = get_spark(master=master, app_name="pubguard-demo", shuffle_partitions=4)
     try:
-        summary = run_pipeline(spark, workdir / "workload", workdir / "out", profile="psguard",
-                               mode="randomized", seed=seed,
-                               progress=lambda stage, msg: say(f"{stage}: {msg}"))  # fmt: skip
+        summary = run_pipeline(
+            spark,
+            workdir / "workload",
+            workdir / "out",
+            profile="psguard",
+            mode="randomized",
+            seed=seed,
+            progress=lambda stage, msg: say(f"{stage}: {msg}"),
+        )
     finally:
         _stop_spark(spark)
     opened = read_opened(workdir / "out" / "opened")
@@ -184,12 +220,16 @@ def run_spark_part(
     samples = []
     for rec in opened.head(SPARK_SAMPLES).to_dict("records"):
         c = rows.get((str(rec["subscriber"]), rec["event_id"]), {})
-        samples.append({
-            "subscriber": rec["subscriber"], "event_id": rec["event_id"],
-            "attrs": json.loads(rec["attrs"]), "payload": bytes(rec["payload"])[:24].decode(errors="replace"),
-            "executor_secrets": _secrets(c.get("secrets")),
-            "executor_payload": hexcut(c.get("payload"), 10),
-        })  # fmt: skip
+        samples.append(
+            {
+                "subscriber": rec["subscriber"],
+                "event_id": rec["event_id"],
+                "attrs": json.loads(rec["attrs"]),
+                "payload": bytes(rec["payload"])[:24].decode(errors="replace"),
+                "executor_secrets": _secrets(c.get("secrets")),
+                "executor_payload": hexcut(c.get("payload"), 10),
+            }
+        )
     summary["samples"] = samples
     return summary
 
@@ -228,12 +268,24 @@ def _print_spark(s: dict[str, Any]) -> None:
     c.add_row("drops", json.dumps(s["drops"]) if s["drops"] else "none")
     console.print(Columns([t, c]))
     d = Table(title="opened by the subscriber | what the executors handled")
-    for col in ("subscriber", "event", "opened attributes", "payload",
-                "executor: secrets", "executor: payload"):  # fmt: skip
+    for col in (
+        "subscriber",
+        "event",
+        "opened attributes",
+        "payload",
+        "executor: secrets",
+        "executor: payload",
+    ):
         d.add_column(col, overflow="fold")
     for x in s["samples"]:
-        d.add_row(x["subscriber"], x["event_id"], json.dumps(x["attrs"]), x["payload"] + "…",
-                  x["executor_secrets"], x["executor_payload"])  # fmt: skip
+        d.add_row(
+            x["subscriber"],
+            x["event_id"],
+            json.dumps(x["attrs"]),
+            x["payload"] + "…",
+            x["executor_secrets"],
+            x["executor_payload"],
+        )
     console.print(d)
 
 
@@ -258,18 +310,30 @@ def quiet_in_process_brokers(in_process: bool) -> Any:
 
 def register(cli: click.Group) -> None:
     @cli.command("demo")
-    @click.option("--profile", type=click.Choice(["default", "psguard"]), default="default",
-                  show_default=True, help="Profile the hospital and its units speak.")  # fmt: skip
+    @click.option(
+        "--profile",
+        type=click.Choice(["default", "psguard"]),
+        default="default",
+        show_default=True,
+        help="Profile the hospital and its units speak.",
+    )
     @click.option("--events", type=click.IntRange(1, 1000), default=24, show_default=True)
     @click.option("--seed", type=int, default=7, show_default=True)
     @click.option("--in-process", is_flag=True, help="Brokers in this process (no processes).")
     @click.option("--no-spark", is_flag=True, help="Skip the Spark part.")
     @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
-    @click.option("--spark-events", type=click.IntRange(1, 100_000), default=200,
-                  show_default=True)  # fmt: skip
+    @click.option("--spark-events", type=click.IntRange(1, 100_000), default=200, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-    def demo(profile: str, events: int, seed: int, in_process: bool, no_spark: bool,
-             master: str, spark_events: int, as_json: bool) -> None:  # fmt: skip
+    def demo(
+        profile: str,
+        events: int,
+        seed: int,
+        in_process: bool,
+        no_spark: bool,
+        master: str,
+        spark_events: int,
+        as_json: bool,
+    ) -> None:
         """The secure hospital network with a curious cloud broker, then a Spark run."""
         import asyncio
 
@@ -285,8 +349,11 @@ def register(cli: click.Group) -> None:
                 console.print(f"[dim]{s}[/dim]")
 
         with quiet_in_process_brokers(in_process):
-            r = asyncio.run(hospital_demo(profile=profile, events=events, seed=seed,
-                                          in_process=in_process, say=say))  # fmt: skip
+            r = asyncio.run(
+                hospital_demo(
+                    profile=profile, events=events, seed=seed, in_process=in_process, say=say
+                )
+            )
         if not as_json:
             _print_network(r)
             if r.revocation is not None:
@@ -294,8 +361,14 @@ def register(cli: click.Group) -> None:
         out: dict[str, Any] = {"network": r.to_json()}
         if not no_spark:
             with tempfile.TemporaryDirectory(prefix="pubguard-demo-spark-") as tmp:
-                s = run_spark_part(Path(tmp), master=master, events=spark_events,
-                                   subscribers=16, seed=seed, say=say)  # fmt: skip
+                s = run_spark_part(
+                    Path(tmp),
+                    master=master,
+                    events=spark_events,
+                    subscribers=16,
+                    seed=seed,
+                    say=say,
+                )
             s.pop("out", None)
             out["spark"] = s
             if not as_json:

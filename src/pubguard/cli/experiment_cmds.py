@@ -180,15 +180,31 @@ def _figure(result: dict[str, Any]) -> Any:
     from pubguard.sim.plotting import plain_log_ticks
 
     panels = [  # (title, y label, subscriber-group key, PSGuard key)
-        ("keys per subscriber (Fig. 3)", "keys held per subscriber",
-         "sg_keys_per_subscriber", "psguard_keys_per_subscriber"),
-        ("keys per publisher (Fig. 4)", "keys held per publisher",
-         "sg_keys_per_publisher", "psguard_keys_per_publisher"),
-        ("KDC compute per join (Fig. 5)", "KDC CPU per join (ms)",
-         "sg_kdc_ms_per_join", "psguard_kdc_ms_per_join"),
-        ("KDC network per join (Fig. 5)", "sealed keys sent per join (KB)",
-         "sg_kb_per_join", "psguard_kb_per_join"),
-    ]  # fmt: skip
+        (
+            "keys per subscriber (Fig. 3)",
+            "keys held per subscriber",
+            "sg_keys_per_subscriber",
+            "psguard_keys_per_subscriber",
+        ),
+        (
+            "keys per publisher (Fig. 4)",
+            "keys held per publisher",
+            "sg_keys_per_publisher",
+            "psguard_keys_per_publisher",
+        ),
+        (
+            "KDC compute per join (Fig. 5)",
+            "KDC CPU per join (ms)",
+            "sg_kdc_ms_per_join",
+            "psguard_kdc_ms_per_join",
+        ),
+        (
+            "KDC network per join (Fig. 5)",
+            "sealed keys sent per join (KB)",
+            "sg_kb_per_join",
+            "psguard_kb_per_join",
+        ),
+    ]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for ax, (title, ylabel, sg, ps) in zip(axes.flat, panels, strict=True):
         for key, style, label in (

@@ -416,5 +416,6 @@ def _print_tables(r: dict[str, Any]) -> None:
         )
     console.print(t)
     goals = ", ".join(f"{k} {'met' if ok else 'missed'}" for k, ok in r["goals"].items())
-    console.print(f"baseline: one SHA-256 call = {r['baseline']['sha256_33B_us']:.3f} us; "
-                  f"goals: {goals}")  # fmt: skip
+    console.print(
+        f"baseline: one SHA-256 call = {r['baseline']['sha256_33B_us']:.3f} us; goals: {goals}"
+    )

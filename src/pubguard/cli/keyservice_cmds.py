@@ -75,8 +75,9 @@ def _kdc(policy: Path | None) -> object:
     master = _master(KDC_MASTER_ENV)
     cfg = KdcConfig.load_policy(policy, master or random_bytes(32))
     if master is None:  # said once the policy loaded, so a bad policy is one error line
-        err_console.print(f"[yellow]no {KDC_MASTER_ENV}: a random KDC master lives in this "
-                          "process[/]")  # fmt: skip
+        err_console.print(
+            f"[yellow]no {KDC_MASTER_ENV}: a random KDC master lives in this process[/]"
+        )
     return cfg
 
 
@@ -108,15 +109,17 @@ async def _serve(
     from pubguard.ops.pki import ClusterPki
 
     master = _master()
-    ms = MetaService(SecretBytes(master or random_bytes(32)), epoch_length=epoch_length,
-                     origin=origin)  # fmt: skip
+    ms = MetaService(
+        SecretBytes(master or random_bytes(32)), epoch_length=epoch_length, origin=origin
+    )
     ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
     pki = ClusterPki(state / "pki")
     # refuse revoked client certificates at the handshake: the CA's CRL if it has signed one
     # (ClusterPki.revoke), else the one issued with our identity
     crl = pki.crl_path or (ident.crl_path if ident.crl_path.exists() else None)
-    ctx = server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path, crl_path=crl,
-                             password=tls_password())  # fmt: skip
+    ctx = server_ssl_context(
+        ident.cert_path, ident.key_path, ident.ca_path, crl_path=crl, password=tls_password()
+    )
     tdn = None
     if tdn_ca is not None:  # narada §II-A: a topic discovery node trusting that CA
         from pubguard.crypto.x509 import load_certificate
@@ -165,16 +168,18 @@ def _endpoint(state: Path, keyservice: str | None) -> tuple[str, int]:
             d = json.loads(f.read_text())
             return str(d["host"]), int(d["port"])
         except (OSError, ValueError, KeyError, TypeError):
-            raise ConfigError(f"{f}: no running key service recorded (give --keyservice)",
-                              key="keyservice") from None  # fmt: skip
+            raise ConfigError(
+                f"{f}: no running key service recorded (give --keyservice)", key="keyservice"
+            ) from None
     host, _, port = keyservice.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"--keyservice {keyservice!r} is not host:port", key="keyservice")
     return host, int(port)
 
 
-def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
-            key: str | None) -> None:  # fmt: skip
+def _revoke(
+    state: Path, keyservice: str | None, as_: str, identity: str | None, key: str | None
+) -> None:
     from pubguard.errors import ConfigError, DropError, FrameError, RevokedError
     from pubguard.net.keyservice.client import KeyServiceClient
     from pubguard.ops.pki import ClusterPki
@@ -198,21 +203,27 @@ def _revoke(state: Path, keyservice: str | None, as_: str, identity: str | None,
         try:
             out = ks.call("authority_revoke", **fields)
         except DropError:
-            raise ConfigError(f"{as_!r} is not an administrator of the key service "
-                              "(refused: unauthorised)", key="as") from None  # fmt: skip
+            raise ConfigError(
+                f"{as_!r} is not an administrator of the key service (refused: unauthorised)",
+                key="as",
+            ) from None
         except RevokedError:
             raise ConfigError(f"{as_!r} is itself revoked", key="as") from None
         except FrameError as exc:
             if "unknown_op" not in str(exc):
                 raise
             # an MS-only service (no --kdc-policy): no authority, so no revocation list
-            raise ConfigError(f"the key service at {host}:{port} runs no authority to revoke "
-                              "at (serve it with --kdc-policy; the policy's admins may revoke)",
-                              key="keyservice") from None  # fmt: skip
+            raise ConfigError(
+                f"the key service at {host}:{port} runs no authority to revoke "
+                "at (serve it with --kdc-policy; the policy's admins may revoke)",
+                key="keyservice",
+            ) from None
     what = identity if identity is not None else f"key {key}"
     verb = "revoked" if out.get("changed") else "already revoked:"
-    click.echo(f"{verb} {what}: revocation list serial {out.get('serial')}, "
-               f"{out.get('keys')} key(s) revoked in all")  # fmt: skip
+    click.echo(
+        f"{verb} {what}: revocation list serial {out.get('serial')}, "
+        f"{out.get('keys')} key(s) revoked in all"
+    )
 
 
 def register(cli: click.Group) -> None:
@@ -269,8 +280,16 @@ def register(cli: click.Group) -> None:
         help="Also serve the PSGuard KDC / default authority with this policy (JSON; the "
         f"master from {KDC_MASTER_ENV}).",
     )
-    def serve(state: Path, host: str, port: int, epoch_length: float, origin: float,
-              parent_pid: int | None, tdn_ca: Path | None, kdc_policy: Path | None) -> None:  # fmt: skip
+    def serve(
+        state: Path,
+        host: str,
+        port: int,
+        epoch_length: float,
+        origin: float,
+        parent_pid: int | None,
+        tdn_ca: Path | None,
+        kdc_policy: Path | None,
+    ) -> None:
         """Serve the meta-service (and optionally the PSGuard KDC / default authority):
         permits, tokens and epoch keys for authenticated clients."""
         import asyncio
@@ -306,8 +325,9 @@ def register(cli: click.Group) -> None:
         default=None,
         help="host:port of the key service (default: <state>/ms-key.json).",
     )
-    def revoke(state: Path, identity: str | None, key: str | None, as_: str,
-               keyservice: str | None) -> None:  # fmt: skip
+    def revoke(
+        state: Path, identity: str | None, key: str | None, as_: str, keyservice: str | None
+    ) -> None:
         """Revoke an identity (or one key) at the running key service; brokers learn it
         from the authority-signed revocation list they poll."""
         _revoke(state, keyservice, as_, identity, key)

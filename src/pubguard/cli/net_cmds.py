@@ -78,8 +78,12 @@ async def _client(state: Path, broker: str, identity: str, durable: bool = False
     if info is None:
         raise StateError(f"the cluster in {state} has no broker {broker!r}")
     pki = ClusterPki(state / "pki")
-    return await connect(f"tls://127.0.0.1:{info['port']}", identity=identity,
-                         ssl=pki.client_context(identity.split("/")[0]), durable=durable)  # fmt: skip
+    return await connect(
+        f"tls://127.0.0.1:{info['port']}",
+        identity=identity,
+        ssl=pki.client_context(identity.split("/")[0]),
+        durable=durable,
+    )
 
 
 def _status_table(statuses: dict[str, Any]) -> Table:
@@ -96,15 +100,24 @@ def _status_table(statuses: dict[str, Any]) -> Table:
             if not k.startswith("c:admin")
         )
         drops = ", ".join(f"{k}={v}" for k, v in s["drops"].items()) or "-"
-        t.add_row(name, str(s["port"]), links, str(s["subscriptions"]), str(s["forwarded"]),
-                  str(s["queue"]), str(s["parked"]), drops)  # fmt: skip
+        t.add_row(
+            name,
+            str(s["port"]),
+            links,
+            str(s["subscriptions"]),
+            str(s["forwarded"]),
+            str(s["queue"]),
+            str(s["parked"]),
+            drops,
+        )
     return t
 
 
 def register(cli: click.Group) -> None:
     @cli.command("broker")
-    @click.option("--config", "config", type=click.Path(path_type=Path), required=True,
-                  help="broker.toml")  # fmt: skip
+    @click.option(
+        "--config", "config", type=click.Path(path_type=Path), required=True, help="broker.toml"
+    )
     def broker_cmd(config: Path) -> None:
         """Run one broker until interrupted (SIGTERM / Ctrl-C)."""
         from pubguard.net.config import load_broker_config
@@ -115,8 +128,13 @@ def register(cli: click.Group) -> None:
     cluster = get_group(cli, "cluster", "Start, stop and inspect a local broker network.")
 
     @cluster.command("up")
-    @click.option("--config", "config", type=click.Path(path_type=Path), default=None,
-                  help="cluster.toml (default: the embedded 7-broker binary tree)")  # fmt: skip
+    @click.option(
+        "--config",
+        "config",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="cluster.toml (default: the embedded 7-broker binary tree)",
+    )
     @_STATE
     def cluster_up(config: Path | None, state: Path) -> None:
         """Start the brokers of a topology as background processes on loopback (state in
@@ -193,8 +211,9 @@ def register(cli: click.Group) -> None:
             for col in ("trader", "broker", "filter", "received", "expected"):
                 t.add_column(col)
             for name, broker, text in TRADERS:
-                t.add_row(name, broker, text, str(len(r.received[name])),
-                          str(len(r.expected[name])))  # fmt: skip
+                t.add_row(
+                    name, broker, text, str(len(r.received[name])), str(len(r.expected[name]))
+                )
             console.print(t)
             console.print(_status_table(r.statuses))
             console.print("routing correct" if r.correct else "[red]routing INCORRECT[/red]")
@@ -247,12 +266,17 @@ def register(cli: click.Group) -> None:
     @_STATE
     @click.option("--broker", default="b0", show_default=True)
     @click.option("--identity", default="cli", show_default=True)
-    @click.option("--count", type=click.IntRange(min=0), default=0,
-                  help="Stop after this many events (0: never).")  # fmt: skip
+    @click.option(
+        "--count",
+        type=click.IntRange(min=0),
+        default=0,
+        help="Stop after this many events (0: never).",
+    )
     @click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds idle.")
     @click.argument("filter_text")
-    def subscribe_cmd(state: Path, broker: str, identity: str, count: int, timeout: float,
-                      filter_text: str) -> None:  # fmt: skip
+    def subscribe_cmd(
+        state: Path, broker: str, identity: str, count: int, timeout: float, filter_text: str
+    ) -> None:
         """Print matching events as JSON lines until interrupted (or --count / --timeout)."""
         import asyncio
 
@@ -286,34 +310,75 @@ def register(cli: click.Group) -> None:
     bench = get_group(cli, "bench", "Benchmarks (print a table; --json for one JSON object).")
 
     @bench.command("network")
-    @click.option("--profile", default="plain", show_default=True, metavar="PROFILE",
-                  help=f"One of {', '.join(NETWORK_PROFILES)}.")  # fmt: skip
-    @click.option("--brokers", "brokers", type=int, multiple=True,
-                  help="Tree sizes (1, 3, 7, 15); repeat; default all four.")  # fmt: skip
-    @click.option("--payload", "payloads", type=int, multiple=True,
-                  help="Payload bytes; repeat; default 16 and 16384.")  # fmt: skip
+    @click.option(
+        "--profile",
+        default="plain",
+        show_default=True,
+        metavar="PROFILE",
+        help=f"One of {', '.join(NETWORK_PROFILES)}.",
+    )
+    @click.option(
+        "--brokers",
+        "brokers",
+        type=int,
+        multiple=True,
+        help="Tree sizes (1, 3, 7, 15); repeat; default all four.",
+    )
+    @click.option(
+        "--payload",
+        "payloads",
+        type=int,
+        multiple=True,
+        help="Payload bytes; repeat; default 16 and 16384.",
+    )
     @click.option("--subscribers", type=click.IntRange(1, 256), default=32, show_default=True)
     @click.option("--in-process", is_flag=True, help="Brokers in this process (quick look).")
     @click.option("--quick", is_flag=True, hidden=True, help="Smoke test: tiny rates and runs.")
-    @click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
-                  help="Searches per configuration; the median is reported (profile and "
-                       "plain alternate).")  # fmt: skip
-    @click.option("--merkle-batch", type=click.IntRange(2, 65536), default=16,
-                  show_default=True,
-                  help="Publications under one signature in the Merkle runs (the broker "
-                       "core costs are also reported at 16 and 64).")  # fmt: skip
-    @click.option("--attribute", type=click.Choice(["topic", "numeric"]), default="topic",
-                  show_default=True,
-                  help="What subscriptions and events route on: a topic, or disjoint numeric "
-                       "ranges (plain, psguard, psguard-paper, default; psguard.txt §5.2.3 "
-                       "measured both).")  # fmt: skip
-    @click.option("--plot", "plot", type=click.Path(dir_okay=False, path_type=Path),
-                  default=None, help="Also draw throughput and latency per tree size (PNG).")  # fmt: skip
+    @click.option(
+        "--repeat",
+        type=click.IntRange(1, 20),
+        default=1,
+        show_default=True,
+        help="Searches per configuration; the median is reported (profile and plain alternate).",
+    )
+    @click.option(
+        "--merkle-batch",
+        type=click.IntRange(2, 65536),
+        default=16,
+        show_default=True,
+        help="Publications under one signature in the Merkle runs (the broker "
+        "core costs are also reported at 16 and 64).",
+    )
+    @click.option(
+        "--attribute",
+        type=click.Choice(["topic", "numeric"]),
+        default="topic",
+        show_default=True,
+        help="What subscriptions and events route on: a topic, or disjoint numeric "
+        "ranges (plain, psguard, psguard-paper, default; psguard.txt §5.2.3 "
+        "measured both).",
+    )
+    @click.option(
+        "--plot",
+        "plot",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Also draw throughput and latency per tree size (PNG).",
+    )
     @click.option("--json", "as_json", is_flag=True)
-    def bench_network(profile: str, brokers: tuple[int, ...], payloads: tuple[int, ...],
-                      subscribers: int, in_process: bool, quick: bool, repeat: int,
-                      merkle_batch: int, attribute: str, plot: Path | None,
-                      as_json: bool) -> None:  # fmt: skip
+    def bench_network(
+        profile: str,
+        brokers: tuple[int, ...],
+        payloads: tuple[int, ...],
+        subscribers: int,
+        in_process: bool,
+        quick: bool,
+        repeat: int,
+        merkle_batch: int,
+        attribute: str,
+        plot: Path | None,
+        as_json: bool,
+    ) -> None:
         """Max sustained throughput (eventguard.txt §6.2.2) and latency at 80% of it."""
         import asyncio
 
@@ -341,26 +406,37 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
         if plot is not None:  # before minutes of searching, not after
             check_writable(plot, "--plot")
-        results = asyncio.run(run_network_bench(
-            profile, list(brokers or BROKER_COUNTS), list(payloads or (16, 16384)),
-            in_process=in_process, subscribers=subscribers, quick=quick, repeat=repeat,
-            merkle_batch=merkle_batch, attribute=attribute,
-            on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
-        ))  # fmt: skip
+        results = asyncio.run(
+            run_network_bench(
+                profile,
+                list(brokers or BROKER_COUNTS),
+                list(payloads or (16, 16384)),
+                in_process=in_process,
+                subscribers=subscribers,
+                quick=quick,
+                repeat=repeat,
+                merkle_batch=merkle_batch,
+                attribute=attribute,
+                on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
+            )
+        )
         if plot is not None:
             from pubguard.ops.bench.plot import plot_network
 
             try:
                 where = "brokers in this process" if in_process else "one process per broker"
-                plot_network(results, plot, title=f"pubguard bench network --profile {profile}: "
-                             f"{subscribers} subscribers ({attribute}), {where}, loopback, "
-                             "shared cores")  # fmt: skip
+                plot_network(
+                    results,
+                    plot,
+                    title=f"pubguard bench network --profile {profile}: "
+                    f"{subscribers} subscribers ({attribute}), {where}, loopback, "
+                    "shared cores",
+                )
             except OSError as exc:
                 raise click.ClickException(f"cannot write the plot {plot}: {exc}") from None
             err_console.print(f"plot written to {plot}")
         if as_json:
-            print_json(results[0] if len(results) == 1 else {"results": results,
-                                                             **PAPER[profile]})  # fmt: skip
+            print_json(results[0] if len(results) == 1 else {"results": results, **PAPER[profile]})
             return
         for table in _bench_tables(profile, subscribers, results):
             console.print(table)
@@ -371,8 +447,10 @@ def register(cli: click.Group) -> None:
                 console.print(f"{k}: {v}")
         v = results[0].get("client_cost_us")
         if v:
-            console.print("client work per event (CPU, in process): "
-                          + ", ".join(f"{k} {x} us" for k, x in v.items()))  # fmt: skip
+            console.print(
+                "client work per event (CPU, in process): "
+                + ", ".join(f"{k} {x} us" for k, x in v.items())
+            )
         console.print(f"[dim]{results[0]['machine']}[/dim]")
 
 
@@ -389,11 +467,14 @@ def _bench_tables(profile: str, subscribers: int, results: list[dict[str, Any]])
     ratios to plain; then the in-process broker costs per publication. Each fits 80 columns."""
     secure = profile != "plain"
     on = results[0].get("attribute", "topic") if results else "topic"
-    thr = Table(title=f"bench network ({profile}, {subscribers} subscribers on {on}): "
-                      "throughput",
-                box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
-    lat = Table(title="latency at 80% of max throughput, and idle", box=box.SIMPLE_HEAD,
-                pad_edge=False)  # fmt: skip
+    thr = Table(
+        title=f"bench network ({profile}, {subscribers} subscribers on {on}): throughput",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    lat = Table(
+        title="latency at 80% of max throughput, and idle", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     tcols = ["brokers", "bytes", "run", "max ev/s"]
     tcols += ["plain ev/s", "ratio", "CPU us", "CPU ratio"] if secure else ["CPU us"]
     lcols = ["brokers", "bytes", "run", "p50 ms", "p99 ms", "idle p50"]
@@ -414,8 +495,11 @@ def _bench_tables(profile: str, subscribers: int, results: list[dict[str, Any]])
         if secure:
             t.append(str(r.get("broker_cpu_ratio") or "-"))
         thr.add_row(*t)
-        la = head + [str(r["latency_p50_ms"]), str(r.get("latency_p99_ms")),
-                     str(r.get("latency_idle_p50_ms", "-"))]  # fmt: skip
+        la = head + [
+            str(r["latency_p50_ms"]),
+            str(r.get("latency_p99_ms")),
+            str(r.get("latency_idle_p50_ms", "-")),
+        ]
         lat.add_row(*(la + [str(r["latency_p50_ratio"])] if secure else la))
 
     for r in results:
@@ -432,16 +516,19 @@ def _bench_tables(profile: str, subscribers: int, results: list[dict[str, Any]])
 def _core_table(profile: str, core: dict[str, float], valid: dict[str, float]) -> Table:
     """Broker CPU per publication in process: the whole core (decode, guards, matching 32
     subscriptions, routing; ``handle_batch`` of 16) against plain's, and the guards alone."""
-    t = Table(title="broker CPU per publication, in process",
-              box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    t = Table(title="broker CPU per publication, in process", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("run", "core us", "x plain", "guards us"):
         t.add_column(col, justify="left" if col == "run" else "right", no_wrap=True)
     guards = {profile: valid.get("per_message"), "psguard-paper": valid.get("paper_brokers")}
     plain = core["plain"]
     for k, v in core.items():
         g = valid.get(k, guards.get(k))
-        t.add_row(_short(profile, k).replace("_", " "), f"{v:.1f}", f"{v / plain:.2f}",
-                  "-" if g is None else f"{g:.1f}")  # fmt: skip
+        t.add_row(
+            _short(profile, k).replace("_", " "),
+            f"{v:.1f}",
+            f"{v / plain:.2f}",
+            "-" if g is None else f"{g:.1f}",
+        )
     return t
 
 
@@ -455,9 +542,11 @@ def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
             seen[v["variant"]] = v["label"]
     out = [f"{_short(profile, k)}: {v}" for k, v in seen.items()]
     if any(r.get("broker_core_us") for r in results):
-        out.append("core us: the whole broker core per publication (decode, guards, matching, "
-                   "routing; handle_batch of 16); guards us: decode and guards alone; "
-                   "merkle <n>: one signature per <n> publications")  # fmt: skip
+        out.append(
+            "core us: the whole broker core per publication (decode, guards, matching, "
+            "routing; handle_batch of 16); guards us: decode and guards alone; "
+            "merkle <n>: one signature per <n> publications"
+        )
     return out
 
 

@@ -21,9 +21,17 @@ __all__ = ["register"]
 # pubguard.sim.scaling.PROFILES, spelled out so that ``--help`` need not import the simulation
 # and every scheme (tests/cli/test_cli_startup.py checks that the two agree)
 SCALING_PROFILES: Final = (
-    "plain", "psguard", "psguard-merkle", "psguard-paper", "eventguard", "eventguard-nosig", "eventguard-merkle",
-    "default", "default-merkle", "narada",
-)  # fmt: skip
+    "plain",
+    "psguard",
+    "psguard-merkle",
+    "psguard-paper",
+    "eventguard",
+    "eventguard-nosig",
+    "eventguard-merkle",
+    "default",
+    "default-merkle",
+    "narada",
+)
 
 
 def _csv(text: str, what: str, conv: Callable[[str], Any]) -> tuple[Any, ...]:
@@ -43,26 +51,48 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 def _scaling_table(doc: dict[str, Any]) -> None:
     from pubguard.sim.scaling_report import PAPER
 
-    t = Table(title="experiments scaling: max throughput and latency vs brokers "
-                    "(measured-cost simulation, one processor per entity)",
-              box=box.SIMPLE_HEAD, padding=(0, 0), collapse_padding=True)  # fmt: skip
-    cols = ("profile", "brokers", "max/s", "x plain", "drop%", "p50 ms", "p99 ms", "lat+%",
-            "bottleneck")  # fmt: skip
+    t = Table(
+        title="experiments scaling: max throughput and latency vs brokers "
+        "(measured-cost simulation, one processor per entity)",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        collapse_padding=True,
+    )
+    cols = (
+        "profile",
+        "brokers",
+        "max/s",
+        "x plain",
+        "drop%",
+        "p50 ms",
+        "p99 ms",
+        "lat+%",
+        "bottleneck",
+    )
     for c in cols:
         left = c in ("profile", "bottleneck")
         t.add_column(c, justify="left" if left else "right", no_wrap=True)
     for r in doc["rows"]:
-        t.add_row(r["profile"], str(r["brokers"]), _fmt(r["max_throughput_eps"], ".0f"),
-                  _fmt(r.get("throughput_ratio"), ".3f"), _fmt(r.get("throughput_drop_pct")),
-                  _fmt(r["latency_p50_ms"]), _fmt(r["latency_p99_ms"]),
-                  _fmt(r.get("latency_increase_pct"), ".2f"), str(r["bottleneck"]))  # fmt: skip
+        t.add_row(
+            r["profile"],
+            str(r["brokers"]),
+            _fmt(r["max_throughput_eps"], ".0f"),
+            _fmt(r.get("throughput_ratio"), ".3f"),
+            _fmt(r.get("throughput_drop_pct")),
+            _fmt(r["latency_p50_ms"]),
+            _fmt(r["latency_p99_ms"]),
+            _fmt(r.get("latency_increase_pct"), ".2f"),
+            str(r["bottleneck"]),
+        )
     console.print(t)
     fan = sorted({round(r["mean_fanout"], 2) for r in doc["rows"]})
     console.print(f"mean fan-out (deliveries per publication): {', '.join(map(str, fan))}")
     for prof in doc["paper"]:
         g = doc["throughput_growth"].get(prof)
-        console.print(f"[bold]{prof}[/bold]: growth {_fmt(g, '.2f')}x; paper: "
-                      f"{PAPER.get(prof, {}).get('paper', '-')}")  # fmt: skip
+        console.print(
+            f"[bold]{prof}[/bold]: growth {_fmt(g, '.2f')}x; paper: "
+            f"{PAPER.get(prof, {}).get('paper', '-')}"
+        )
     console.print(f"[dim]{doc['method']}; {doc['deterministic']}[/dim]")
 
 
@@ -120,12 +150,31 @@ def _scaling_table(doc: dict[str, Any]) -> None:
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--quick", is_flag=True, help="Small and fast (tests): 1,3,7 brokers, short runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the figure (PNG), e.g. docs/img/scaling.png.")  # fmt: skip
-def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, publications: int,
-            observe_every: int, bisect: int, repeat: int, topics: int, per_subscriber: int,
-            zipf: float, payload: int, cost_scale: float, seed: int, quick: bool, as_json: bool,
-            plot: Path | None) -> None:  # fmt: skip
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the figure (PNG), e.g. docs/img/scaling.png.",
+)
+def scaling(
+    profiles: str,
+    brokers: str,
+    subscribers: int,
+    latency_ms: float,
+    publications: int,
+    observe_every: int,
+    bisect: int,
+    repeat: int,
+    topics: int,
+    per_subscriber: int,
+    zipf: float,
+    payload: int,
+    cost_scale: float,
+    seed: int,
+    quick: bool,
+    as_json: bool,
+    plot: Path | None,
+) -> None:
     """eventguard.txt Fig. 11/12, psguard.txt Fig. 9/10: throughput and latency vs brokers.
 
     A MEASURED-COST SIMULATION, not wall-clock on separate machines: every broker, the
@@ -154,12 +203,17 @@ def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, pu
         sizes = tuple(b for b in sizes if b <= 7) or (1, 3)
         publications, observe_every, bisect = min(publications, 60), min(observe_every, 10), 2
     params = ScalingParams(
-        brokers=sizes, subscribers=subscribers, latency=latency_ms / 1000.0,
-        publications=publications, observe_every=observe_every, bisect=bisect, repeat=repeat,
-        workload=Workload(topics=topics, per_subscriber=per_subscriber, zipf=zipf,
-                          payload=payload),
-        cost=MeasuredCost(cost_scale), seed=seed,
-    )  # fmt: skip
+        brokers=sizes,
+        subscribers=subscribers,
+        latency=latency_ms / 1000.0,
+        publications=publications,
+        observe_every=observe_every,
+        bisect=bisect,
+        repeat=repeat,
+        workload=Workload(topics=topics, per_subscriber=per_subscriber, zipf=zipf, payload=payload),
+        cost=MeasuredCost(cost_scale),
+        seed=seed,
+    )
     t0 = time.perf_counter()
     with progress() as bar:
         task = bar.add_task("scaling", total=len(profs) * len(sizes) * repeat)
@@ -171,8 +225,9 @@ def scaling(profiles: str, brokers: str, subscribers: int, latency_ms: float, pu
 
         step.started = False  # type: ignore[attr-defined]
         series = run_scaling(params, profs, on_step=step)
-    doc = scaling_doc(series, params, seconds=time.perf_counter() - t0, quick=quick,
-                      load=os.getloadavg()[:2])  # fmt: skip
+    doc = scaling_doc(
+        series, params, seconds=time.perf_counter() - t0, quick=quick, load=os.getloadavg()[:2]
+    )
     if plot is not None:
         doc["png"] = str(plot_scaling(doc, plot))
     if as_json:

@@ -165,16 +165,28 @@ def _plot(doc: dict[str, Any], variants: list[str], out: Path) -> Path:
     hops = [r["hops"] for r in reach]
     w = 0.8 / (len(variants) + 1)
     ax = axes[2]
-    ax.bar([h - 0.4 + w / 2 for h in hops], [r["brokers"] for r in reach], w, color="none",
-           edgecolor="k", label="honest brokers at that distance")  # fmt: skip
+    ax.bar(
+        [h - 0.4 + w / 2 for h in hops],
+        [r["brokers"] for r in reach],
+        w,
+        color="none",
+        edgecolor="k",
+        label="honest brokers at that distance",
+    )
     for i, v in enumerate(variants, start=1):
-        ax.bar([h - 0.4 + w / 2 + i * w for h in hops], [r[v] for r in reach], w,
-               color=COLOURS[v], label=LABELS[v])  # fmt: skip
+        ax.bar(
+            [h - 0.4 + w / 2 + i * w for h in hops],
+            [r[v] for r in reach],
+            w,
+            color=COLOURS[v],
+            label=LABELS[v],
+        )
     ax.set_xticks(hops)
     ax.set_xlabel("hops from the nearest malicious broker")
     ax.set_ylabel("honest brokers that handled flood traffic")
-    ax.set_title(f"(c) Fig. 3: how far the flood travels (f_l = {doc['reach']['flood_rate']:g})",
-                 fontsize=10)  # fmt: skip
+    ax.set_title(
+        f"(c) Fig. 3: how far the flood travels (f_l = {doc['reach']['flood_rate']:g})", fontsize=10
+    )
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     p = doc["params"]
@@ -216,8 +228,10 @@ def _print(doc: dict[str, Any], variants: list[str]) -> None:
             )
         t.add_section()
     console.print(t)
-    t2 = Table(title=f"Fig. 3: honest brokers reached by flood traffic, f_l = "
-                     f"{doc['reach']['flood_rate']:g}")  # fmt: skip
+    t2 = Table(
+        title=f"Fig. 3: honest brokers reached by flood traffic, f_l = "
+        f"{doc['reach']['flood_rate']:g}"
+    )
     t2.add_column("hops", justify="right")
     t2.add_column("brokers", justify="right")
     for v in variants:
@@ -237,38 +251,83 @@ def _print(doc: dict[str, Any], variants: list[str]) -> None:
     short_help="Throughput under a flooding attack, with and without the routing guard (eventguard Fig 13).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("out/experiments/flood.png"), show_default=True,
-              help="Where the PNG goes.")  # fmt: skip
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("out/experiments/flood.png"),
+    show_default=True,
+    help="Where the PNG goes.",
+)
 @click.option("--arity", type=int, default=2, show_default=True, help="Broker tree arity a.")
 @click.option("--depth", type=int, default=4, show_default=True, help="Broker tree depth.")
 @click.option("--subscribers-per-leaf", type=int, default=1, show_default=True)
-@click.option("--load", type=float, default=0.8, show_default=True,
-              help="Offered rate as a fraction of a guarded broker's capacity.")  # fmt: skip
+@click.option(
+    "--load",
+    type=float,
+    default=0.8,
+    show_default=True,
+    help="Offered rate as a fraction of a guarded broker's capacity.",
+)
 @click.option("--rate", type=float, default=None, help="Offered rate (pub/s); overrides --load.")
-@click.option("--flood-rates", default="0,25,50,100,200,400", show_default=True,
-              help="Comma-separated flood rates (messages/s per attacker link).")  # fmt: skip
+@click.option(
+    "--flood-rates",
+    default="0,25,50,100,200,400",
+    show_default=True,
+    help="Comma-separated flood rates (messages/s per attacker link).",
+)
 @click.option("--attackers", type=int, default=1, show_default=True)
-@click.option("--attacker-depth", type=int, default=None,
-              help="Depth of the malicious brokers (default: leaves, as in the paper).")  # fmt: skip
-@click.option("--duration", type=float, default=1.0, show_default=True,
-              help="Measured virtual seconds.")  # fmt: skip
+@click.option(
+    "--attacker-depth",
+    type=int,
+    default=None,
+    help="Depth of the malicious brokers (default: leaves, as in the paper).",
+)
+@click.option(
+    "--duration", type=float, default=1.0, show_default=True, help="Measured virtual seconds."
+)
 @click.option("--warmup", type=float, default=0.3, show_default=True)
-@click.option("--latency", type=float, default=0.035, show_default=True,
-              help="Broker link latency (s).")  # fmt: skip
+@click.option(
+    "--latency", type=float, default=0.035, show_default=True, help="Broker link latency (s)."
+)
 @click.option("--route-us", type=float, default=80.0, show_default=True)
 @click.option("--check-us", type=float, default=55.0, show_default=True)
-@click.option("--verify-us", type=float, default=110.0, show_default=True,
-              help="Signature verification (the paper's ElGamal: 1700).")  # fmt: skip
-@click.option("--time-scale", type=float, default=100.0, show_default=True,
-              help="Dilates every broker cost alike.")  # fmt: skip
+@click.option(
+    "--verify-us",
+    type=float,
+    default=110.0,
+    show_default=True,
+    help="Signature verification (the paper's ElGamal: 1700).",
+)
+@click.option(
+    "--time-scale",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help="Dilates every broker cost alike.",
+)
 @click.option("--variants", default=",".join(VARIANTS), show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
-def flood(as_json: bool, out: Path, arity: int, depth: int, subscribers_per_leaf: int,
-          load: float, rate: float | None, flood_rates: str, attackers: int,
-          attacker_depth: int | None, duration: float, warmup: float, latency: float,
-          route_us: float, check_us: float, verify_us: float, time_scale: float,
-          variants: str, seed: int) -> None:  # fmt: skip
+def flood(
+    as_json: bool,
+    out: Path,
+    arity: int,
+    depth: int,
+    subscribers_per_leaf: int,
+    load: float,
+    rate: float | None,
+    flood_rates: str,
+    attackers: int,
+    attacker_depth: int | None,
+    duration: float,
+    warmup: float,
+    latency: float,
+    route_us: float,
+    check_us: float,
+    verify_us: float,
+    time_scale: float,
+    variants: str,
+    seed: int,
+) -> None:
     """eventguard.txt Fig. 13 and Fig. 3: a flooding broker with and without the routing guard."""
     from pubguard.sim.flood import VARIANTS, CostModel, FloodParams, run_flood
 
@@ -280,13 +339,20 @@ def flood(as_json: bool, out: Path, arity: int, depth: int, subscribers_per_leaf
 
     check_writable(out, "--out")  # before the simulation, not after
     params = FloodParams(
-        arity=arity, depth=depth, subscribers_per_leaf=subscribers_per_leaf, load=load,
-        rate=rate, flood_rates=_rates(flood_rates), attackers=attackers,
-        attacker_depth=attacker_depth, duration=duration, warmup=warmup, latency=latency,
-        cost=CostModel(route_us=route_us, check_us=check_us, verify_us=verify_us,
-                       scale=time_scale),
+        arity=arity,
+        depth=depth,
+        subscribers_per_leaf=subscribers_per_leaf,
+        load=load,
+        rate=rate,
+        flood_rates=_rates(flood_rates),
+        attackers=attackers,
+        attacker_depth=attacker_depth,
+        duration=duration,
+        warmup=warmup,
+        latency=latency,
+        cost=CostModel(route_us=route_us, check_us=check_us, verify_us=verify_us, scale=time_scale),
         seed=seed,
-    )  # fmt: skip
+    )
     t0 = time.perf_counter()
     with progress() as bar:
         task = bar.add_task("flood", total=len(params.flood_rates) * len(vs))

@@ -588,8 +588,10 @@ def _tls_context(
     except (OSError, ssl.SSLError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if path == cert_path and _encrypted(key_path):
-            reason = ("the key is encrypted and the passphrase is missing or wrong (set"
-                      " PUBGUARD_TLS_PASSPHRASE)")  # fmt: skip
+            reason = (
+                "the key is encrypted and the passphrase is missing or wrong (set"
+                " PUBGUARD_TLS_PASSPHRASE)"
+            )
         raise ConfigError(f"cannot build TLS context: {what}: {reason}", path=str(path)) from None
     return ctx
 

@@ -112,9 +112,18 @@ class TopicAdvertisement:
     signature: bytes = b""
 
     def signed_bytes(self) -> bytes:
-        return _canon(_ADV_TAG, self.kmc, self.kmc_cert, self.topic, len(self.roles),
-                      *self.roles, len(self.subjects), *self.subjects, self.version,
-                      float(self.issued_at))  # fmt: skip
+        return _canon(
+            _ADV_TAG,
+            self.kmc,
+            self.kmc_cert,
+            self.topic,
+            len(self.roles),
+            *self.roles,
+            len(self.subjects),
+            *self.subjects,
+            self.version,
+            float(self.issued_at),
+        )
 
     def to_bytes(self) -> bytes:
         return msgpack.packb(list(dataclasses.astuple(self)), use_bin_type=True)  # type: ignore[no-any-return]
@@ -163,8 +172,7 @@ class DiscoveryRequest:
     signature: bytes = b""
 
     def signed_bytes(self) -> bytes:
-        return _canon(_REQ_TAG, self.cert, self.kmc, self.kem_public, self.timestamp_ms,
-                      self.nonce)  # fmt: skip
+        return _canon(_REQ_TAG, self.cert, self.kmc, self.kem_public, self.timestamp_ms, self.nonce)
 
     @classmethod
     def signed(
@@ -318,9 +326,15 @@ class KmcEndpoint:
 
     def _new_topic(self, now: float) -> TopicAdvertisement:
         self.version += 1
-        adv = TopicAdvertisement(self.kmc.name, self.kmc.cert.to_der(),
-                                 new_service_topic(self._rng), self.roles, self.subjects,
-                                 self.version, float(now))  # fmt: skip
+        adv = TopicAdvertisement(
+            self.kmc.name,
+            self.kmc.cert.to_der(),
+            new_service_topic(self._rng),
+            self.roles,
+            self.subjects,
+            self.version,
+            float(now),
+        )
         return dataclasses.replace(adv, signature=self._sk.sign(adv.signed_bytes()))
 
     def handle(self, topic: str, payload: bytes, source: str, *, now: float) -> EndpointResult:

@@ -401,9 +401,14 @@ class OFTGroup:
         lazy_ok = self.lazy and self.ring.current is not None and vf <= self._last_refresh
         refresh = None if lazy_ok else self._refresh(now)
         welcome = Welcome(
-            self.name, member, seq, new.id, SecretBytes(new.key), self._path_of(new),
+            self.name,
+            member,
+            seq,
+            new.id,
+            SecretBytes(new.key),
+            self._path_of(new),
             self.ring.current if lazy_ok else None,
-        )  # fmt: skip
+        )
         return welcome, Rekey(self.name, seq, now, structure, tuple(updates), refresh)
 
     def _replace(self, old: _Node, new: _Node) -> None:

@@ -366,8 +366,9 @@ def _revocation(t: _Reader | None, base: Path) -> RevocationSource | None:
     if max_age <= poll:
         raise t.fail("max_age", "must be greater than poll")
     t.done()
-    return RevocationSource(host, port, _path(base, kf) if kf else None, float(poll),
-                            float(max_age))  # fmt: skip
+    return RevocationSource(
+        host, port, _path(base, kf) if kf else None, float(poll), float(max_age)
+    )
 
 
 def _load_toml(path: Path | str) -> dict[str, Any]:
@@ -401,9 +402,14 @@ def chain_toml(
     """The cluster.toml text of a chain ``b0 - b1 - ... - b<brokers-1>`` serving ``profiles``
     (for :func:`parse_cluster_config`; the soak and the network tests)."""
     edges = json.dumps([[f"b{i}", f"b{i + 1}"] for i in range(brokers - 1)])
-    lines = [f"publishers = {json.dumps(list(publishers))}", "[topology]", 'kind = "edges"',
-             f"edges = {edges}", "[broker]",
-             f"profiles = {json.dumps(list(dict.fromkeys(profiles)))}"]  # fmt: skip
+    lines = [
+        f"publishers = {json.dumps(list(publishers))}",
+        "[topology]",
+        'kind = "edges"',
+        f"edges = {edges}",
+        "[broker]",
+        f"profiles = {json.dumps(list(dict.fromkeys(profiles)))}",
+    ]
     if heartbeat_interval is not None:
         lines.append(f"heartbeat_interval = {heartbeat_interval}")
     return "\n".join(lines) + "\n"
@@ -447,20 +453,23 @@ def parse_cluster_config(
         for name in list(bt.data):
             if name not in brokers:
                 raise bt.fail(name, f"no broker {name!r} in the topology")
-            overrides[name] = _broker_defaults(bt.table(name), f"brokers.{name}", path, base,
-                                               per_broker=True)  # fmt: skip
+            overrides[name] = _broker_defaults(
+                bt.table(name), f"brokers.{name}", path, base, per_broker=True
+            )
         bt.done()
     pubs = r.get("publishers", list, ["cli"])
     for i, n in enumerate(pubs):
         if not isinstance(n, str) or not n:
             raise r.fail(f"publishers[{i}]", "must be an identity name")
     r.done()
-    return ClusterConfig(state_dir, tuple(edges), tuple(brokers), host, defaults, overrides,
-                         tuple(pubs))  # fmt: skip
+    return ClusterConfig(
+        state_dir, tuple(edges), tuple(brokers), host, defaults, overrides, tuple(pubs)
+    )
 
 
-def _broker_defaults(d: _Reader | None, prefix: str, path: str | None, base: Path,
-                     *, per_broker: bool = False) -> dict[str, Any]:  # fmt: skip
+def _broker_defaults(
+    d: _Reader | None, prefix: str, path: str | None, base: Path, *, per_broker: bool = False
+) -> dict[str, Any]:
     """A ``[broker]`` / ``[brokers.<name>]`` table, validated through a throw-away broker
     config. ``record`` is a boolean here (the cluster chooses the file)."""
     if d is None:
@@ -474,8 +483,12 @@ def _broker_defaults(d: _Reader | None, prefix: str, path: str | None, base: Pat
             raise d.fail("record", "must be true or false")
         if not per_broker:
             raise d.fail("record", "is set per broker, in [brokers.<name>]")
-    probe = {"name": "probe", "tls_enabled": False, "keys": "probe.json",
-             **{k: v for k, v in out.items() if k != "record"}}  # fmt: skip
+    probe = {
+        "name": "probe",
+        "tls_enabled": False,
+        "keys": "probe.json",
+        **{k: v for k, v in out.items() if k != "record"},
+    }
     try:
         parse_broker_config(probe, path=path, base=base)
     except ConfigError as exc:

@@ -44,7 +44,6 @@ def tls_password() -> bytes | None:
     return v.encode() if v else None
 
 
-
 def peer_identity(obj: ssl.SSLObject | ssl.SSLSocket | None) -> tuple[str | None, str | None]:
     """(common name, role) of the verified peer certificate (role = organizational unit), or
     (None, None) without TLS. Brokers and the key service take identities only from here."""

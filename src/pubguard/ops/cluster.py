@@ -82,10 +82,17 @@ def _toml_str(p: Path | str) -> str:
 class LocalCluster:
     """Start, inspect, kill and restart the brokers of one :class:`ClusterConfig`."""
 
-    def __init__(self, config: ClusterConfig, *, in_process: bool = False,
-                 bundle: KeyBundle | None = None, detached: bool = False,
-                 keyservice: bool = False, kdc: KdcConfig | None = None,
-                 revocation_poll: float = 2.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        in_process: bool = False,
+        bundle: KeyBundle | None = None,
+        detached: bool = False,
+        keyservice: bool = False,
+        kdc: KdcConfig | None = None,
+        revocation_poll: float = 2.0,
+    ) -> None:
         """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
         broker stops by itself when this process exits, even on SIGKILL. ``keyservice``: also
         run the bundle's key services as their own process (:meth:`start_keyservice`).
@@ -136,9 +143,12 @@ class LocalCluster:
         if self._bundle is None:
             if self.kdc is None:
                 self.kdc = KdcConfig(SecretBytes(random_bytes(32)), (HOSPITAL,), admins=("admin",))
-            self._bundle = KeyBundle(self.state_dir / "pki" / "keys", now=time.time(),
-                                     identities=self.config.publishers,
-                                     **self.kdc.bundle_kwargs())  # fmt: skip
+            self._bundle = KeyBundle(
+                self.state_dir / "pki" / "keys",
+                now=time.time(),
+                identities=self.config.publishers,
+                **self.kdc.bundle_kwargs(),
+            )
         return self._bundle
 
     def write_keys(self) -> Path:
@@ -232,10 +242,19 @@ class LocalCluster:
         log = (self.broker_dir(name) / "broker.log").open("ab")
         tie = [] if self.detached else ["--parent-pid", str(os.getpid())]
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "pubguard.net.server.main", "--config",
-             str(self.config_path(name)), *tie],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pubguard.net.server.main",
+                "--config",
+                str(self.config_path(name)),
+                *tie,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         log.close()
 
     async def _wait_port(self, name: str) -> int:
@@ -305,14 +324,22 @@ class LocalCluster:
     def url(self, name: str) -> str:
         return f"tls://{self.config.host}:{self.ports[name]}"
 
-    async def connect(self, broker: str, identity: str, *, profile: str | None = None,
-                      topics: tuple[str, ...] = (), **kw: Any) -> Client:  # fmt: skip
+    async def connect(
+        self,
+        broker: str,
+        identity: str,
+        *,
+        profile: str | None = None,
+        topics: tuple[str, ...] = (),
+        **kw: Any,
+    ) -> Client:
         """A client of ``broker`` with identity ``identity`` (certificate issued on demand).
         ``profile``: speak that security profile, with keys from :attr:`bundle` (``topics``:
         the narada topics it needs a KMC token and key for)."""
         if profile is not None and profile != "plain" and "scheme" not in kw:
-            kw["scheme"] = keyservice_scheme(self, profile, identity, topics=topics,
-                                             now=time.time())  # fmt: skip
+            kw["scheme"] = keyservice_scheme(
+                self, profile, identity, topics=topics, now=time.time()
+            )
             # an old generation lasts as long as the brokers' timestamp window
             kw.setdefault("renew_grace", self.bundle.max_delay)
         return await connect(
@@ -322,8 +349,9 @@ class LocalCluster:
     async def status(self, name: str) -> dict[str, Any]:
         c = self._admin.get(name)
         if c is None or c._closing:
-            c = await connect(self.url(name), identity=f"admin/{name}",
-                              ssl=self.pki.client_context("admin"))  # fmt: skip
+            c = await connect(
+                self.url(name), identity=f"admin/{name}", ssl=self.pki.client_context("admin")
+            )
             self._admin[name] = c
         return await c.status()
 
@@ -406,8 +434,14 @@ async def run_local_cluster(
         cfg = dataclasses.replace(topology, state_dir=Path(state_dir))
     else:
         cfg = load_cluster_config(topology, state_dir=Path(state_dir))
-    cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle, keyservice=keyservice,
-                           kdc=kdc, revocation_poll=revocation_poll)  # fmt: skip
+    cluster = LocalCluster(
+        cfg,
+        in_process=in_process,
+        bundle=bundle,
+        keyservice=keyservice,
+        kdc=kdc,
+        revocation_poll=revocation_poll,
+    )
     try:
         await cluster.start()
         yield cluster
@@ -468,8 +502,12 @@ async def cluster_status(state_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, info in data.items():
         try:
-            c = await connect(f"tls://127.0.0.1:{info['port']}", identity="admin",
-                              ssl=pki.client_context("admin"), reconnect=False)  # fmt: skip
+            c = await connect(
+                f"tls://127.0.0.1:{info['port']}",
+                identity="admin",
+                ssl=pki.client_context("admin"),
+                reconnect=False,
+            )
             try:
                 out[name] = await c.status()
             finally:

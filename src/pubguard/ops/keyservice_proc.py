@@ -80,11 +80,31 @@ async def start_keyservice(cluster: LocalCluster) -> int:
     logf = state / "keyservice.log"
     with logf.open("ab") as log:
         procs[KEYSERVICE] = proc = subprocess.Popen(
-            [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
-             str(state), "--host", cluster.config.host, "--port", "0",
-             "--epoch-length", repr(ms.epoch_length), "--origin", repr(ms.origin), *extra, *tie],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pubguard.cli.main",
+                "keyservice",
+                "serve",
+                "--state",
+                str(state),
+                "--host",
+                cluster.config.host,
+                "--port",
+                "0",
+                "--epoch-length",
+                repr(ms.epoch_length),
+                "--origin",
+                repr(ms.origin),
+                *extra,
+                *tie,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         try:
@@ -92,8 +112,9 @@ async def start_keyservice(cluster: LocalCluster) -> int:
             break
         except (OSError, ValueError):
             if proc.poll() is not None:
-                raise StateError(f"key service exited with {proc.returncode}: "
-                                 f"{logf.read_text()[-600:]}") from None  # fmt: skip
+                raise StateError(
+                    f"key service exited with {proc.returncode}: {logf.read_text()[-600:]}"
+                ) from None
             if time.monotonic() > deadline:
                 raise StateError("key service did not start") from None
             await asyncio.sleep(0.02)
@@ -108,15 +129,17 @@ async def start_keyservice(cluster: LocalCluster) -> int:
     cluster.keyservice_kdc = kdc is not None
 
     def ms_for(identity: str) -> KeyServiceClient:
-        return KeyServiceClient(host, port, cluster.pki.client_context(_cert_name(identity)),
-                                ms_key=ms.public_key)  # fmt: skip
+        return KeyServiceClient(
+            host, port, cluster.pki.client_context(_cert_name(identity)), ms_key=ms.public_key
+        )
 
     bundle.ms_for = ms_for
     return port
 
 
-def keyservice_scheme(cluster: LocalCluster, profile: str, identity: str, *, now: float,
-                      topics: tuple[str, ...] = ()) -> ClientScheme:  # fmt: skip
+def keyservice_scheme(
+    cluster: LocalCluster, profile: str, identity: str, *, now: float, topics: tuple[str, ...] = ()
+) -> ClientScheme:
     """The client face of ``profile`` for ``identity``; psguard and default get their KDC /
     authority as network proxies authenticated as ``identity``'s certificate (its name must be
     the certificate's: the service serves keys in the caller's own name only)."""
@@ -125,13 +148,20 @@ def keyservice_scheme(cluster: LocalCluster, profile: str, identity: str, *, now
     if profile not in KDC_PROFILES or not cluster.keyservice_kdc:
         return scheme
     assert cluster.keyservice_port is not None
-    ks = KeyServiceClient(cluster.config.host, cluster.keyservice_port,
-                          cluster.pki.client_context(_cert_name(identity)),
-                          ms_key=bundle.ms.public_key)  # fmt: skip
+    ks = KeyServiceClient(
+        cluster.config.host,
+        cluster.keyservice_port,
+        cluster.pki.client_context(_cert_name(identity)),
+        ms_key=bundle.ms.public_key,
+    )
     if isinstance(scheme, DefaultClient):
         auth = RemoteAuthority(ks, authority_key=bundle.authority.public_key)
-        return DefaultClient(identity, auth, signing_key=bundle.signing_key(identity),  # type: ignore[arg-type]
-                             max_delay=bundle.max_delay)  # fmt: skip
+        return DefaultClient(
+            identity,
+            auth,  # type: ignore[arg-type]
+            signing_key=bundle.signing_key(identity),
+            max_delay=bundle.max_delay,
+        )
     if isinstance(scheme, PSGuardClient):
         scheme.service = RemoteKdc(ks)  # type: ignore[assignment]  # no key fetched yet
         return scheme

@@ -80,8 +80,9 @@ class ClusterPki:
     def identity(self, name: str, role: Role | str = Role.CLIENT) -> TlsIdentity:
         """The identity ``name``, issued now if it does not exist yet."""
         out = self.root / name
-        ident = TlsIdentity(out / f"{name}.pem", out / f"{name}.key.pem", out / "ca.pem",
-                            out / "crl.pem")  # fmt: skip
+        ident = TlsIdentity(
+            out / f"{name}.pem", out / f"{name}.key.pem", out / "ca.pem", out / "crl.pem"
+        )
         if ident.cert_path.exists() and ident.key_path.exists():
             return ident
         self.ensure_ca()
@@ -90,8 +91,9 @@ class ClusterPki:
                 f"no certificate for {name!r}; set {PASSPHRASE_ENV} to issue new identities",
                 key=name,
             )
-        return issue_tls_identity(self._ca, name, role, out, now=time.time(),
-                                  passphrase=tls_password())  # fmt: skip
+        return issue_tls_identity(
+            self._ca, name, role, out, now=time.time(), passphrase=tls_password()
+        )
 
     @property
     def crl_path(self) -> Path | None:

@@ -82,12 +82,20 @@ class SubscriberResult:
         return sum(b - a + 1 for a, b, _, _ in self.lost)
 
     def to_json(self) -> dict[str, Any]:
-        return {"profile": self.profile, "broker": self.broker, "sent": self.sent,
-                "received": self.received, "lost": self.lost_count,
-                "duplicates": self.duplicates, "in_order": self.in_order,
-                "renewals": self.renewals,
-                "lost_ranges": [{"first": a, "last": b, "from_s": round(t0, 3),
-                                 "to_s": round(t1, 3)} for a, b, t0, t1 in self.lost]}  # fmt: skip
+        return {
+            "profile": self.profile,
+            "broker": self.broker,
+            "sent": self.sent,
+            "received": self.received,
+            "lost": self.lost_count,
+            "duplicates": self.duplicates,
+            "in_order": self.in_order,
+            "renewals": self.renewals,
+            "lost_ranges": [
+                {"first": a, "last": b, "from_s": round(t0, 3), "to_s": round(t1, 3)}
+                for a, b, t0, t1 in self.lost
+            ],
+        }
 
 
 @dataclass(slots=True)
@@ -104,8 +112,11 @@ class SoakResult:
     catch_up: bool = True  # False: every broker listed its child and clients in no_catch_up
 
     def lossless(self, profile: str) -> bool:
-        return all(s.lost_count == 0 and s.duplicates == 0 and s.in_order
-                   for s in self.subscribers if s.profile == profile)  # fmt: skip
+        return all(
+            s.lost_count == 0 and s.duplicates == 0 and s.in_order
+            for s in self.subscribers
+            if s.profile == profile
+        )
 
     def context(self, t: float) -> str:
         """What a lost range starting at ``t`` follows: the last epoch change and an outage
@@ -122,14 +133,22 @@ class SoakResult:
         return "; ".join(said) or "-"
 
     def to_json(self) -> dict[str, Any]:
-        return {"profiles": list(self.profiles), "brokers": self.brokers, "epoch_s": self.epoch,
-                "max_delay_s": self.max_delay, "duration_s": self.duration,
-                "epoch_changes_s": [round(c, 3) for c in self.epoch_changes],
-                "outages": [{"broker": o.broker, "at_s": round(o.at, 3),
-                             "back_s": round(o.back, 3)} for o in self.outages],
-                "subscribers": [s.to_json() for s in self.subscribers],
-                "lossless": {p: self.lossless(p) for p in self.profiles},
-                "catch_up": self.catch_up, "drops": self.drops}  # fmt: skip
+        return {
+            "profiles": list(self.profiles),
+            "brokers": self.brokers,
+            "epoch_s": self.epoch,
+            "max_delay_s": self.max_delay,
+            "duration_s": self.duration,
+            "epoch_changes_s": [round(c, 3) for c in self.epoch_changes],
+            "outages": [
+                {"broker": o.broker, "at_s": round(o.at, 3), "back_s": round(o.back, 3)}
+                for o in self.outages
+            ],
+            "subscribers": [s.to_json() for s in self.subscribers],
+            "lossless": {p: self.lossless(p) for p in self.profiles},
+            "catch_up": self.catch_up,
+            "drops": self.drops,
+        }
 
 
 def parse_kill(text: str) -> tuple[str, float]:
@@ -144,12 +163,19 @@ def parse_kill(text: str) -> tuple[str, float]:
     return name, t
 
 
-def _check(profiles: Sequence[str], brokers: int, kills: Sequence[tuple[str, float]],
-           duration: float, epoch: float, outage: float) -> None:  # fmt: skip
+def _check(
+    profiles: Sequence[str],
+    brokers: int,
+    kills: Sequence[tuple[str, float]],
+    duration: float,
+    epoch: float,
+    outage: float,
+) -> None:
     bad = [p for p in profiles if p not in SOAK_PROFILES]
     if not profiles or bad:
-        raise ConfigError(f"soak profiles: {', '.join(bad) or 'none given'} "
-                          f"(known: {', '.join(SOAK_PROFILES)})")  # fmt: skip
+        raise ConfigError(
+            f"soak profiles: {', '.join(bad) or 'none given'} (known: {', '.join(SOAK_PROFILES)})"
+        )
     if not 2 <= brokers <= 8:
         raise ConfigError("a soak chain has 2 to 8 brokers")
     if not (epoch >= 1.0 and duration > 0 and outage > 0):
@@ -189,12 +215,27 @@ async def soak(
     _check(profiles, brokers, kills, duration, epoch, outage)
     if state_dir is None:
         with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-            return await soak(profiles, brokers=brokers, epoch=epoch, duration=duration,
-                              kills=kills, outage=outage, max_delay=max_delay, rate=rate,
-                              settle=settle, state_dir=Path(tmp), seed=seed, tick=tick,
-                              catch_up=catch_up)  # fmt: skip
-    text = chain_toml(brokers, ("plain", *profiles), publishers=[f"pub-{p}" for p in profiles],
-                      heartbeat_interval=HEARTBEAT)  # fmt: skip
+            return await soak(
+                profiles,
+                brokers=brokers,
+                epoch=epoch,
+                duration=duration,
+                kills=kills,
+                outage=outage,
+                max_delay=max_delay,
+                rate=rate,
+                settle=settle,
+                state_dir=Path(tmp),
+                seed=seed,
+                tick=tick,
+                catch_up=catch_up,
+            )
+    text = chain_toml(
+        brokers,
+        ("plain", *profiles),
+        publishers=[f"pub-{p}" for p in profiles],
+        heartbeat_interval=HEARTBEAT,
+    )
     if not catch_up:
         for i in range(brokers):
             peers = [f"b{i + 1}"] if i + 1 < brokers else []
@@ -202,32 +243,60 @@ async def soak(
             text += f"[brokers.b{i}]\nno_catch_up = {json.dumps(peers)}\n"
     cfg = parse_cluster_config(tomllib.loads(text), base=state_dir)
     now = time.time()
-    bundle = KeyBundle(state_dir / "keys", now=now, types=(HOSPITAL,),
-                       identities=[f"pub-{p}" for p in profiles], epoch_length=epoch,
-                       origin=now - epoch / 2, max_delay=max_delay)  # fmt: skip
+    bundle = KeyBundle(
+        state_dir / "keys",
+        now=now,
+        types=(HOSPITAL,),
+        identities=[f"pub-{p}" for p in profiles],
+        epoch_length=epoch,
+        origin=now - epoch / 2,
+        max_delay=max_delay,
+    )
     cluster = LocalCluster(cfg, bundle=bundle)
     await cluster.start()
     try:
-        r = await _run(cluster, bundle, profiles, brokers, epoch, duration, kills, outage,
-                       max_delay, rate, settle, seed, tick)  # fmt: skip
+        r = await _run(
+            cluster,
+            bundle,
+            profiles,
+            brokers,
+            epoch,
+            duration,
+            kills,
+            outage,
+            max_delay,
+            rate,
+            settle,
+            seed,
+            tick,
+        )
         r.catch_up = catch_up
         return r
     finally:
         await cluster.stop()
 
 
-async def _run(cluster: LocalCluster, bundle: KeyBundle, profiles: tuple[str, ...],
-               brokers: int, epoch: float, duration: float,
-               kills: Sequence[tuple[str, float]], outage: float, max_delay: float,
-               rate: float, settle: float, seed: int,
-               tick: Callable[[float], None] | None) -> SoakResult:  # fmt: skip
+async def _run(
+    cluster: LocalCluster,
+    bundle: KeyBundle,
+    profiles: tuple[str, ...],
+    brokers: int,
+    epoch: float,
+    duration: float,
+    kills: Sequence[tuple[str, float]],
+    outage: float,
+    max_delay: float,
+    rate: float,
+    settle: float,
+    seed: int,
+    tick: Callable[[float], None] | None,
+) -> SoakResult:
     leaves = [f"b{i}" for i in range(1, brokers)]
     subs: dict[tuple[str, str], Any] = {}
     clients: list[Any] = []
     for p in profiles:
         for b in leaves:
-            c = await cluster.connect(b, f"sub-{p}-{b}", profile=p, durable=True,
-                                      **_topics(p))  # fmt: skip
+            c = await cluster.connect(b, f"sub-{p}-{b}", profile=p, durable=True, **_topics(p))
             clients.append(c)
             subs[(p, b)] = (c, await c.subscribe(f'topic = "soak-{p}"'))
             await c.flush()
@@ -247,9 +316,13 @@ async def _run(cluster: LocalCluster, bundle: KeyBundle, profiles: tuple[str, ..
     async def stream(p: str) -> None:
         i = 0
         while time.time() < t0 + duration:
-            await pubs[p].publish(Event({"topic": f"soak-{p}", "age": 30,
-                                         "patientRecord": f"soak {i}"},
-                                        id=f"{p}-{i}", type=HOSPITAL.name))  # fmt: skip
+            await pubs[p].publish(
+                Event(
+                    {"topic": f"soak-{p}", "age": 30, "patientRecord": f"soak {i}"},
+                    id=f"{p}-{i}",
+                    type=HOSPITAL.name,
+                )
+            )
             stamps[p][i] = time.time() - t0
             i += 1
             await asyncio.sleep(rng.uniform(0.5, 1.5) / rate)
@@ -296,8 +369,17 @@ async def _run(cluster: LocalCluster, bundle: KeyBundle, profiles: tuple[str, ..
     for c in clients:
         with contextlib.suppress(Exception):
             await c.close()
-    return SoakResult(profiles, brokers, epoch, max_delay, duration,
-                      [c for c in changes if 0 <= c <= duration], outages, results, drops)  # fmt: skip
+    return SoakResult(
+        profiles,
+        brokers,
+        epoch,
+        max_delay,
+        duration,
+        [c for c in changes if 0 <= c <= duration],
+        outages,
+        results,
+        drops,
+    )
 
 
 def _topics(profile: str) -> dict[str, Any]:
@@ -305,8 +387,9 @@ def _topics(profile: str) -> dict[str, Any]:
     return {"topics": (f"soak-{profile}",)} if profile == "narada" else {}
 
 
-def _judge(profile: str, broker: str, stamps: dict[int, float], got: list[str],
-           renewals: int) -> SubscriberResult:  # fmt: skip
+def _judge(
+    profile: str, broker: str, stamps: dict[int, float], got: list[str], renewals: int
+) -> SubscriberResult:
     counts = Counter(got)
     seen = [int(g.rsplit("-", 1)[1]) for g in dict.fromkeys(got)]
     lost: list[tuple[int, int, float, float]] = []
@@ -319,6 +402,13 @@ def _judge(profile: str, broker: str, stamps: dict[int, float], got: list[str],
             lost[-1] = (a, i, ta, stamps[i])
         else:
             lost.append((i, i, stamps[i], stamps[i]))
-    return SubscriberResult(profile, broker, len(stamps), len(have),
-                            sum(n - 1 for n in counts.values()), seen == sorted(seen),
-                            renewals, lost)  # fmt: skip
+    return SubscriberResult(
+        profile,
+        broker,
+        len(stamps),
+        len(have),
+        sum(n - 1 for n in counts.values()),
+        seen == sorted(seen),
+        renewals,
+        lost,
+    )

@@ -82,8 +82,9 @@ _DAY: Final = 86_400.0
 
 def _check(profile: str) -> str:
     if profile not in PROFILES:
-        raise ConfigError(f"unknown profile {profile!r} (known: {', '.join(PROFILES)})",
-                          key="profile")  # fmt: skip
+        raise ConfigError(
+            f"unknown profile {profile!r} (known: {', '.join(PROFILES)})", key="profile"
+        )
     return profile
 
 
@@ -139,7 +140,7 @@ class BrokerKeys:
                 {
                     str(n): VerifyKey.from_bytes(_unb64(k, f"publishers.{n}"))
                     for n, k in dict(d.get("publishers", {})).items()
-                },  # fmt: skip
+                },
                 vk(d.get("authority_key"), "authority_key"),
                 vk(d.get("ms_key"), "ms_key"),
                 Certificate.from_pem(d["ca_cert"].encode()) if d.get("ca_cert") else None,
@@ -183,8 +184,11 @@ def make_broker_scheme(
         case "plain":
             return PlainScheme()
         case "psguard" | "psguard-paper":
-            ps = PSGuardBroker(keys.publishers, max_delay_ms=int(keys.max_delay * 1000),
-                               verify="signature" if profile == "psguard" else "none")  # fmt: skip
+            ps = PSGuardBroker(
+                keys.publishers,
+                max_delay_ms=int(keys.max_delay * 1000),
+                verify="signature" if profile == "psguard" else "none",
+            )
             for k in keys.revoked:
                 ps.revoke(k)
             return ps
@@ -195,16 +199,26 @@ def make_broker_scheme(
         case "narada":
             if keys.ca_cert is None:
                 raise ConfigError("narada brokers need the CA certificate", key="ca_cert")
-            return NaradaBroker(ca_cert=keys.ca_cert, kmc_certs=keys.kmc_certs, now=now,
-                                crl=keys.crl, max_delay=keys.max_delay,
-                                replay=ReplayState(db, deferred=deferred))  # fmt: skip
+            return NaradaBroker(
+                ca_cert=keys.ca_cert,
+                kmc_certs=keys.kmc_certs,
+                now=now,
+                crl=keys.crl,
+                max_delay=keys.max_delay,
+                replay=ReplayState(db, deferred=deferred),
+            )
         case _:
             if keys.authority_key is None:
                 raise ConfigError("default brokers need the authority key", key="authority_key")
-            return DefaultBroker(keys.authority_key, max_delay=keys.max_delay,
-                                 revoked=keys.revoked, ca_cert=keys.ca_cert,
-                                 crl=keys.crl if keys.ca_cert else None, now=now,
-                                 replay=ReplayState(db, deferred=deferred))  # fmt: skip
+            return DefaultBroker(
+                keys.authority_key,
+                max_delay=keys.max_delay,
+                revoked=keys.revoked,
+                ca_cert=keys.ca_cert,
+                crl=keys.crl if keys.ca_cert else None,
+                now=now,
+                replay=ReplayState(db, deferred=deferred),
+            )
 
 
 def build_registry(
@@ -224,9 +238,9 @@ def build_registry(
     if db is None and state_dir is not None and {"narada", "default"} & set(names):
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         db = Database(Path(state_dir) / "replay.db")
-    return SchemeRegistry(make_broker_scheme(p, keys, now=now, db=db,
-                                             deferred=replay_db is not None)
-                          for p in names)  # fmt: skip
+    return SchemeRegistry(
+        make_broker_scheme(p, keys, now=now, db=db, deferred=replay_db is not None) for p in names
+    )
 
 
 # -- the trusted bundle -------------------------------------------------------------------------
@@ -274,12 +288,20 @@ class KeyBundle:
         m = SecretBytes(master if master is not None else random_bytes(32, rng))
         self.schema = Schema(types)
         self.max_delay = max_delay
-        self.authority = DefaultAuthority(m, self.schema, subscribers=subscribers,
-                                          publishers=publishers, epoch_length=epoch_length,
-                                          origin=origin)  # fmt: skip
+        self.authority = DefaultAuthority(
+            m,
+            self.schema,
+            subscribers=subscribers,
+            publishers=publishers,
+            epoch_length=epoch_length,
+            origin=origin,
+        )
         self.psguard: PSGuardKeyService = self.authority.keys  # one KDC for both profiles
-        self.ms = MetaService(SecretBytes(hkdf(m, info=b"pubguard/bundle/ms")),
-                              epoch_length=epoch_length, origin=origin)  # fmt: skip
+        self.ms = MetaService(
+            SecretBytes(hkdf(m, info=b"pubguard/bundle/ms")),
+            epoch_length=epoch_length,
+            origin=origin,
+        )
         self._keys: dict[str, SigningKey] = {}
         self._narada: _NaradaPki | None = None
         #: where an eventguard client gets its MS: ``ms_for(identity)`` (e.g. a key-service
@@ -312,8 +334,13 @@ class KeyBundle:
                     "pubguard-ca", d, passphrase=_CA_PASS, now=self.now
                 )
             kmc_cert, kmc_key = ca.issue_signing_identity("kmc-1", Role.KMC, now=self.now)
-            kmc = KMC(Database(":memory:"), signing_key=kmc_key, cert=kmc_cert, ca_cert=ca.cert,
-                      storage_key=SecretBytes(random_bytes(32, self.rng)))  # fmt: skip
+            kmc = KMC(
+                Database(":memory:"),
+                signing_key=kmc_key,
+                cert=kmc_cert,
+                ca_cert=ca.cert,
+                storage_key=SecretBytes(random_bytes(32, self.rng)),
+            )
             owner = ca.issue_signing_identity("topic-owner", Role.CLIENT, now=self.now)
             self._narada = _NaradaPki(ca, kmc, kmc_cert, owner, set(), {})
         return self._narada
@@ -323,18 +350,33 @@ class KeyBundle:
         ocert, okey = pki.owner
         ent = pki.entities.get(identity)
         if ent is None:
-            ent = pki.entities[identity] = pki.ca.issue_signing_identity(identity, Role.CLIENT,
-                                                                         now=now)  # fmt: skip
+            ent = pki.entities[identity] = pki.ca.issue_signing_identity(
+                identity, Role.CLIENT, now=now
+            )
         cert, key = ent
         c = NaradaClient(key, cert, kmc_keys={pki.kmc_cert.subject: pki.kmc_cert.verify_key})
         for t in topics:
             if t not in pki.topics:
-                pki.kmc.register_topic(RegisterTopic.signed(okey, ocert, topic=t,
-                                       algorithm="AES-256-GCM", key_bits=256, now=now), now=now)  # fmt: skip
+                pki.kmc.register_topic(
+                    RegisterTopic.signed(
+                        okey, ocert, topic=t, algorithm="AES-256-GCM", key_bits=256, now=now
+                    ),
+                    now=now,
+                )
                 pki.topics.add(t)
-            pki.kmc.authorize(Authorize.signed(okey, ocert, topic=t, entity=cert.subject,
-                                               rights=Rights.BOTH, not_before=now - 60,
-                                               not_after=now + 30 * _DAY, now=now), now=now)  # fmt: skip
+            pki.kmc.authorize(
+                Authorize.signed(
+                    okey,
+                    ocert,
+                    topic=t,
+                    entity=cert.subject,
+                    rights=Rights.BOTH,
+                    not_before=now - 60,
+                    not_after=now + 30 * _DAY,
+                    now=now,
+                ),
+                now=now,
+            )
             kem = KemPrivateKey.generate()
             c.install(pki.kmc.request_key(c.key_request(t, kem, now=now), now=now), kem)
         return c
@@ -350,18 +392,26 @@ class KeyBundle:
             case "plain":
                 return PlainScheme()
             case "psguard" | "psguard-paper":
-                return PSGuardClient(identity, self.psguard, signing_key=self.signing_key(identity),
-                                     publisher_keys=self.broker_keys().publishers,
-                                     profile=profile, max_delay=self.max_delay)  # fmt: skip
+                return PSGuardClient(
+                    identity,
+                    self.psguard,
+                    signing_key=self.signing_key(identity),
+                    publisher_keys=self.broker_keys().publishers,
+                    profile=profile,
+                    max_delay=self.max_delay,
+                )
             case "eventguard":
                 ms = self.ms_for(identity) if self.ms_for is not None else self.ms
                 return EventGuardClient(identity, ms, signing_key=self.signing_key(identity))
             case "narada":
                 return self._narada_entity(identity, topics, t)
             case _:
-                return DefaultClient(identity, self.authority,
-                                     signing_key=self.signing_key(identity),
-                                     max_delay=self.max_delay)  # fmt: skip
+                return DefaultClient(
+                    identity,
+                    self.authority,
+                    signing_key=self.signing_key(identity),
+                    max_delay=self.max_delay,
+                )
 
     def revoke(self, identity: str) -> None:
         """Revoke ``identity``'s publication key (eventguard, default, psguard) and, if it has

@@ -106,8 +106,13 @@ class FloodParams:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        ints = {"arity": self.arity, "depth": self.depth, "attackers": self.attackers,
-                "subscribers_per_leaf": self.subscribers_per_leaf, "seed": self.seed}  # fmt: skip
+        ints = {
+            "arity": self.arity,
+            "depth": self.depth,
+            "attackers": self.attackers,
+            "subscribers_per_leaf": self.subscribers_per_leaf,
+            "seed": self.seed,
+        }
         for name, v in ints.items():
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ValidationError(f"{name} must be an integer")
@@ -116,18 +121,23 @@ class FloodParams:
         a, d = self.arity, self.depth
         n = d + 1 if a == 1 else (a ** (d + 1) - 1) // (a - 1)
         if n > MAX_BROKERS:
-            raise ValidationError(f"a {a}-ary tree of depth {d} has {n} brokers "
-                                  f"(at most {MAX_BROKERS} here)")  # fmt: skip
+            raise ValidationError(
+                f"a {a}-ary tree of depth {d} has {n} brokers (at most {MAX_BROKERS} here)"
+            )
         ad = d if self.attacker_depth is None else self.attacker_depth
         if isinstance(ad, bool) or not isinstance(ad, int) or not 1 <= ad <= d:
             raise ValidationError(f"attacker depth must be between 1 and {d}")
         if not 1 <= self.attackers <= a**ad:
-            raise ValidationError(f"attackers must be between 1 and {a**ad} "
-                                  f"(brokers at depth {ad})")  # fmt: skip
+            raise ValidationError(
+                f"attackers must be between 1 and {a**ad} (brokers at depth {ad})"
+            )
         if ad == d and self.attackers >= a**d:
             raise ValidationError("every leaf would be an attacker: no honest subscriber left")
-        checks: list[tuple[str, Any]] = [("load", self.load), ("duration", self.duration),
-                                         ("rate", 1.0 if self.rate is None else self.rate)]  # fmt: skip
+        checks: list[tuple[str, Any]] = [
+            ("load", self.load),
+            ("duration", self.duration),
+            ("rate", 1.0 if self.rate is None else self.rate),
+        ]
         for name, v in checks:
             if not (_num(v) and v > 0):
                 raise ValidationError(f"{name} must be a positive number")
@@ -233,8 +243,15 @@ def _build(p: FloodParams, variant: str, rng: Random) -> tuple[FloodSim, MetaSer
         cls = EventGuardBroker if variant == "guard" else UnguardedEventGuardBroker
         schemes = lambda _b: [cls(ms.public_key)]  # noqa: E731  (one instance per broker)
     lo = SETUP_S + p.warmup
-    sim = FloodSim(p.tree(), schemes, variant=variant, cost=p.cost, window=(lo, lo + p.duration),
-                    seed=p.seed, latency=p.latency)  # fmt: skip
+    sim = FloodSim(
+        p.tree(),
+        schemes,
+        variant=variant,
+        cost=p.cost,
+        window=(lo, lo + p.duration),
+        seed=p.seed,
+        latency=p.latency,
+    )
     if variant == "noguard":
         for b in sim.brokers.values():
             # the routing guard's id window, off (Broker takes dedup options; Simulator does
@@ -256,8 +273,11 @@ def run_point(p: FloodParams, variant: str, flood_rate: float) -> PointResult:
         sim.captured[a] = {}
 
     def client(name: str, broker: str, signing: SigningKey | None = None) -> Any:
-        scheme = (PlainScheme() if variant == "plain"
-                  else CountingSubscriber(name, ms, signing_key=signing))  # fmt: skip
+        scheme = (
+            PlainScheme()
+            if variant == "plain"
+            else CountingSubscriber(name, ms, signing_key=signing)
+        )
         return sim.add_client(name, broker, scheme)
 
     flt = Filter.parse(f'topic = "{TOPIC}"')
@@ -297,15 +317,22 @@ def run_point(p: FloodParams, variant: str, flood_rate: float) -> PointResult:
             legit.add(sim.publish("pub", ev, at=t))
         elif sim.captured[a]:  # nothing to copy before the first publication passed
             kind_name = FLOOD_KINDS[flood_sent % len(FLOOD_KINDS)]
-            sim.send_raw(a, nb, _flood_message(kind_name, sim.captured[a], flood_sent, frng),
-                         at=t)  # fmt: skip
+            sim.send_raw(a, nb, _flood_message(kind_name, sim.captured[a], flood_sent, frng), at=t)
             flood_sent += 1
     sim.run(until=hi)
     return _result(p, variant, flood_rate, sim, subs, legit, flood_sent, attackers)
 
 
-def _result(p: FloodParams, variant: str, flood_rate: float, sim: FloodSim, subs: list[Any],
-            legit: set[str], flood_sent: int, attackers: list[str]) -> PointResult:  # fmt: skip
+def _result(
+    p: FloodParams,
+    variant: str,
+    flood_rate: float,
+    sim: FloodSim,
+    subs: list[Any],
+    legit: set[str],
+    flood_sent: int,
+    attackers: list[str],
+) -> PointResult:
     lo, hi = sim.window
     counted, lat, n_lat, flood_delivered = 0, 0.0, 0, 0
     for c in subs:
@@ -356,9 +383,7 @@ def _result(p: FloodParams, variant: str, flood_rate: float, sim: FloodSim, subs
         reached=reached,
         reach_by_hop={h: reach[h] for h in sorted(by_hop)},
         brokers_by_hop=dict(sorted(by_hop.items())),
-        utilisation={
-            b: (sim.busy[(b, False)] + sim.busy[(b, True)]) / p.duration for b in honest
-        },  # fmt: skip
+        utilisation={b: (sim.busy[(b, False)] + sim.busy[(b, True)]) / p.duration for b in honest},
         flood_by_broker={b: sim.flood_handled[b] for b in reached},
         drops=dict(sorted(sim.drop_reasons.items())),
     )

@@ -52,9 +52,14 @@ __all__ = [
 FLOOD_PREFIX: Final = "flood-"
 _DONE: Final = "\x00done"  # marks the end of a broker's service (no link id contains NUL)
 _CHEAP: Final = frozenset(
-    {DropReason.DUPLICATE, DropReason.FLOOD, DropReason.STALE, DropReason.MALFORMED,
-     DropReason.UNKNOWN_TYPE}
-)  # fmt: skip
+    {
+        DropReason.DUPLICATE,
+        DropReason.FLOOD,
+        DropReason.STALE,
+        DropReason.MALFORMED,
+        DropReason.UNKNOWN_TYPE,
+    }
+)
 
 
 class UnguardedEventGuardBroker(EventGuardBroker):
@@ -83,8 +88,9 @@ class CountingSubscriber(EventGuardClient):
 
     rejected: int = 0
 
-    def open_event(self, event_id: str, routing: Any, body: bytes, meta: Any, *,
-                   now: float) -> Event:  # fmt: skip
+    def open_event(
+        self, event_id: str, routing: Any, body: bytes, meta: Any, *, now: float
+    ) -> Event:
         try:
             return super().open_event(event_id, routing, body, meta, now=now)
         except InvalidToken:
@@ -142,10 +148,18 @@ class FloodSim(Simulator):
     legitimate and flood messages (the first copy of an id at a broker is the legitimate one:
     on a tree it always arrives first; a replay comes later)."""
 
-    def __init__(self, tree: Tree, schemes: Any, *, variant: str, cost: CostModel,
-                 window: tuple[float, float], seed: int, latency: float) -> None:  # fmt: skip
-        super().__init__(SimTopology(tree, default_latency=latency), schemes, seed=seed,
-                         wire=True)  # fmt: skip
+    def __init__(
+        self,
+        tree: Tree,
+        schemes: Any,
+        *,
+        variant: str,
+        cost: CostModel,
+        window: tuple[float, float],
+        seed: int,
+        latency: float,
+    ) -> None:
+        super().__init__(SimTopology(tree, default_latency=latency), schemes, seed=seed, wire=True)
         self.variant = variant
         self.cost_model = cost
         self.window = window

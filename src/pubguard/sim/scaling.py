@@ -84,12 +84,24 @@ __all__ = [
 ]
 
 PROFILES: Final = (
-    "plain", "psguard", "psguard-merkle", "psguard-paper", "eventguard", "eventguard-nosig", "eventguard-merkle",
-    "default", "default-merkle", "narada",
-)  # fmt: skip
+    "plain",
+    "psguard",
+    "psguard-merkle",
+    "psguard-paper",
+    "eventguard",
+    "eventguard-nosig",
+    "eventguard-merkle",
+    "default",
+    "default-merkle",
+    "narada",
+)
 MERKLE_BATCH: Final = 16  # most publications under one signature (``*-merkle`` profiles)
-_BASE: Final = {"eventguard-nosig": "eventguard", "eventguard-merkle": "eventguard",
-                "default-merkle": "default", "psguard-merkle": "psguard"}  # fmt: skip
+_BASE: Final = {
+    "eventguard-nosig": "eventguard",
+    "eventguard-merkle": "eventguard",
+    "default-merkle": "default",
+    "psguard-merkle": "psguard",
+}
 BROKER_COUNTS: Final = (1, 3, 7, 15, 31)
 DEPTHS: Final = {1: 0, 3: 1, 7: 2, 15: 3, 31: 4}
 SCALING_TYPE: Final = EventType("scaling", (AttributeSpec("topic", "str", kind="topic"),))
@@ -173,8 +185,9 @@ class ScalingParams:
         if not (isinstance(self.observe_every, int) and self.observe_every >= 1):
             raise ValidationError("observe-every must be >= 1")
         if self.publications < (SATURATION_OBS + 1) * self.observe_every:
-            raise ValidationError("a run must span at least six observations "
-                                  "(publications >= 6 x observe-every)")  # fmt: skip
+            raise ValidationError(
+                "a run must span at least six observations (publications >= 6 x observe-every)"
+            )
         if not (isinstance(self.bisect, int) and 0 <= self.bisect <= 20):
             raise ValidationError("bisect steps must be 0..20")
         if not (isinstance(self.repeat, int) and 1 <= self.repeat <= 15):
@@ -214,8 +227,14 @@ class ProfileKit:
         self.batch = MERKLE_BATCH if profile.endswith("-merkle") else 1
         self.clock = T0  # virtual time at which the next run may start
         rng = random.Random(p.seed)
-        self.bundle = KeyBundle(tmp, now=T0, types=(SCALING_TYPE,), identities=(PUBLISHER,),
-                                rng=rng, epoch_length=10 * 365 * 86_400.0)  # fmt: skip
+        self.bundle = KeyBundle(
+            tmp,
+            now=T0,
+            types=(SCALING_TYPE,),
+            identities=(PUBLISHER,),
+            rng=rng,
+            epoch_length=10 * 365 * 86_400.0,
+        )
         topics = p.workload.names()
         self.publisher = self.bundle.client(base, PUBLISHER, topics=topics, now=T0)
         self.subs: list[ClientScheme] = [
@@ -232,15 +251,29 @@ class ProfileKit:
         return [make_broker_scheme(self.base, self.keys, now=T0)]
 
 
-def run_once(kit: ProfileKit, p: ScalingParams, n_brokers: int, rate: float,
-             interests: list[list[str]], *, observe: bool = True,
-             cost: CostModel | None = None, run_seed: int = 0) -> RunStats:  # fmt: skip
+def run_once(
+    kit: ProfileKit,
+    p: ScalingParams,
+    n_brokers: int,
+    rate: float,
+    interests: list[list[str]],
+    *,
+    observe: bool = True,
+    cost: CostModel | None = None,
+    run_seed: int = 0,
+) -> RunStats:
     """One run at offered rate ``rate`` (publications per virtual second) on ``n_brokers``."""
     if not (isinstance(rate, int | float) and rate > 0 and math.isfinite(rate)):
         raise ValidationError("rate must be a positive number")
     tree = p.tree(n_brokers)
-    sim = ScalingSim(tree, kit.broker_schemes, cost=cost or p.cost, latency=p.latency,
-                     seed=p.seed * 1_000_003 + run_seed, publisher_batch=kit.batch)  # fmt: skip
+    sim = ScalingSim(
+        tree,
+        kit.broker_schemes,
+        cost=cost or p.cost,
+        latency=p.latency,
+        seed=p.seed * 1_000_003 + run_seed,
+        publisher_batch=kit.batch,
+    )
     # virtual time never goes back for a kit's clients (their permits, replay counters and
     # caches carry timestamps), so each run starts after the previous one ended
     sim.now = kit.clock
@@ -284,8 +317,9 @@ def run_once(kit: ProfileKit, p: ScalingParams, n_brokers: int, rate: float,
     return sim.stats(rate, n_pubs)
 
 
-def max_throughput(run: Callable[[float], RunStats], *, bisect: int, q0: float = 1.0
-                   ) -> tuple[float, float, RunStats | None, int]:  # fmt: skip
+def max_throughput(
+    run: Callable[[float], RunStats], *, bisect: int, q0: float = 1.0
+) -> tuple[float, float, RunStats | None, int]:
     """Both papers' search: a probe at ``q0`` gives a utilisation-law estimate; ``q`` starts at
     80% of it, doubles until some processor saturates (halves while it does), then ``bisect``
     steps. Returns (largest unsaturated q, smallest saturated q, that run, runs made)."""
@@ -373,8 +407,11 @@ def _point(kit: ProfileKit, p: ScalingParams, n: int, interests: list[list[str]]
         return run_once(kit, p, n, q, interests, run_seed=next(counter))
 
     lo, hi, hi_run, runs = max_throughput(run, bisect=p.bisect)
-    lat = run_once(kit, p, n, LATENCY_LOAD * lo, interests, observe=False,
-                   run_seed=next(counter)) if lo > 0 else None  # fmt: skip
+    lat = (
+        run_once(kit, p, n, LATENCY_LOAD * lo, interests, observe=False, run_seed=next(counter))
+        if lo > 0
+        else None
+    )
     busy = lat.busy_per_event if lat else {}
     top = sorted(busy.items(), key=lambda kv: -kv[1])[:4]
     subs = [v for k, v in busy.items() if k.startswith("s")]  # subscriber names: s<j>

@@ -28,52 +28,70 @@ METHOD: Final = (
 PAPER: Final[dict[str, dict[str, Any]]] = {
     "plain": {
         "paper": "Siena baseline; eventguard.txt Fig. 11: throughput grows with nodes until "
-                 "they outnumber the subscribers; Fig. 12: latency first falls, then +70 ms "
-                 "per level",
+        "they outnumber the subscribers; Fig. 12: latency first falls, then +70 ms "
+        "per level",
     },
     "psguard": {
         "paper": "psguard.txt §5.2.3: throughput < 2% below Siena (topic/numeric), latency "
-                 "< 1.5% above; with key caching 2.2% / 1.5%",
-        "paper_throughput_drop_pct": 2.0, "paper_latency_increase_pct": 1.5,
+        "< 1.5% above; with key caching 2.2% / 1.5%",
+        "paper_throughput_drop_pct": 2.0,
+        "paper_latency_increase_pct": 1.5,
     },
     "psguard-merkle": {
         "paper": "psguard.txt §5.2.3 signs each event (§4.1); amortised (Merkle-root) signing "
-                 "is ours: throughput < 2% below Siena, latency < 1.5% above",
-        "paper_throughput_drop_pct": 2.0, "paper_latency_increase_pct": 1.5,
+        "is ours: throughput < 2% below Siena, latency < 1.5% above",
+        "paper_throughput_drop_pct": 2.0,
+        "paper_latency_increase_pct": 1.5,
     },
     "psguard-paper": {
         "paper": "psguard.txt §5.2.3 (its brokers verify nothing, §2): throughput < 2% below "
-                 "Siena, latency < 1.5% above",
-        "paper_throughput_drop_pct": 2.0, "paper_latency_increase_pct": 1.5,
+        "Siena, latency < 1.5% above",
+        "paper_throughput_drop_pct": 2.0,
+        "paper_latency_increase_pct": 1.5,
     },
     "eventguard": {
         "paper": "eventguard.txt §6.2.2: the ElGamal verify (1.7 ms) at every node is the "
-                 "primary overhead (Fig. 11, no value given); latency increase < 4%",
-        "paper_verify_ms": 1.7, "paper_latency_increase_pct": 4.0,
+        "primary overhead (Fig. 11, no value given); latency increase < 4%",
+        "paper_verify_ms": 1.7,
+        "paper_latency_increase_pct": 4.0,
     },
     "eventguard-nosig": {
         "paper": "eventguard.txt §6.2.2, EventGuard-nosig: overhead < 5% without the per-node "
-                 "signature check",
+        "signature check",
         "paper_throughput_drop_pct": 5.0,
     },
     "eventguard-merkle": {
         "paper": "eventguard.txt §6.2.2 measured one ElGamal signature per publication; "
-                 "amortised (Merkle-root) signing is ours; issue 5 goal: drop <= 10%",
+        "amortised (Merkle-root) signing is ours; issue 5 goal: drop <= 10%",
         "goal_throughput_drop_pct": 10.0,
     },
-    "default-merkle": {"paper": "no paper (the composed profile, Merkle-root signatures); "
-                                "issue 5 goal: drop <= 10%", "goal_throughput_drop_pct": 10.0},
-    "default": {"paper": "no paper (the composed profile); issue 5 goal: drop <= 10%",
-                "goal_throughput_drop_pct": 10.0},
-    "narada": {"paper": "narada Table 2: broker validation 7.0 ms per message; no throughput "
-                        "versus nodes figure", "paper_broker_validation_ms": 7.0},
-}  # fmt: skip
+    "default-merkle": {
+        "paper": "no paper (the composed profile, Merkle-root signatures); "
+        "issue 5 goal: drop <= 10%",
+        "goal_throughput_drop_pct": 10.0,
+    },
+    "default": {
+        "paper": "no paper (the composed profile); issue 5 goal: drop <= 10%",
+        "goal_throughput_drop_pct": 10.0,
+    },
+    "narada": {
+        "paper": "narada Table 2: broker validation 7.0 ms per message; no throughput "
+        "versus nodes figure",
+        "paper_broker_validation_ms": 7.0,
+    },
+}
 COLOURS: Final = {
-    "plain": "tab:gray", "psguard": "tab:blue", "psguard-merkle": "tab:brown",
+    "plain": "tab:gray",
+    "psguard": "tab:blue",
+    "psguard-merkle": "tab:brown",
     "psguard-paper": "tab:cyan",
-    "eventguard": "tab:red", "eventguard-nosig": "tab:orange", "eventguard-merkle": "tab:pink",
-    "default": "tab:green", "default-merkle": "tab:olive", "narada": "tab:purple",
-}  # fmt: skip
+    "eventguard": "tab:red",
+    "eventguard-nosig": "tab:orange",
+    "eventguard-merkle": "tab:pink",
+    "default": "tab:green",
+    "default-merkle": "tab:olive",
+    "narada": "tab:purple",
+}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -110,8 +128,14 @@ def _row(pt: ScalingPoint, base: ScalingPoint | None) -> dict[str, Any]:
     return row
 
 
-def scaling_doc(series: dict[str, list[ScalingPoint]], p: ScalingParams, *, seconds: float,
-                quick: bool, load: tuple[float, float] | None = None) -> dict[str, Any]:  # fmt: skip
+def scaling_doc(
+    series: dict[str, list[ScalingPoint]],
+    p: ScalingParams,
+    *,
+    seconds: float,
+    quick: bool,
+    load: tuple[float, float] | None = None,
+) -> dict[str, Any]:
     """One JSON object: params, rows (profile x brokers, with ratios to plain), paper figures."""
     base = {pt.brokers: pt for pt in series.get("plain", [])}
     rows = [_row(pt, base.get(pt.brokers)) for pts in series.values() for pt in pts]

@@ -173,8 +173,7 @@ class RunStats:
     def capacity_estimate(self) -> float:
         """Utilisation law: 1 / the largest service seconds per publication at a watched
         processor."""
-        worst = max((v for k, v in self.busy_per_event.items() if k in self.watched),
-                    default=0.0)  # fmt: skip
+        worst = max((v for k, v in self.busy_per_event.items() if k in self.watched), default=0.0)
         return 1.0 / worst if worst > 0 else float("inf")
 
     def bottleneck(self) -> str | None:
@@ -189,10 +188,18 @@ class ScalingSim(Simulator):
     (see the module docstring). Set-up (subscriptions, advertisements) uses the engine's own
     zero-cost loop (:meth:`run`); publications go through :meth:`run_offered`."""
 
-    def __init__(self, tree: Tree, schemes: Any, *, cost: CostModel, latency: float,
-                 seed: int, clock: Callable[[], int] = time.process_time_ns,
-                 publisher_batch: int = 1,
-                 watch: frozenset[str] = WATCH) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tree: Tree,
+        schemes: Any,
+        *,
+        cost: CostModel,
+        latency: float,
+        seed: int,
+        clock: Callable[[], int] = time.process_time_ns,
+        publisher_batch: int = 1,
+        watch: frozenset[str] = WATCH,
+    ) -> None:
         topo = SimTopology(tree, default_latency=latency, client_latency=latency)
         super().__init__(topo, schemes, seed=seed, wire=True)
         self.cost = cost
@@ -304,8 +311,10 @@ class ScalingSim(Simulator):
         else:
             pes = [c.scheme.protect_event(events[0], now=t, rng=self.rng)]
         profile = c.scheme.profile
-        frames = [msgpack.packb(Publish(pe.event_id, profile, pe.routing, pe.body,
-                                        pe.meta).to_wire()) for pe in pes]  # fmt: skip
+        frames = [
+            msgpack.packb(Publish(pe.event_id, profile, pe.routing, pe.body, pe.meta).to_wire())
+            for pe in pes
+        ]
         measured = clock() - t0
         for pe, (_, offered) in zip(pes, items, strict=True):
             self.offered_at.setdefault(pe.event_id, offered)
@@ -359,7 +368,7 @@ class ScalingSim(Simulator):
                 n: c.received_ids()
                 for n, c in self.clients.items()
                 if self.procs.get(n, _Proc("")).kind == "subscriber"
-            },  # fmt: skip
+            },
             drops=drops,
             watched=frozenset(n for n, p in self.procs.items() if p.kind in self.watch),
         )

@@ -504,8 +504,9 @@ def _publish_from(d: Mapping[str, Any]) -> Publish:
     if p is not None:
         return p
     meta = d.get("meta")
-    return Publish(d["event_id"], d["profile"], d["routing"], d.get("body", b""),
-                   {} if meta is None else meta)  # fmt: skip
+    return Publish(
+        d["event_id"], d["profile"], d["routing"], d.get("body", b""), {} if meta is None else meta
+    )
 
 
 _PUBLISH_REQ: Final = frozenset({"op", "event_id", "profile", "routing"})
@@ -548,8 +549,12 @@ def publish_wire(
         r = dict(routing)
         m = dict(meta) if meta else None
         if _flat_ok(r) and (m is None or _flat_ok(m)):
-            d: dict[str, Any] = {"op": MsgOp.PUBLISH.value, "event_id": event_id,
-                                 "profile": profile, "routing": r}  # fmt: skip
+            d: dict[str, Any] = {
+                "op": MsgOp.PUBLISH.value,
+                "event_id": event_id,
+                "profile": profile,
+                "routing": r,
+            }
             if body:
                 d["body"] = body
             if m:

@@ -38,22 +38,31 @@ profiles = ["plain", "psguard", "eventguard", "default"]
 
 @pytest.fixture(scope="module")
 def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with keyed_cluster(aloop, tmp_path_factory.mktemp("batching"), CLUSTER,
-                       identities=["hosp"]) as c:  # fmt: skip
+    with keyed_cluster(
+        aloop, tmp_path_factory.mktemp("batching"), CLUSTER, identities=["hosp"]
+    ) as c:
         yield c
 
 
 def _events(topic: str, tag: str, n: int) -> list[Event]:
-    return [Event({"topic": topic, "age": 20 + i % 50, "patientRecord": f"R-{tag}-{i}"},
-                  id=f"{tag}-{i}", type="patient", payload=b"p") for i in range(n)]  # fmt: skip
+    return [
+        Event(
+            {"topic": topic, "age": 20 + i % 50, "patientRecord": f"R-{tag}-{i}"},
+            id=f"{tag}-{i}",
+            type="patient",
+            payload=b"p",
+        )
+        for i in range(n)
+    ]
 
 
 async def _drain(sub: Subscription, n: int) -> list[Event]:
     return [(await sub.next(timeout=10)).event for _ in range(n)]
 
 
-async def _pair(cluster: LocalCluster, profile: str, topic: str,
-                **kw: Any) -> tuple[Client, Client, Subscription]:  # fmt: skip
+async def _pair(
+    cluster: LocalCluster, profile: str, topic: str, **kw: Any
+) -> tuple[Client, Client, Subscription]:
     sub = await cluster.connect("b1", f"sub-{topic}", profile=profile)
     pub = await cluster.connect("b0", "hosp", profile=profile, **kw)
     if profile == "eventguard":
@@ -133,8 +142,9 @@ def test_single_event_and_a_bad_event(aloop: LoopThread, cluster: LocalCluster) 
         pub, sub, s = await _pair(cluster, "psguard", topic)
         try:
             await pub.publish(_events(topic, "s", 1)[0])
-            bad = Event({"topic": topic, "age": 500, "patientRecord": "x"}, id="bad",
-                        type="patient")  # fmt: skip
+            bad = Event(
+                {"topic": topic, "age": 500, "patientRecord": "x"}, id="bad", type="patient"
+            )
             with pytest.raises(ValidationError):
                 await pub.publish(bad)
             await pub.publish(_events(topic, "t", 1)[0])
@@ -187,8 +197,10 @@ def test_close_withdraws_with_proofs_so_no_broker_keeps_or_refuses(
         await sub.close()
         await cluster.wait_quiescent()
         after = await cluster.statuses()
-        unauth = {b: s["drops"].get("unauthorised", 0)
-                  - before[b]["drops"].get("unauthorised", 0) for b, s in after.items()}  # fmt: skip
+        unauth = {
+            b: s["drops"].get("unauthorised", 0) - before[b]["drops"].get("unauthorised", 0)
+            for b, s in after.items()
+        }
         return before["b0"]["subscriptions"], held, after["b0"]["subscriptions"], unauth
 
     start, held, end, unauth = aloop.run(go(), timeout=60)

@@ -76,8 +76,9 @@ def _b0(tmp_path: Path) -> tuple[ClusterPki, BrokerConfig]:
 
 
 async def _client(port: int, pki: ClusterPki, name: str, scheme: Any) -> Client:
-    return await connect(f"tls://127.0.0.1:{port}", identity=name,
-                         ssl=pki.client_context(name), scheme=scheme)  # fmt: skip
+    return await connect(
+        f"tls://127.0.0.1:{port}", identity=name, ssl=pki.client_context(name), scheme=scheme
+    )
 
 
 def test_dead_ms_stalls_neither_the_loop_nor_close(aloop: LoopThread, tmp_path: Path) -> None:
@@ -87,8 +88,13 @@ def test_dead_ms_stalls_neither_the_loop_nor_close(aloop: LoopThread, tmp_path: 
     hole_port = hole.getsockname()[1]
 
     def dead_ms(timeout: float) -> KeyServiceClient:
-        return KeyServiceClient("127.0.0.1", hole_port, pki.client_context("leaver"),
-                                timeout=timeout, ms_key=ms.public_key)  # fmt: skip
+        return KeyServiceClient(
+            "127.0.0.1",
+            hole_port,
+            pki.client_context("leaver"),
+            timeout=timeout,
+            ms_key=ms.public_key,
+        )
 
     async def scenario() -> tuple[tuple[float, int, BaseException | None], ...]:
         server = BrokerServer(cfg)
@@ -162,9 +168,13 @@ def test_a_fresh_session_re_subscribes_off_the_loop_and_retries_a_dead_ms(
         try:
             await c.subscribe('topic = "w1"')
             await c.flush()
-            scheme.ms = KeyServiceClient("127.0.0.1", hole.getsockname()[1],  # type: ignore[assignment]
-                                         pki.client_context("again"), timeout=0.6,
-                                         ms_key=ms.public_key)  # fmt: skip
+            scheme.ms = KeyServiceClient(
+                "127.0.0.1",
+                hole.getsockname()[1],  # type: ignore[assignment]
+                pki.client_context("again"),
+                timeout=0.6,
+                ms_key=ms.public_key,
+            )
             await server.close()
             server = serve(port)
             await server.start()
@@ -200,9 +210,12 @@ def test_a_subscription_the_authority_refuses_on_a_fresh_session_ends_alone(
     re-subscription is refused by the authority: that subscription ends (its iteration
     stops), the link comes back and the subscriber's other subscription is restored."""
     pki, cfg = _b0(tmp_path)
-    auth = DefaultAuthority(MASTER, SCHEMA, subscribers={"sub": ['topic = "cardio"',
-                                                                 'topic = "onco"']},
-                            publishers={"hospital": ["cardio", "onco"]})  # fmt: skip
+    auth = DefaultAuthority(
+        MASTER,
+        SCHEMA,
+        subscribers={"sub": ['topic = "cardio"', 'topic = "onco"']},
+        publishers={"hospital": ["cardio", "onco"]},
+    )
 
     def serve(port: int) -> BrokerServer:
         s = BrokerServer(_restart(cfg, port))
@@ -246,8 +259,9 @@ def test_a_publishers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
     while it waits (here on an MS that never answers, until its 0.6 s timeout), and the
     publication fails with a typed error."""
     pki, cfg = _b0(tmp_path)
-    ms = MetaService(SecretBytes(random.Random(9).randbytes(32)), epoch_length=1.0,
-                     origin=time.time())  # fmt: skip
+    ms = MetaService(
+        SecretBytes(random.Random(9).randbytes(32)), epoch_length=1.0, origin=time.time()
+    )
     hole = socket.create_server(("127.0.0.1", 0), backlog=8)
 
     async def scenario() -> tuple[float, int, BaseException | None]:
@@ -260,9 +274,13 @@ def test_a_publishers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
             await c.advertise('topic = "w"')
             await c.publish({"topic": "w", "x": 1})  # this epoch's grant: no MS call
             await c.flush()
-            scheme.ms = KeyServiceClient("127.0.0.1", hole.getsockname()[1],  # type: ignore[assignment]
-                                         pki.client_context("pub"), timeout=0.6,
-                                         ms_key=ms.public_key)  # fmt: skip
+            scheme.ms = KeyServiceClient(
+                "127.0.0.1",
+                hole.getsockname()[1],  # type: ignore[assignment]
+                pki.client_context("pub"),
+                timeout=0.6,
+                ms_key=ms.public_key,
+            )
             await asyncio.sleep(ms.epoch_end(ms.epoch_at(time.time())) - time.time() + 0.05)
             return await _ticks_during(c.publish({"topic": "w", "x": 2}))
         finally:
@@ -287,11 +305,13 @@ def test_a_subscribers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
     loop, so a renewal made on the loop could never be answered (it timed out and the new
     epoch's events were lost)."""
     pki, cfg = _b0(tmp_path)
-    ms = MetaService(SecretBytes(random.Random(11).randbytes(32)), epoch_length=1.5,
-                     origin=time.time())  # fmt: skip
+    ms = MetaService(
+        SecretBytes(random.Random(11).randbytes(32)), epoch_length=1.5, origin=time.time()
+    )
     ident = pki.identity("ms", Role.MS)
-    ks = KeyServiceServer(KeyServiceCore(ms), server_ssl_context(ident.cert_path, ident.key_path,
-                                                                 ident.ca_path))  # fmt: skip
+    ks = KeyServiceServer(
+        KeyServiceCore(ms), server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path)
+    )
 
     async def scenario() -> tuple[list[int], float, int, int, int]:
         server = BrokerServer(cfg)
@@ -306,8 +326,13 @@ def test_a_subscribers_grant_renewal_on_a_new_epoch_does_not_hold_the_loop(
             await sub.flush()  # the broker holds the subscription
             await pub.publish({"topic": "w", "x": 0})  # this epoch's key: no MS call
             got = [(await s.next(timeout=5)).event["x"]]
-            scheme.ms = KeyServiceClient("127.0.0.1", ks_port, pki.client_context("sub"),  # type: ignore[assignment]
-                                         timeout=3.0, ms_key=ms.public_key)  # fmt: skip
+            scheme.ms = KeyServiceClient(
+                "127.0.0.1",
+                ks_port,
+                pki.client_context("sub"),  # type: ignore[assignment]
+                timeout=3.0,
+                ms_key=ms.public_key,
+            )
             await asyncio.sleep(ms.epoch_end(ms.epoch_at(time.time())) - time.time() + 0.02)
 
             async def the_next_epoch() -> None:
@@ -340,8 +365,9 @@ def test_deliveries_held_behind_a_renewal_stay_unacknowledged_until_handed_over(
     never answers: that delivery and the two queued behind it were never handed over, so
     they are not acknowledged and the broker keeps them for the session (``parked``)."""
     pki, cfg = _b0(tmp_path)
-    ms = MetaService(SecretBytes(random.Random(12).randbytes(32)), epoch_length=1.5,
-                     origin=time.time())  # fmt: skip
+    ms = MetaService(
+        SecretBytes(random.Random(12).randbytes(32)), epoch_length=1.5, origin=time.time()
+    )
     hole = socket.create_server(("127.0.0.1", 0), backlog=8)
 
     async def scenario() -> tuple[int, int, int]:
@@ -350,17 +376,26 @@ def test_deliveries_held_behind_a_renewal_stay_unacknowledged_until_handed_over(
         port = await server.start()
         scheme = EventGuardClient("sub", ms)
         pub = await _client(port, pki, "pub", EventGuardClient("pub", ms))
-        sub = await connect(f"tls://127.0.0.1:{port}", identity="sub", durable=True,
-                            ssl=pki.client_context("sub"), scheme=scheme)  # fmt: skip
+        sub = await connect(
+            f"tls://127.0.0.1:{port}",
+            identity="sub",
+            durable=True,
+            ssl=pki.client_context("sub"),
+            scheme=scheme,
+        )
         try:
             await pub.advertise('topic = "w"')
             s = await sub.subscribe('topic = "w"')
             await sub.flush()
             await pub.publish({"topic": "w", "x": 0})
             await s.next(timeout=5)
-            scheme.ms = KeyServiceClient("127.0.0.1", hole.getsockname()[1],  # type: ignore[assignment]
-                                         pki.client_context("sub"), timeout=5.0,
-                                         ms_key=ms.public_key)  # fmt: skip
+            scheme.ms = KeyServiceClient(
+                "127.0.0.1",
+                hole.getsockname()[1],  # type: ignore[assignment]
+                pki.client_context("sub"),
+                timeout=5.0,
+                ms_key=ms.public_key,
+            )
             await asyncio.sleep(ms.epoch_end(ms.epoch_at(time.time())) - time.time() + 0.02)
             for x in range(1, 4):
                 await pub.publish({"topic": "w", "x": x})

@@ -41,15 +41,23 @@ CLUSTER = chain_toml(
 @pytest.fixture(scope="module")
 def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     now = time.time()
-    with keyed_cluster(aloop, tmp_path_factory.mktemp("renewal"), CLUSTER, now=now,
-                       identities=["hosp"], epoch_length=EPOCH, origin=now - 1.0,
-                       max_delay=MAX_DELAY) as c:  # fmt: skip
+    with keyed_cluster(
+        aloop,
+        tmp_path_factory.mktemp("renewal"),
+        CLUSTER,
+        now=now,
+        identities=["hosp"],
+        epoch_length=EPOCH,
+        origin=now - 1.0,
+        max_delay=MAX_DELAY,
+    ) as c:
         yield c
 
 
 @pytest.mark.parametrize("profile", ["psguard", "default", "eventguard"])
-def test_a_subscription_outlives_two_epoch_changes(aloop: LoopThread, cluster: LocalCluster,
-                                                   profile: str) -> None:  # fmt: skip
+def test_a_subscription_outlives_two_epoch_changes(
+    aloop: LoopThread, cluster: LocalCluster, profile: str
+) -> None:
     topic = f"t-{profile}"
     brokers = ("b0", "b1", "b2")
 
@@ -57,8 +65,10 @@ def test_a_subscription_outlives_two_epoch_changes(aloop: LoopThread, cluster: L
         # subscribers one and two hops below the publisher's broker: b1 holds its own
         # subscriber's generations and b2's copies, one filter (eventguard's T(w) survives
         # epochs, so an old generation covers the renewal there)
-        subs = {b: await cluster.connect(b, f"sub-{profile}-{b}", profile=profile,
-                                         renew_grace=GRACE) for b in ("b1", "b2")}  # fmt: skip
+        subs = {
+            b: await cluster.connect(b, f"sub-{profile}-{b}", profile=profile, renew_grace=GRACE)
+            for b in ("b1", "b2")
+        }
         pub = await cluster.connect("b0", "hosp", profile=profile)
         if profile == "eventguard":
             await pub.advertise(f'topic = "{topic}"')  # eventguard.txt §4.3
@@ -73,8 +83,13 @@ def test_a_subscription_outlives_two_epoch_changes(aloop: LoopThread, cluster: L
         i = 0
         while time.time() < start + 2 * EPOCH + 1.0:  # across two epoch changes
             eid = f"{profile}-{i}"
-            await pub.publish(Event({"topic": topic, "age": 30, "patientRecord": f"r{i}"},
-                                    id=eid, type=HOSPITAL.name))  # fmt: skip
+            await pub.publish(
+                Event(
+                    {"topic": topic, "age": 30, "patientRecord": f"r{i}"},
+                    id=eid,
+                    type=HOSPITAL.name,
+                )
+            )
             sent.append(eid)
             i += 1
             await asyncio.sleep(0.05)
@@ -181,8 +196,11 @@ def test_a_fresh_session_in_the_ahead_window_re_sends_both_generations(
             await sub.flush()
             await cluster.wait_quiescent()
             eid, t0 = f"fresh-{attempt}", time.time()
-            await pub.publish(Event({"topic": "fresh", "age": 30, "patientRecord": eid},
-                                    id=eid, type=HOSPITAL.name))  # fmt: skip
+            await pub.publish(
+                Event(
+                    {"topic": "fresh", "age": 30, "patientRecord": eid}, id=eid, type=HOSPITAL.name
+                )
+            )
             await pub.flush()
             t1 = time.time()
             try:

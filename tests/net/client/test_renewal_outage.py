@@ -37,15 +37,27 @@ def test_generations_whose_epoch_ended_during_an_outage_are_not_sent(
 ) -> None:
     text = chain_toml(2, ["eventguard"], publishers=["pub"], heartbeat_interval=0.2)
     now = time.time()
-    bundle = KeyBundle(tmp_path / "keys", now=now, types=(HOSPITAL,), identities=["pub"],
-                       epoch_length=EPOCH, origin=now - EPOCH / 2, max_delay=5.0)  # fmt: skip
-    cluster = LocalCluster(parse_cluster_config(tomllib.loads(text), base=tmp_path),
-                           bundle=bundle)  # fmt: skip
+    bundle = KeyBundle(
+        tmp_path / "keys",
+        now=now,
+        types=(HOSPITAL,),
+        identities=["pub"],
+        epoch_length=EPOCH,
+        origin=now - EPOCH / 2,
+        max_delay=5.0,
+    )
+    cluster = LocalCluster(parse_cluster_config(tomllib.loads(text), base=tmp_path), bundle=bundle)
 
     async def scenario() -> tuple[dict[str, int], list[str], int, list[int]]:
         await cluster.start()
-        sub = await cluster.connect("b1", "sub", profile="eventguard", durable=True,
-                                    heartbeat_interval=0.2, heartbeat_timeout=1.0)  # fmt: skip
+        sub = await cluster.connect(
+            "b1",
+            "sub",
+            profile="eventguard",
+            durable=True,
+            heartbeat_interval=0.2,
+            heartbeat_timeout=1.0,
+        )
         pub = None
         try:
             subs = [await sub.subscribe(f'topic = "{w}"') for w in TOPICS]

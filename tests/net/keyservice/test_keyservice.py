@@ -175,8 +175,9 @@ def test_a_client_cannot_obtain_a_permit_in_another_identitys_name(pki, service)
 
 def _raw_conn(pki: ClusterPki, port: int) -> ssl.SSLSocket:
     ctx = pki.client_context("fuzzer")
-    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
-                           server_hostname="127.0.0.1")  # fmt: skip
+    return ctx.wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="127.0.0.1"
+    )
 
 
 def _read(s: ssl.SSLSocket) -> list[dict]:
@@ -246,10 +247,24 @@ def test_cli_keyservice_serve(tmp_path, monkeypatch, pki):
     env = dict(os.environ, PUBGUARD_CA_PASSPHRASE="test-pass-ks")
     env["PUBGUARD_MS_MASTER"] = base64.b64encode(random.Random(9).randbytes(32)).decode()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state", str(state),
-         "--port", "0", "--tdn-ca", str(tdn_ca)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pubguard.cli.main",
+            "keyservice",
+            "serve",
+            "--state",
+            str(state),
+            "--port",
+            "0",
+            "--tdn-ca",
+            str(tdn_ca),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -276,16 +291,39 @@ def test_cli_keyservice_serve(tmp_path, monkeypatch, pki):
 def test_cli_keyservice_bad_master_is_one_line_error(tmp_path):
     env = dict(os.environ, PUBGUARD_MS_MASTER="not-base64!")
     r = subprocess.run(
-        [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
-         str(tmp_path / "ks"), "--port", "0"],
-        capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pubguard.cli.main",
+            "keyservice",
+            "serve",
+            "--state",
+            str(tmp_path / "ks"),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "PUBGUARD_MS_MASTER" in r.stderr
     r = subprocess.run(
-        [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
-         str(tmp_path / "ks2"), "--tdn-ca", str(tmp_path / "missing.pem")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pubguard.cli.main",
+            "keyservice",
+            "serve",
+            "--state",
+            str(tmp_path / "ks2"),
+            "--tdn-ca",
+            str(tmp_path / "missing.pem"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "certificate" in r.stderr
     assert not (tmp_path / "ks2").exists()  # nothing created
 
@@ -341,20 +379,56 @@ def test_local_cluster_runs_the_key_service_as_its_own_process(aloop, tmp_path):
     assert not any(base64.b64encode(ms_rk) in f for f in files)
 
 
-_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(),
-                  st.text(max_size=20), st.binary(max_size=40))  # fmt: skip
-_ops = st.sampled_from(["info", "subscribe", "advertise", "unsubscribe", "unadvertise",
-                        "renew_subscription", "renew_advertisement", "discover",
-                        "tdn_advertise", "bogus"])  # fmt: skip
+_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(),
+    st.text(max_size=20),
+    st.binary(max_size=40),
+)
+_ops = st.sampled_from(
+    [
+        "info",
+        "subscribe",
+        "advertise",
+        "unsubscribe",
+        "unadvertise",
+        "renew_subscription",
+        "renew_advertisement",
+        "discover",
+        "tdn_advertise",
+        "bogus",
+    ]
+)
 
 
 @given(
     op=st.one_of(_ops, _leaf),
     rid=st.one_of(st.integers(0, 2**32), _leaf),
-    fields=st.dictionaries(st.sampled_from(["subject", "w", "pk", "permit", "ust", "uat", "adv",
-                                            "cert", "kem", "ts", "nonce", "sig", "kmc", "x"]),
-                           st.one_of(_leaf, st.lists(_leaf, max_size=3)), max_size=6),
-)  # fmt: skip
+    fields=st.dictionaries(
+        st.sampled_from(
+            [
+                "subject",
+                "w",
+                "pk",
+                "permit",
+                "ust",
+                "uat",
+                "adv",
+                "cert",
+                "kem",
+                "ts",
+                "nonce",
+                "sig",
+                "kmc",
+                "x",
+            ]
+        ),
+        st.one_of(_leaf, st.lists(_leaf, max_size=3)),
+        max_size=6,
+    ),
+)
 @settings(max_examples=150, deadline=None)
 def test_the_core_answers_every_request_with_one_typed_response(op, rid, fields):
     ms = MetaService(SecretBytes(bytes(32)), epoch_length=EPOCH)

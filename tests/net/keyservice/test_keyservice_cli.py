@@ -22,13 +22,24 @@ def test_revoke_at_an_ms_only_key_service_is_one_clear_line(aloop, tmp_path: Pat
     pki.identity("admin", Role.CLIENT)
     i = pki.identity("keyservice", Role.MS)
     ms = MetaService(SecretBytes(random.Random(3).randbytes(32)), epoch_length=1000.0)
-    server = KeyServiceServer(KeyServiceCore(ms), server_ssl_context(i.cert_path, i.key_path,
-                              i.ca_path))  # fmt: skip
+    server = KeyServiceServer(
+        KeyServiceCore(ms), server_ssl_context(i.cert_path, i.key_path, i.ca_path)
+    )
     port = aloop.run(server.start())
     try:
-        res = CliRunner().invoke(cli, ["keyservice", "revoke", "--state", str(state),
-                                       "--identity", "ward-laptop",
-                                       "--keyservice", f"127.0.0.1:{port}"])  # fmt: skip
+        res = CliRunner().invoke(
+            cli,
+            [
+                "keyservice",
+                "revoke",
+                "--state",
+                str(state),
+                "--identity",
+                "ward-laptop",
+                "--keyservice",
+                f"127.0.0.1:{port}",
+            ],
+        )
     finally:
         aloop.run(server.stop())
     assert res.exit_code == 1, res.output
@@ -43,8 +54,9 @@ def test_serve_with_a_missing_policy_is_one_line_and_creates_nothing(
 ) -> None:
     monkeypatch.delenv("PUBGUARD_KDC_MASTER", raising=False)  # the warning must not come first
     policy, state = tmp_path / "policy.json", tmp_path / "ks"
-    res = CliRunner().invoke(cli, ["keyservice", "serve", "--state", str(state),
-                                   "--kdc-policy", str(policy)])  # fmt: skip
+    res = CliRunner().invoke(
+        cli, ["keyservice", "serve", "--state", str(state), "--kdc-policy", str(policy)]
+    )
     assert res.exit_code == 1
     assert res.stderr.strip().splitlines() == [
         f"pubguard: error: {policy}: cannot read: No such file or directory"

@@ -43,8 +43,13 @@ PUBLISHERS = {"hospital": ["cardiology"]}
 
 
 def _config() -> KdcConfig:
-    return KdcConfig(SecretBytes(MASTER), (HOSPITAL,), subscribers=POLICY,
-                     publishers=PUBLISHERS, epoch_length=EPOCH)  # fmt: skip
+    return KdcConfig(
+        SecretBytes(MASTER),
+        (HOSPITAL,),
+        subscribers=POLICY,
+        publishers=PUBLISHERS,
+        epoch_length=EPOCH,
+    )
 
 
 class RecordingCore(KeyServiceCore):
@@ -89,8 +94,12 @@ def ks(pki: ClusterPki, name: str, port: int) -> KeyServiceClient:
 
 
 def patient(age: int, topic: str = "cardiology", i: int = 0) -> Event:
-    return Event({"topic": topic, "age": age, "patientRecord": f"{CANARY} #{i}"},
-                 id=f"e{topic[:3]}{age}-{i}", type="patient", payload=CANARY.encode())  # fmt: skip
+    return Event(
+        {"topic": topic, "age": age, "patientRecord": f"{CANARY} #{i}"},
+        id=f"e{topic[:3]}{age}-{i}",
+        type="patient",
+        payload=CANARY.encode(),
+    )
 
 
 def test_psguard_clients_over_the_network_publish_and_open_as_in_process(pki, service):
@@ -117,8 +126,7 @@ def test_psguard_clients_over_the_network_publish_and_open_as_in_process(pki, se
         # what the network publisher protects, the in-process subscriber opens: same keys
         lsub = PSGuardClient("chief", local)
         lsub.protect_filter(Filter.parse(CARDIO_ALL, id="f2"), now=NOW)
-        ev = lsub.open_event(outside.event_id, outside.routing, outside.body, outside.meta,
-                             now=NOW)  # fmt: skip
+        ev = lsub.open_event(outside.event_id, outside.routing, outside.body, outside.meta, now=NOW)
         assert ev["age"] == 35
 
 
@@ -132,8 +140,7 @@ def test_a_filter_outside_the_subscribers_policy_is_refused(pki, service):
                 kdc.authorise("young-unit", Filter.parse(text, id="x"), epoch=0)
             assert ei.value.reason is DropReason.UNAUTHORISED
         # a filter the policy covers (a narrower range) is granted
-        kdc.authorise("young-unit", Filter.parse(CARDIO_20_30.replace("20", "22"), id="y"),
-                      epoch=0)  # fmt: skip
+        kdc.authorise("young-unit", Filter.parse(CARDIO_20_30.replace("20", "22"), id="y"), epoch=0)
     with ks(pki, "stranger", port) as c, pytest.raises(DropError):
         RemoteKdc(c).authorise("stranger", Filter.parse(CARDIO_20_30, id="z"), epoch=0)
     assert core.stats["unauthorised"] == before + 3
@@ -195,8 +202,9 @@ def test_default_clients_over_the_network(pki, service):
         pf = sub.protect_filter(Filter.parse(CARDIO_20_30, id="d1"), now=NOW)
         p = AuthorityPermit.decode(pf.meta["pm"])
         assert p.subject == "young-unit" and p.verify(auth_local.public_key) is None
-        pes = pub.protect_events([patient(21, i=1), patient(36, i=2)], now=NOW,
-                                 rng=random.Random(4))  # fmt: skip
+        pes = pub.protect_events(
+            [patient(21, i=1), patient(36, i=2)], now=NOW, rng=random.Random(4)
+        )
         ev = sub.open_event(pes[0].event_id, pes[0].routing, pes[0].body, pes[0].meta, now=NOW)
         assert ev["patientRecord"] == f"{CANARY} #1"
         with pytest.raises(InvalidToken):
@@ -205,8 +213,12 @@ def test_default_clients_over_the_network(pki, service):
         pm = AuthorityPermit.decode(pes[0].meta["pm"])
         assert pm.serial == pki_serial(pki, "hospital") and pm.subject == "hospital"
         with pytest.raises(DropError):
-            hc.call("authority_publish_permit", subject="hospital",
-                    key=pub.verify_key.to_bytes(), serial=12345)  # fmt: skip
+            hc.call(
+                "authority_publish_permit",
+                subject="hospital",
+                key=pub.verify_key.to_bytes(),
+                serial=12345,
+            )
 
 
 def pki_serial(pki: ClusterPki, name: str) -> int:
@@ -222,9 +234,10 @@ def test_the_master_never_crosses_the_wire_nor_reaches_the_log(pki, service, cap
     with ks(pki, "chief", port) as c:
         sub = DefaultClient("chief", RemoteAuthority(c))
         sub.protect_filter(Filter.parse(CARDIO_ALL, id="m1"), now=NOW)
-        for bad in ({"op": "kdc_authorise", "subject": "chief", "filter": "age >", "fid": "q",
-                     "epoch": 0}, {"op": "kdc_scope", "subject": "chief", "scope": "x",
-                                   "epoch": 0}):  # fmt: skip
+        for bad in (
+            {"op": "kdc_authorise", "subject": "chief", "filter": "age >", "fid": "q", "epoch": 0},
+            {"op": "kdc_scope", "subject": "chief", "scope": "x", "epoch": 0},
+        ):
             with pytest.raises(Exception):  # noqa: B017,PT011 - refused, typed
                 c.call(**bad)
     wire = b"".join(q + r for _, q, r in core.frames)
@@ -243,21 +256,36 @@ def test_the_master_never_crosses_the_wire_nor_reaches_the_log(pki, service, cap
 
 
 @given(
-    op=st.sampled_from(["kdc_authorise", "kdc_publisher", "kdc_scope",
-                        "authority_publish_permit", "authority_subscribe_permit",
-                        "authority_revoked", "info"]),
+    op=st.sampled_from(
+        [
+            "kdc_authorise",
+            "kdc_publisher",
+            "kdc_scope",
+            "authority_publish_permit",
+            "authority_subscribe_permit",
+            "authority_revoked",
+            "info",
+        ]
+    ),
     fields=st.dictionaries(
-        st.sampled_from(["subject", "filter", "fid", "epoch", "scope", "key", "digest",
-                         "serial"]),
-        st.one_of(st.none(), st.booleans(), st.integers(-3, 2**70), st.text(max_size=30),
-                  st.binary(max_size=40), st.sampled_from(["p", "cardiology", CARDIO_ALL])),
-        max_size=6),
-)  # fmt: skip
+        st.sampled_from(["subject", "filter", "fid", "epoch", "scope", "key", "digest", "serial"]),
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-3, 2**70),
+            st.text(max_size=30),
+            st.binary(max_size=40),
+            st.sampled_from(["p", "cardiology", CARDIO_ALL]),
+        ),
+        max_size=6,
+    ),
+)
 @settings(max_examples=120, deadline=None)
 def test_every_kdc_request_gets_one_typed_response(op, fields):
     core = KeyServiceCore(kdc=_SHARED)
-    resp = core.handle({**fields, "op": op, "id": 1}, peer="p", peer_role="client", now=NOW,
-                       rng=random.Random(0))  # fmt: skip
+    resp = core.handle(
+        {**fields, "op": op, "id": 1}, peer="p", peer_role="client", now=NOW, rng=random.Random(0)
+    )
     assert resp["id"] == 1 and ("ok" in resp) != ("error" in resp)
     if "error" in resp:
         assert resp["error"] in ERROR_CODES and isinstance(resp["message"], str)
@@ -275,9 +303,11 @@ def test_only_client_certificates_get_keys_even_under_an_open_policy(pki, aloop)
 
     open_cfg = KdcConfig(SecretBytes(MASTER), (HOSPITAL,), epoch_length=EPOCH)  # allow all
     i = pki.identity("keyservice", Role.MS)
-    server = KeyServiceServer(KeyServiceCore(kdc=KdcService(open_cfg)),
-                              server_ssl_context(i.cert_path, i.key_path, i.ca_path),
-                              clock=Clock())  # fmt: skip
+    server = KeyServiceServer(
+        KeyServiceCore(kdc=KdcService(open_cfg)),
+        server_ssl_context(i.cert_path, i.key_path, i.ca_path),
+        clock=Clock(),
+    )
     port = aloop.run(server.start())
     try:
         b = pki.identity("b3", Role.BROKER)
@@ -335,8 +365,11 @@ def test_a_cluster_whose_clients_got_every_key_over_the_network(aloop, tmp_path)
                 out[prof] = (await s.next(timeout=20)).event
                 await cluster.wait_quiescent()
                 out[f"{prof}-pending"] = s.pending
-                out[f"{prof}-services"] = (type(pub.scheme).__name__,
-                                           _service(pub.scheme), _service(sub.scheme))  # fmt: skip
+                out[f"{prof}-services"] = (
+                    type(pub.scheme).__name__,
+                    _service(pub.scheme),
+                    _service(sub.scheme),
+                )
                 for c in (pub, sub):
                     await c.close()
             return out
@@ -393,10 +426,22 @@ def test_serve_with_a_bad_kdc_policy_or_master_is_a_one_line_error(tmp_path):
     for i, (policy, master, why) in enumerate(cases):
         env = {**os.environ, "PUBGUARD_KDC_MASTER": master}
         r = subprocess.run(
-            [sys.executable, "-m", "pubguard.cli.main", "keyservice", "serve", "--state",
-             str(tmp_path / f"ks{i}"), "--kdc-policy", str(policy)],
-            capture_output=True, text=True, env=env, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pubguard.cli.main",
+                "keyservice",
+                "serve",
+                "--state",
+                str(tmp_path / f"ks{i}"),
+                "--kdc-policy",
+                str(policy),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert r.returncode == 1 and r.stderr.count("\n") == 1 and why in r.stderr, r.stderr
         assert not (tmp_path / f"ks{i}").exists()  # nothing created
         assert master not in r.stderr

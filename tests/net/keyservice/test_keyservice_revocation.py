@@ -19,8 +19,14 @@ THIEF_KEY = SigningKey.from_seed(random.Random(12).randbytes(32)).public
 
 
 def config(**kw) -> KdcConfig:
-    return KdcConfig(SecretBytes(MASTER), (HOSPITAL,), publishers={"laptop": ["cardiology"]},
-                     admins=("admin",), epoch_length=1000.0, **kw)  # fmt: skip
+    return KdcConfig(
+        SecretBytes(MASTER),
+        (HOSPITAL,),
+        publishers={"laptop": ["cardiology"]},
+        admins=("admin",),
+        epoch_length=1000.0,
+        **kw,
+    )
 
 
 class Svc:
@@ -31,8 +37,9 @@ class Svc:
 
     def call(self, peer: str, op: str, role: str = "client", now: float = 5.0, **f):
         self.n += 1
-        return self.core.handle({"op": op, "id": self.n, **f}, peer=peer, peer_role=role,
-                                now=now, peer_serial=7)  # fmt: skip
+        return self.core.handle(
+            {"op": op, "id": self.n, **f}, peer=peer, peer_role=role, now=now, peer_serial=7
+        )
 
     def list(self, now: float = 5.0) -> SignedRevocations:
         r = self.call("b0", "authority_revocations", role="broker", now=now)
@@ -55,12 +62,18 @@ def test_revoke_is_for_admins_persisted_idempotent_and_signed(tmp_path):
     assert again == {"serial": 1, "changed": False, "keys": 1}
     rl = s.list(now=9.0)
     rl.verify(s.kdc.authority.public_key)
-    assert (rl.serial, rl.issued, rl.identities, rl.keys) == (1, 9.0, ("laptop",),
-                                                              (THIEF_KEY.to_bytes(),))  # fmt: skip
+    assert (rl.serial, rl.issued, rl.identities, rl.keys) == (
+        1,
+        9.0,
+        ("laptop",),
+        (THIEF_KEY.to_bytes(),),
+    )
     # the revoked identity gets nothing more; its key is refused by the authority itself
-    for op, f in (("authority_publish_permit", {"key": THIEF_KEY.to_bytes()}),
-                  ("kdc_publisher", {"epoch": 0}), ("kdc_scope", {"scope": "cardiology",
-                                                                  "epoch": 0})):  # fmt: skip
+    for op, f in (
+        ("authority_publish_permit", {"key": THIEF_KEY.to_bytes()}),
+        ("kdc_publisher", {"epoch": 0}),
+        ("kdc_scope", {"scope": "cardiology", "epoch": 0}),
+    ):
         assert s.call("laptop", op, subject="laptop", **f)["error"] == "revoked"
     assert "ok" in s.call("laptop", "authority_revocations")
     assert THIEF_KEY.to_bytes() in s.call("x", "authority_revoked")["ok"]["keys"]
@@ -113,11 +126,16 @@ def test_an_eventguard_advertisement_key_is_revoked_with_its_identity():
     def call(peer, op, **f):
         return core.handle({"op": op, "id": 1, **f}, peer=peer, peer_role="client", now=5.0)
 
-    assert "ok" in call("laptop", "advertise", subject="laptop", w="cardiology",
-                        pk=THIEF_KEY.to_bytes())  # fmt: skip
+    assert "ok" in call(
+        "laptop", "advertise", subject="laptop", w="cardiology", pk=THIEF_KEY.to_bytes()
+    )
     assert call("admin", "authority_revoke", identity="laptop")["ok"]["keys"] == 1
     rl = SignedRevocations.decode(call("b0", "authority_revocations")["ok"]["list"])
     assert rl.keys == (THIEF_KEY.to_bytes(),)
     # and the MS no longer serves the identity
-    assert call("laptop", "advertise", subject="laptop", w="cardiology",
-                pk=THIEF_KEY.to_bytes())["error"] == "revoked"  # fmt: skip
+    assert (
+        call("laptop", "advertise", subject="laptop", w="cardiology", pk=THIEF_KEY.to_bytes())[
+            "error"
+        ]
+        == "revoked"
+    )

@@ -72,8 +72,9 @@ class World:
         return self.aloop.run(coro, timeout)
 
     def tdn(self, tls_name: str) -> KeyServiceClient:
-        c = KeyServiceClient("127.0.0.1", self.tdn_port, self.cluster.pki.client_context(tls_name),
-                             server_role="tdn")  # fmt: skip
+        c = KeyServiceClient(
+            "127.0.0.1", self.tdn_port, self.cluster.pki.client_context(tls_name), server_role="tdn"
+        )
         self.clients.append(c)
         return c
 
@@ -95,9 +96,19 @@ class World:
     def authorise(self, cert: Certificate) -> None:
         pki, now = self.pki, time.time()
         ocert, okey = pki.owner
-        pki.kmc.authorize(Authorize.signed(okey, ocert, topic=TOPIC, entity=cert.subject,
-                                           rights=Rights.BOTH, not_before=now - 60,
-                                           not_after=now + 86400, now=now), now=now)  # fmt: skip
+        pki.kmc.authorize(
+            Authorize.signed(
+                okey,
+                ocert,
+                topic=TOPIC,
+                entity=cert.subject,
+                rights=Rights.BOTH,
+                not_before=now - 60,
+                not_after=now + 86400,
+                now=now,
+            ),
+            now=now,
+        )
 
     async def connect(self, broker: str, name: str, scheme: NaradaClient) -> Any:
         return await self.cluster.connect(broker, name, scheme=scheme)
@@ -116,18 +127,26 @@ def world(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         async def setup() -> tuple[KmcNode, KeyServiceServer]:
             pki, now = bundle._pki(), time.time()
             ocert, okey = pki.owner
-            pki.kmc.register_topic(RegisterTopic.signed(okey, ocert, topic=TOPIC,
-                                   algorithm="AES-256-GCM", key_bits=256, now=now), now=now)  # fmt: skip
+            pki.kmc.register_topic(
+                RegisterTopic.signed(
+                    okey, ocert, topic=TOPIC, algorithm="AES-256-GCM", key_bits=256, now=now
+                ),
+                now=now,
+            )
             tid = cluster.pki.identity("tdn", Role.TDN)
-            tdn = KeyServiceServer(KeyServiceCore(tdn=TopicDiscoveryNode(pki.ca.cert)),
-                                   server_ssl_context(tid.cert_path, tid.key_path, tid.ca_path))  # fmt: skip
+            tdn = KeyServiceServer(
+                KeyServiceCore(tdn=TopicDiscoveryNode(pki.ca.cert)),
+                server_ssl_context(tid.cert_path, tid.key_path, tid.ca_path),
+            )
             await tdn.start()
-            endpoint = KmcEndpoint(pki.kmc, now=now, flood_threshold=10, flood_window=120,
-                                   source_threshold=3, ban=600)  # fmt: skip
+            endpoint = KmcEndpoint(
+                pki.kmc, now=now, flood_threshold=10, flood_window=120, source_threshold=3, ban=600
+            )
             cluster.pki.identity("kmc-1", Role.KMC)  # its TLS identity (role kmc, for the TDN)
             kclient = await cluster.connect("b2", "kmc-1", scheme=KmcNode.scheme_for(endpoint))
-            ktdn = KeyServiceClient("127.0.0.1", tdn.port, cluster.pki.client_context("kmc-1"),
-                                    server_role="tdn")  # fmt: skip
+            ktdn = KeyServiceClient(
+                "127.0.0.1", tdn.port, cluster.pki.client_context("kmc-1"), server_role="tdn"
+            )
             clients.append(ktdn)
             node = KmcNode(endpoint, kclient, tdns=[ktdn])
             await node.start()
@@ -145,8 +164,9 @@ def world(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def _fetch(w: World, client: Any, tls: str, **kw: Any) -> Any:
-    return fetch_topic_key(client, w.tdn(tls), kmc="kmc-1", topic=TOPIC, ca_cert=w.pki.ca.cert,
-                           **kw)  # fmt: skip
+    return fetch_topic_key(
+        client, w.tdn(tls), kmc="kmc-1", topic=TOPIC, ca_cert=w.pki.ca.cert, **kw
+    )
 
 
 @pytest.mark.slow
@@ -177,8 +197,16 @@ def test_a_valid_entity_gets_its_key_through_the_network(world: World) -> None:
     assert w.node.stats["served"] >= 2 and w.node.stats["rotations"] == 0
     # what discovery reveals is a topic and a KMC certificate: no address of any kind
     fields = {f.name for f in dataclasses.fields(TopicAdvertisement)}
-    assert fields == {"kmc", "kmc_cert", "topic", "roles", "subjects", "version", "issued_at",
-                      "signature"}  # fmt: skip
+    assert fields == {
+        "kmc",
+        "kmc_cert",
+        "topic",
+        "roles",
+        "subjects",
+        "version",
+        "issued_at",
+        "signature",
+    }
     assert w.node.topic.startswith("kmc/") and len(w.node.topic) == 4 + 32
 
 
@@ -187,8 +215,9 @@ def test_the_tdn_reveals_nothing_without_valid_credentials(world: World, tmp_pat
     w = world
     secret = w.node.topic.removeprefix("kmc/")
     # a certificate from a CA of its own
-    rogue_ca = CertificateAuthority.create("rogue", tmp_path / "rogue", passphrase=b"x",
-                                           now=time.time())  # fmt: skip
+    rogue_ca = CertificateAuthority.create(
+        "rogue", tmp_path / "rogue", passphrase=b"x", now=time.time()
+    )
     rc, rk = rogue_ca.issue_signing_identity("eve", Role.CLIENT, now=time.time())
     eve = NaradaClient(rk, rc)
     # a CA certificate whose role the advertisement does not admit (brokers are not entities)
@@ -198,8 +227,9 @@ def test_the_tdn_reveals_nothing_without_valid_credentials(world: World, tmp_pat
 
     def ask(scheme: NaradaClient, tls: str) -> Exception:
         with pytest.raises((InvalidToken, DropError)) as e:
-            discover_kmc_topic(scheme, w.tdn(tls), kmc="kmc-1", ca_cert=w.pki.ca.cert,
-                               now=time.time())  # fmt: skip
+            discover_kmc_topic(
+                scheme, w.tdn(tls), kmc="kmc-1", ca_cert=w.pki.ca.cert, now=time.time()
+            )
         return e.value
 
     errors = [ask(eve, "eve"), ask(broker_like, "nosy"), ask(carol, "mallet")]
@@ -207,8 +237,9 @@ def test_the_tdn_reveals_nothing_without_valid_credentials(world: World, tmp_pat
     assert [e.reason for e in errors[1:]] == [DropReason.UNAUTHORISED] * 2  # type: ignore[attr-defined]
     assert not any(secret in str(e) for e in errors)
     # the same request with valid credentials is answered
-    adv = discover_kmc_topic(carol, w.tdn("carol"), kmc="kmc-1", ca_cert=w.pki.ca.cert,
-                             now=time.time())  # fmt: skip
+    adv = discover_kmc_topic(
+        carol, w.tdn("carol"), kmc="kmc-1", ca_cert=w.pki.ca.cert, now=time.time()
+    )
     assert adv.topic == w.node.topic
 
 
@@ -288,8 +319,9 @@ def test_service_topics_admit_key_requests_and_only_kmc_signed_replies(tmp_path_
     # a key request travels without a token; the KMC learns the source the edge checked
     kem = KemPrivateKey.generate()
     req = alice.scheme.key_request(SIM_TOPIC, kem, now=NOW + 1)
-    sim.publish("alice", Event({"topic": ep.topic}, payload=encode_key_request(req, reply)),
-                at=NOW + 1)  # fmt: skip
+    sim.publish(
+        "alice", Event({"topic": ep.topic}, payload=encode_key_request(req, reply)), at=NOW + 1
+    )
     sim.run()
     (d,) = kmc.deliveries
     assert d.event["src"] == "alice"

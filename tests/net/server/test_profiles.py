@@ -45,8 +45,14 @@ AGES = (12, 20, 25, 30, 31, 35, 64, 27)
 @pytest.fixture(scope="module")
 def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     policy = {f"sub-{t}": [f'topic = "{_topic(t)}" && {RANGE}'] for t in ("ps", "df")}
-    with keyed_cluster(aloop, tmp_path_factory.mktemp("profiles"), CLUSTER, master=MASTER,
-                       subscribers=policy, identities=["hosp"]) as c:  # fmt: skip
+    with keyed_cluster(
+        aloop,
+        tmp_path_factory.mktemp("profiles"),
+        CLUSTER,
+        master=MASTER,
+        subscribers=policy,
+        identities=["hosp"],
+    ) as c:
         yield c
 
 
@@ -56,8 +62,12 @@ def _topic(tag: str) -> str:
 
 def _event(tag: str, i: int, age: int) -> Event:
     """Event ids travel in clear, so they carry the short tag, never the topic."""
-    return Event({"topic": _topic(tag), "age": age, "patientRecord": f"CANARY-{tag}-{i}-{age}"},
-                 id=f"{tag}-{i}", type="patient", payload=f"PAYLOAD-{tag}-{i}".encode())  # fmt: skip
+    return Event(
+        {"topic": _topic(tag), "age": age, "patientRecord": f"CANARY-{tag}-{i}-{age}"},
+        id=f"{tag}-{i}",
+        type="patient",
+        payload=f"PAYLOAD-{tag}-{i}".encode(),
+    )
 
 
 async def _drain(sub: Subscription) -> list[Event]:

@@ -21,10 +21,17 @@ def test_config_knows_every_registry_profile() -> None:
 
 
 def test_broker_config_profiles_keys_domain_record(tmp_path: Path) -> None:
-    cfg = parse_broker_config({"name": "b1", "tls_enabled": False,
-                               "profiles": ["default", "psguard"], "keys": "k.json",
-                               "domain": "cloud", "record": "seen.msgpack"},
-                              base=tmp_path)  # fmt: skip
+    cfg = parse_broker_config(
+        {
+            "name": "b1",
+            "tls_enabled": False,
+            "profiles": ["default", "psguard"],
+            "keys": "k.json",
+            "domain": "cloud",
+            "record": "seen.msgpack",
+        },
+        base=tmp_path,
+    )
     assert cfg.served == ("default", "psguard") and cfg.profile == "default"
     assert cfg.keys == tmp_path / "k.json" and cfg.record == tmp_path / "seen.msgpack"
     assert cfg.domain == "cloud"

@@ -22,12 +22,14 @@ BASE = {"name": "b1", "tls_enabled": False, "profile": "default", "keys": "k.jso
 
 
 def test_revocation_section_parses(tmp_path):
-    c = parse_broker_config({**BASE, "revocation": {"keyservice": "10.0.0.1:7443", "poll": 1}},
-                            base=tmp_path)  # fmt: skip
+    c = parse_broker_config(
+        {**BASE, "revocation": {"keyservice": "10.0.0.1:7443", "poll": 1}}, base=tmp_path
+    )
     assert c.revocation is not None
     assert (c.revocation.host, c.revocation.port, c.revocation.poll) == ("10.0.0.1", 7443, 1.0)
-    c = parse_broker_config({**BASE, "revocation": {"keyservice_file": "ms-key.json"}},
-                            base=tmp_path)  # fmt: skip
+    c = parse_broker_config(
+        {**BASE, "revocation": {"keyservice_file": "ms-key.json"}}, base=tmp_path
+    )
     assert c.revocation is not None and c.revocation.endpoint_file == tmp_path / "ms-key.json"
     assert parse_broker_config(BASE, base=tmp_path).revocation is None
 
@@ -54,11 +56,17 @@ def test_bad_revocation_sections_name_their_key(tmp_path, section, extra, key):
 
 
 def _watcher(tmp_path, scheme, t):
-    c = parse_broker_config({**BASE, "revocation": {"keyservice_file": "none.json"}},
-                            base=tmp_path)  # fmt: skip
+    c = parse_broker_config({**BASE, "revocation": {"keyservice_file": "none.json"}}, base=tmp_path)
     assert c.revocation is not None
-    return RevocationWatcher("b1", c.revocation, RevocationFeed(AUTH.public, max_age=60),
-                             [scheme], None, state_dir=tmp_path, clock=lambda: t[0])  # fmt: skip
+    return RevocationWatcher(
+        "b1",
+        c.revocation,
+        RevocationFeed(AUTH.public, max_age=60),
+        [scheme],
+        None,
+        state_dir=tmp_path,
+        clock=lambda: t[0],
+    )
 
 
 def test_a_kept_list_is_restored_and_a_failed_fetch_keeps_the_last_good_one(tmp_path):

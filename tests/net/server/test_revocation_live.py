@@ -43,13 +43,22 @@ profiles = ["default"]
 
 
 def kdc(master: bytes = MASTER) -> KdcConfig:
-    return KdcConfig(SecretBytes(master), (HOSPITAL,), subscribers={"unit": [ALL]},
-                     publishers={"laptop": ["cardiology"]}, admins=("admin",))  # fmt: skip
+    return KdcConfig(
+        SecretBytes(master),
+        (HOSPITAL,),
+        subscribers={"unit": [ALL]},
+        publishers={"laptop": ["cardiology"]},
+        admins=("admin",),
+    )
 
 
 def ev(i: int) -> Event:
-    return Event({"topic": "cardiology", "age": 40 + i, "patientRecord": f"record {i}"},
-                 id=f"e{i}", type=HOSPITAL.name, payload=b"")  # fmt: skip
+    return Event(
+        {"topic": "cardiology", "age": 40 + i, "patientRecord": f"record {i}"},
+        id=f"e{i}",
+        type=HOSPITAL.name,
+        payload=b"",
+    )
 
 
 async def until(pred, what: str, timeout: float = 20.0):
@@ -133,27 +142,54 @@ def test_revocation_reaches_running_brokers_and_forged_or_older_lists_are_refuse
     try:
         aloop.run(part1(), timeout=120)
         # a non-admin cannot revoke (its own certificate; refused by the policy)
-        with KeyServiceClient("127.0.0.1", cluster.keyservice_port,
-                              cluster.pki.client_context("unit")) as ks:  # fmt: skip
+        with KeyServiceClient(
+            "127.0.0.1", cluster.keyservice_port, cluster.pki.client_context("unit")
+        ) as ks:
             with pytest.raises(DropError) as no:
                 ks.call("authority_revoke", identity="laptop")
         assert no.value.reason is DropReason.UNAUTHORISED
         r = subprocess.run(
-            [sys.executable, "-m", "pubguard.cli.main", "keyservice", "revoke", "--state",
-             str(state), "--identity", "laptop", "--as", "unit"],
-            capture_output=True, text=True, timeout=60, env=dict(os.environ),
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pubguard.cli.main",
+                "keyservice",
+                "revoke",
+                "--state",
+                str(state),
+                "--identity",
+                "laptop",
+                "--as",
+                "unit",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
+        )
         assert (
             r.returncode == 1 and r.stderr.count("\n") == 1 and "not an administrator" in r.stderr
         )
         r = subprocess.run(
-            [sys.executable, "-m", "pubguard.cli.main", "keyservice", "revoke", "--state",
-             str(state), "--identity", "laptop"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pubguard.cli.main",
+                "keyservice",
+                "revoke",
+                "--state",
+                str(state),
+                "--identity",
+                "laptop",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
-        assert r.stdout.strip() == ("revoked laptop: revocation list serial 1, 1 key(s) "
-                                    "revoked in all")  # fmt: skip
+        assert r.stdout.strip() == (
+            "revoked laptop: revocation list serial 1, 1 key(s) revoked in all"
+        )
         aloop.run(part2(), timeout=120)
     finally:
         aloop.run(cluster.stop(), timeout=60)

@@ -13,12 +13,24 @@ from tests.figure_checks import assert_labelled
 
 
 def _result(brokers: int, scale: float) -> dict[str, Any]:
-    variant = {"variant": "psguard-merkle", "max_throughput_eps": 3000 * scale,
-               "latency_p50_ms": 80.0, "latency_p99_ms": 160.0}  # fmt: skip
-    return {"profile": "psguard", "variant": "psguard", "payload": 16, "brokers": brokers,
-            "max_throughput_eps": 3250 * scale, "latency_p50_ms": 63.0, "latency_p99_ms": 117.0,
-            "baseline_max_throughput_eps": 8000 * scale, "baseline_latency_p50_ms": 40.0,
-            "variants": [variant]}  # fmt: skip
+    variant = {
+        "variant": "psguard-merkle",
+        "max_throughput_eps": 3000 * scale,
+        "latency_p50_ms": 80.0,
+        "latency_p99_ms": 160.0,
+    }
+    return {
+        "profile": "psguard",
+        "variant": "psguard",
+        "payload": 16,
+        "brokers": brokers,
+        "max_throughput_eps": 3250 * scale,
+        "latency_p50_ms": 63.0,
+        "latency_p99_ms": 117.0,
+        "baseline_max_throughput_eps": 8000 * scale,
+        "baseline_latency_p50_ms": 40.0,
+        "variants": [variant],
+    }
 
 
 def test_every_run_is_a_named_line_and_axes_say_what_they_show(tmp_path: Path) -> None:

@@ -31,14 +31,41 @@ def test_merkle_batches_and_uncached_tokens() -> None:
 
 @pytest.mark.slow
 def test_bench_json_for_a_secure_profile_has_baseline_and_paper() -> None:
-    r = CliRunner().invoke(cli, ["bench", "network", "--profile", "psguard", "--brokers", "1",
-                                 "--payload", "16", "--subscribers", "2", "--in-process",
-                                 "--quick", "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "network",
+            "--profile",
+            "psguard",
+            "--brokers",
+            "1",
+            "--payload",
+            "16",
+            "--subscribers",
+            "2",
+            "--in-process",
+            "--quick",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
-    for k in ("profile", "brokers", "payload", "max_throughput_eps", "latency_p50_ms",
-              "latency_p99_ms", "baseline_max_throughput_eps", "throughput_ratio",
-              "latency_p50_ratio", "paper", "goal", "broker_validation_us", "client_cost_us"):  # fmt: skip
+    for k in (
+        "profile",
+        "brokers",
+        "payload",
+        "max_throughput_eps",
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "baseline_max_throughput_eps",
+        "throughput_ratio",
+        "latency_p50_ratio",
+        "paper",
+        "goal",
+        "broker_validation_us",
+        "client_cost_us",
+    ):
         assert k in obj, k
     assert obj["profile"] == "psguard" and obj["brokers"] == 1 and obj["payload"] == 16
     assert obj["max_throughput_eps"] > 0 and obj["baseline_max_throughput_eps"] > 0
@@ -59,17 +86,27 @@ def _run(eps: float, p50: float) -> dict:
 def test_psguard_reports_the_papers_brokers_and_default_headlines_its_merkle_form() -> None:
     from pubguard.ops.bench.network import _plan, _report
 
-    assert [t for _, t, _ in _plan("psguard")] == ["psguard", "plain", "psguard-merkle",
-                                                   "psguard-paper"]  # fmt: skip
-    series = {"psguard": [_run(30, 2)], "plain": [_run(100, 1)], "psguard-merkle": [_run(60, 1)],
-              "psguard-paper": [_run(98, 1)]}  # fmt: skip
+    assert [t for _, t, _ in _plan("psguard")] == [
+        "psguard",
+        "plain",
+        "psguard-merkle",
+        "psguard-paper",
+    ]
+    series = {
+        "psguard": [_run(30, 2)],
+        "plain": [_run(100, 1)],
+        "psguard-merkle": [_run(60, 1)],
+        "psguard-paper": [_run(98, 1)],
+    }
     r = _report("psguard", series)
     assert r["throughput_ratio"] == 0.3 and r["signing"] == "one signature per publication"
     paper = r["paper_config"]
     assert paper["label"] == "psguard (paper: honest-but-curious brokers)"
     assert paper["throughput_drop_pct"] == 2.0 and r["merkle_batch"]["throughput_ratio"] == 0.6
-    d = _report("default", {"default": [_run(20, 2)], "plain": [_run(100, 1)],
-                            "default-merkle": [_run(90, 1)]})  # fmt: skip
+    d = _report(
+        "default",
+        {"default": [_run(20, 2)], "plain": [_run(100, 1)], "default-merkle": [_run(90, 1)]},
+    )
     assert d["throughput_ratio"] == 0.9 and d["signing"].startswith("Merkle root per")
     assert d["single_signed"]["throughput_ratio"] == 0.2 and "merkle_batch" not in d
     assert validation_cost("psguard-paper", 9) >= 0
@@ -101,8 +138,19 @@ def test_a_search_names_what_saturated(tmp_path: Path) -> None:
     """The doubling search stops at the first saturated rate and says which rule fired (a
     node's queue, the publisher falling behind, the drain time or rising latency); a search
     that reached ``max_rate`` without saturating names nothing."""
-    r = asyncio.run(measure_network("plain", 1, 16, state_dir=tmp_path, in_process=True,
-                                    subscribers=2, run_s=0.3, bisections=0, cpu_rate=None))  # fmt: skip
+    r = asyncio.run(
+        measure_network(
+            "plain",
+            1,
+            16,
+            state_dir=tmp_path,
+            in_process=True,
+            subscribers=2,
+            run_s=0.3,
+            bisections=0,
+            cpu_rate=None,
+        )
+    )
     found = r["max_throughput_eps"] * 2 <= 200_000  # without bisection: the next rate saturated
     assert r["max_throughput_eps"] > 0
     assert (r["saturated_by"] is not None) == found
@@ -117,8 +165,11 @@ def test_merkle_batch_size_reaches_the_plan_labels_and_costs() -> None:
     from pubguard.ops.bench.network import _plan, _report
 
     assert ("psguard", "psguard-merkle", 32) in _plan("psguard", 32)
-    d = _report("default", {"default": [_run(20, 2)], "plain": [_run(100, 1)],
-                            "default-merkle": [_run(90, 1)]}, 32)  # fmt: skip
+    d = _report(
+        "default",
+        {"default": [_run(20, 2)], "plain": [_run(100, 1)], "default-merkle": [_run(90, 1)]},
+        32,
+    )
     assert d["label"] == "default (amortised: Merkle root per 32)"
     assert d["signing"] == "Merkle root per 32 publications"
     v = validation_costs("eventguard", 12, merkle_batches=(2, 4))
@@ -165,8 +216,9 @@ def test_numeric_ranges_are_routed_by_plain_psguard_and_default_cores() -> None:
 
 def test_numeric_is_refused_for_profiles_that_route_on_topics_only(tmp_path: Path) -> None:
     for profile in ("eventguard", "narada"):
-        r = CliRunner().invoke(cli, ["bench", "network", "--profile", profile,
-                                     "--attribute", "numeric"])  # fmt: skip
+        r = CliRunner().invoke(
+            cli, ["bench", "network", "--profile", profile, "--attribute", "numeric"]
+        )
         assert r.exit_code == 2 and "routes on topics only" in r.output, r.output
         with pytest.raises(ValueError, match="topics only"):
             asyncio.run(measure_network(profile, 1, 16, state_dir=tmp_path, attribute="numeric"))
@@ -174,9 +226,26 @@ def test_numeric_is_refused_for_profiles_that_route_on_topics_only(tmp_path: Pat
 
 @pytest.mark.slow
 def test_bench_network_on_numeric_ranges_delivers_and_says_so() -> None:
-    r = CliRunner().invoke(cli, ["bench", "network", "--profile", "default", "--brokers", "1",
-                                 "--payload", "16", "--subscribers", "3", "--in-process",
-                                 "--attribute", "numeric", "--quick", "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "network",
+            "--profile",
+            "default",
+            "--brokers",
+            "1",
+            "--payload",
+            "16",
+            "--subscribers",
+            "3",
+            "--in-process",
+            "--attribute",
+            "numeric",
+            "--quick",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     assert obj["attribute"] == "numeric" and not obj["drops"]

@@ -24,8 +24,7 @@ N = 8
 
 
 def _pair(tmp: Path, profile: str, now: float) -> tuple[Any, Any]:
-    bundle = KeyBundle(tmp, now=now, types=(HOSPITAL,), identities=(PUB,),
-                       rng=random.Random(5))  # fmt: skip
+    bundle = KeyBundle(tmp, now=now, types=(HOSPITAL,), identities=(PUB,), rng=random.Random(5))
     f = Filter.parse('topic = "onco"')
     sub = bundle.client(profile, "sub", topics=("onco",), now=now)
     sub.protect_filter(f, now=now)
@@ -36,8 +35,15 @@ def _pair(tmp: Path, profile: str, now: float) -> tuple[Any, Any]:
 
 
 def _events(n: int, tag: str = "") -> list[Event]:
-    return [Event({"topic": "onco", "age": 20 + i, "patientRecord": f"r{tag}{i}"},
-                  id=f"e{tag}{i}", type="patient", payload=b"p") for i in range(n)]  # fmt: skip
+    return [
+        Event(
+            {"topic": "onco", "age": 20 + i, "patientRecord": f"r{tag}{i}"},
+            id=f"e{tag}{i}",
+            type="patient",
+            payload=b"p",
+        )
+        for i in range(n)
+    ]
 
 
 def _open(sub: Any, pe: ProtectedEvent, now: float) -> Event:

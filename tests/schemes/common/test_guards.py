@@ -172,10 +172,10 @@ def test_ttl_cache_bounds():
     assert c.get("b", 1.0) is None and c.get("a", 11.0) is None and len(c) == 1
 
 
-@given(st.lists(st.one_of(st.binary(max_size=8), st.text(max_size=4), st.integers(-5, 5)),
-                max_size=4),
-       st.lists(st.one_of(st.binary(max_size=8), st.text(max_size=4), st.integers(-5, 5)),
-                max_size=4))  # fmt: skip
+@given(
+    st.lists(st.one_of(st.binary(max_size=8), st.text(max_size=4), st.integers(-5, 5)), max_size=4),
+    st.lists(st.one_of(st.binary(max_size=8), st.text(max_size=4), st.integers(-5, 5)), max_size=4),
+)
 def test_pack_fields_is_injective(a, b):
     if a != b or [type(x) for x in a] != [type(x) for x in b]:
         assert pack_fields(b"T", *a) != pack_fields(b"T", *b)

@@ -72,8 +72,10 @@ def test_cached_verdicts_equal_a_fresh_verifiers(msgs, max_nodes):
 def test_a_batch_costs_one_signature_and_about_two_hashes_per_leaf():
     leaves, sig, paths = batch(64)
     v = SignedRootVerifier(TAG, ttl=10.0)
-    roots = {v.verify(SK.public, x, sig, now=1.0, index=i, size=64, path=paths[i])
-             for i, x in enumerate(leaves)}  # fmt: skip
+    roots = {
+        v.verify(SK.public, x, sig, now=1.0, index=i, size=64, path=paths[i])
+        for i, x in enumerate(leaves)
+    }
     assert len(roots) == 1 and v.verifications == 1
     assert v.cached_trees == 1 and v.cached_nodes == 2 * 64 - 1  # every node of the tree
 
@@ -91,8 +93,15 @@ def test_a_tampered_leaf_of_a_verified_batch_is_still_forged():
         with pytest.raises(InvalidToken):  # another size: the signature is on 16
             v.verify(SK.public, leaves[i], sig, now=1.0, index=i, size=17, path=paths[i])
         with pytest.raises(InvalidToken):  # a swapped sibling above the leaf
-            v.verify(SK.public, leaves[i], sig, now=1.0, index=i, size=16,
-                     path=paths[i][:32] + paths[i ^ 2][32:64] + paths[i][64:])  # fmt: skip
+            v.verify(
+                SK.public,
+                leaves[i],
+                sig,
+                now=1.0,
+                index=i,
+                size=16,
+                path=paths[i][:32] + paths[i ^ 2][32:64] + paths[i][64:],
+            )
     with pytest.raises(InvalidToken):  # another key with the same signature bytes
         v.verify(SigningKey.generate().public, leaves[0], sig, now=1.0, size=16, path=paths[0])
     assert v.verifications == 2  # the batch's, then the other key's (which failed)

@@ -29,8 +29,9 @@ K1, K2, K3 = (rng.randbytes(32) for _ in range(3))
 
 
 def rl(serial: int, issued: float, ids=("thief",), keys=(K1,), signer=AUTH) -> bytes:
-    return SignedRevocations.sign(signer, serial=serial, issued=issued, identities=ids,
-                                  keys=keys).encode()  # fmt: skip
+    return SignedRevocations.sign(
+        signer, serial=serial, issued=issued, identities=ids, keys=keys
+    ).encode()
 
 
 def test_round_trip_and_signature():

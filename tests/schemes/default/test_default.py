@@ -104,8 +104,12 @@ def test_batch_costs_one_verification_per_broker(world: World) -> None:
     from pubguard.broker import Publish
 
     for pe in pes:
-        world.sim.send_raw("hospital", "a1", Publish(pe.event_id, DEFAULT, pe.routing, pe.body,
-                                                     pe.meta).to_wire(), at=NOW + 1)  # fmt: skip
+        world.sim.send_raw(
+            "hospital",
+            "a1",
+            Publish(pe.event_id, DEFAULT, pe.routing, pe.body, pe.meta).to_wire(),
+            at=NOW + 1,
+        )
     world.sim.run()
     assert len(world.sim.clients["any"].deliveries) == 16
     done = {b: s.roots.verifications - before[b] for b, s in world.schemes.items()}
@@ -173,13 +177,18 @@ def test_altering_the_batch_size_is_forged(world: World) -> None:
     """Review finding: ``mn`` travelled unsigned (16 -> 15 keeps leaf 5's path shape)."""
     from pubguard.broker import Publish
 
-    pes = world.pub.protect_events([ev(21, eid=f"n{i}") for i in range(16)], now=NOW + 1,
-                                   rng=random.Random(4))  # fmt: skip
+    pes = world.pub.protect_events(
+        [ev(21, eid=f"n{i}") for i in range(16)], now=NOW + 1, rng=random.Random(4)
+    )
     drops = len(world.sim.drops)
     for mn in (15, 17):
         meta = {**pes[5].meta, "mn": mn}
-        world.sim.send_raw("hospital", "a1", Publish(pes[5].event_id, DEFAULT, pes[5].routing,
-                                                     pes[5].body, meta).to_wire(), at=NOW + 1)  # fmt: skip
+        world.sim.send_raw(
+            "hospital",
+            "a1",
+            Publish(pes[5].event_id, DEFAULT, pes[5].routing, pes[5].body, meta).to_wire(),
+            at=NOW + 1,
+        )
     world.sim.run()
     assert [r.drop.reason for r in world.sim.drops[drops:]] == [DropReason.FORGED] * 2
 
@@ -195,8 +204,9 @@ def test_a_batch_prepared_across_an_epoch_change_carries_each_records_own_permit
     keys = world.auth.keys
     end = keys.origin + (keys.epoch_at(NOW) + 1) * keys.epoch_length
     rng = random.Random(4)
-    prepared = [world.pub.prepare_event(ev(21 + i, eid=f"x{i}"), now=end - 0.01, rng=rng)
-                for i in range(2)]  # fmt: skip
+    prepared = [
+        world.pub.prepare_event(ev(21 + i, eid=f"x{i}"), now=end - 0.01, rng=rng) for i in range(2)
+    ]
     prepared.append(world.pub.prepare_event(ev(23, eid="x2"), now=end + 0.01, rng=rng))
     pes = world.pub.sign_prepared(prepared, now=end + 0.02, rng=rng)
     epochs = [AuthorityPermit.decode(pe.meta["pm"]).epoch for pe in pes]
@@ -205,8 +215,12 @@ def test_a_batch_prepared_across_an_epoch_change_carries_each_records_own_permit
     assert pes[0].meta["sig"] == pes[1].meta["sig"] != pes[2].meta["sig"]  # one root per epoch
     drops = len(world.sim.drops)
     for pe in pes:
-        world.sim.send_raw("hospital", "a1", Publish(pe.event_id, DEFAULT, pe.routing, pe.body,
-                                                     pe.meta).to_wire(), at=end + 0.03)  # fmt: skip
+        world.sim.send_raw(
+            "hospital",
+            "a1",
+            Publish(pe.event_id, DEFAULT, pe.routing, pe.body, pe.meta).to_wire(),
+            at=end + 0.03,
+        )
     world.sim.run()
     assert world.sim.drops[drops:] == []
     # the epoch-e subscriptions open the epoch-e records (x2 waits for their renewal)

@@ -36,8 +36,9 @@ def inject(w: World, src: str, broker: str, pe: Any, at: float, **meta: Any) -> 
     return str(pe.event_id)
 
 
-def attack(w: World, src: str, broker: str, pe: Any, at: float, **meta: Any
-           ) -> list[tuple[str, DropReason]]:  # fmt: skip
+def attack(
+    w: World, src: str, broker: str, pe: Any, at: float, **meta: Any
+) -> list[tuple[str, DropReason]]:
     """Inject ``pe``; return where it was dropped, checking no other broker handled it."""
     h, d = len(w.tap.handled), len(w.sim.drops)
     eid = inject(w, src, broker, pe, at, **meta)
@@ -106,7 +107,9 @@ def test_replay_state_survives_a_broker_restart(tmp_path) -> None:
     core.handle(msg, "c", NOW)
     assert core.drops == {}
     db.close()
-    restarted = Broker("a1", [DefaultBroker(a.public_key, replay=ReplayState(Database(tmp_path / "replay.db")))])  # fmt: skip
+    restarted = Broker(
+        "a1", [DefaultBroker(a.public_key, replay=ReplayState(Database(tmp_path / "replay.db")))]
+    )
     restarted.add_link("c", LinkKind.CLIENT)
     restarted.handle(msg, "c", NOW + 5)  # the de-dup window died with the process
     assert dict(restarted.drops) == {DropReason.REPLAYED: 1}
@@ -133,13 +136,16 @@ def test_unauthorised_publications_and_subscriptions(world: World) -> None:
     ]
     # a subscription without a permit, and one whose permit authorises other tokens
     pf = young.protect_filter(Filter.parse(YOUNG), now=NOW)
-    other = young.protect_filter(Filter.parse('topic = "cardio" && age >= 21 && age <= 30'),
-                                 now=NOW)  # fmt: skip
+    other = young.protect_filter(
+        Filter.parse('topic = "cardio" && age >= 21 && age <= 30'), now=NOW
+    )
     c = world.sim.clients["young"]
     for sid, meta in (("n1", {}), ("n2", {"pm": other.meta["pm"]})):
         world.sim._send_from_client(c, Subscribe(sid, DEFAULT, pf.filter, meta), NOW + 1)
     world.sim.run()
-    reasons = [(d.broker, d.drop.reason) for d in world.sim.drops if d.drop.message_id in ("n1", "n2")]  # fmt: skip
+    reasons = [
+        (d.broker, d.drop.reason) for d in world.sim.drops if d.drop.message_id in ("n1", "n2")
+    ]
     assert reasons == [("b1", DropReason.UNAUTHORISED)] * 2
     assert [e.reason for e in c.errors] == [DropReason.UNAUTHORISED] * 2
 
@@ -185,12 +191,24 @@ def test_flooding_broker_reaches_no_honest_broker_beyond_its_neighbours(world: W
     for i in range(200):
         junk = dataclasses.replace(genuine, event_id=f"flood{i}")
         for dst in ("r", "a1"):
-            world.sim.send_raw("a", dst, Publish(junk.event_id, DEFAULT, junk.routing, junk.body,
-                                                 junk.meta).to_wire(), at=NOW + 2)  # fmt: skip
-        world.sim.send_raw("a", "r", Publish(genuine.event_id, DEFAULT, genuine.routing,
-                                             genuine.body, genuine.meta).to_wire(), at=NOW + 2)  # fmt: skip
+            world.sim.send_raw(
+                "a",
+                dst,
+                Publish(junk.event_id, DEFAULT, junk.routing, junk.body, junk.meta).to_wire(),
+                at=NOW + 2,
+            )
+        world.sim.send_raw(
+            "a",
+            "r",
+            Publish(
+                genuine.event_id, DEFAULT, genuine.routing, genuine.body, genuine.meta
+            ).to_wire(),
+            at=NOW + 2,
+        )
     world.sim.run()
-    seen = {b for b, _, m in world.tap.handled[start:] if str(m.get("event_id", "")).startswith("flood")}  # fmt: skip
+    seen = {
+        b for b, _, m in world.tap.handled[start:] if str(m.get("event_id", "")).startswith("flood")
+    }
     assert seen == neighbours(world.sim, "a") == {"r", "a1"}
     reasons = {d.drop.reason for d in world.sim.drops if d.broker in ("r", "a1")}
     assert reasons == {DropReason.FORGED, DropReason.FLOOD, DropReason.DUPLICATE}

@@ -34,8 +34,11 @@ def bundle(tmp_path_factory) -> KeyBundle:
 
 
 def event() -> Event:
-    return Event({"topic": "cardio", "age": 25, "patientRecord": CANARY}, type="patient",
-                 payload=CANARY.encode())  # fmt: skip
+    return Event(
+        {"topic": "cardio", "age": 25, "patientRecord": CANARY},
+        type="patient",
+        payload=CANARY.encode(),
+    )
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -43,10 +46,12 @@ def test_every_profile_end_to_end(bundle: KeyBundle, profile: str, tmp_path) -> 
     pub = bundle.client(profile, "hospital", topics=["cardio"])
     sub = bundle.client(profile, "nurse", topics=["cardio"])
     keys = BrokerKeys.from_json(json.loads(json.dumps(bundle.broker_keys(narada=True).to_json())))
-    sim = Simulator(tree_from_edges(TREE),
-                    lambda b: build_registry([profile, "plain"], keys, now=NOW,
-                                             state_dir=tmp_path / b),
-                    wire=True, seed=1)  # fmt: skip
+    sim = Simulator(
+        tree_from_edges(TREE),
+        lambda b: build_registry([profile, "plain"], keys, now=NOW, state_dir=tmp_path / b),
+        wire=True,
+        seed=1,
+    )
     t = tap(sim)
     sim.add_client("hospital", "a", pub)
     sim.add_client("nurse", "b", sub)
@@ -86,8 +91,7 @@ def test_revocation_reaches_brokers_through_broker_keys(tmp_path) -> None:
     client, _ = make_profile("default", b, "hospital", now=NOW)
     pe = client.protect_event(event(), now=NOW)
     b.revoke("hospital")
-    broker = make_broker_scheme("default", b.broker_keys(), now=NOW,
-                                db=Database(tmp_path / "r.db"))  # fmt: skip
+    broker = make_broker_scheme("default", b.broker_keys(), now=NOW, db=Database(tmp_path / "r.db"))
     from pubguard.broker import Publish
     from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
 

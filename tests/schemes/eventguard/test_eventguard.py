@@ -149,8 +149,10 @@ def test_epoch_change_locks_out_an_unsubscribed_subscriber():
     sim.run()
     old = [w for _, _, w in t.handled if w.get("op") == "publish"][-1]
     leaver = cs["leave"].scheme
-    assert leaver.open_event(old["event_id"], old["routing"], old["body"], old["meta"],
-                             now=31.0)["n"] == 1  # fmt: skip
+    assert (
+        leaver.open_event(old["event_id"], old["routing"], old["body"], old["meta"], now=31.0)["n"]
+        == 1
+    )
     # ... but after the epoch change only renewed holders get K(w, e+1)
     cs["stay"].scheme.renew(now=EPOCH + 1)
     cs["pub"].scheme.renew(now=EPOCH + 1)
@@ -161,8 +163,7 @@ def test_epoch_change_locks_out_an_unsubscribed_subscriber():
     new = [w for _, _, w in t.handled if w.get("op") == "publish"][-1]
     assert new["meta"]["e"] == 1
     with pytest.raises(InvalidToken):  # even handed the ciphertext by a malicious broker
-        leaver.open_event(new["event_id"], new["routing"], new["body"], new["meta"],
-                          now=EPOCH + 3)  # fmt: skip
+        leaver.open_event(new["event_id"], new["routing"], new["body"], new["meta"], now=EPOCH + 3)
 
 
 def test_publishing_with_an_expired_epoch_permit_renews_it():
@@ -187,8 +188,9 @@ def test_the_batch_size_is_signed():
     sim.advertise("pub", f'topic = "{TOPIC}"', at=0.0)
     sim.subscribe("s1", f'topic = "{TOPIC}"', at=0.0)
     sim.run()
-    batch = cs["pub"].scheme.protect_events([Event({"topic": TOPIC, "i": i}) for i in range(16)],
-                                            now=1.0)  # fmt: skip
+    batch = cs["pub"].scheme.protect_events(
+        [Event({"topic": TOPIC, "i": i}) for i in range(16)], now=1.0
+    )
     for mn in (15, 17):
         bad = _publish_wire(batch[5])
         bad["meta"] = {**bad["meta"], "mn": mn}

@@ -36,8 +36,9 @@ class World:
         self.ms = make_ms()
         tree = tree_from_edges([("r", "a"), ("r", "b"), ("a", "a1"), ("b", "b1")])
         opts.setdefault("max_delay", 60.0)
-        self.sim = Simulator(tree, lambda _b: [EventGuardBroker(self.ms.public_key, **opts)],
-                             wire=True, seed=5)  # fmt: skip
+        self.sim = Simulator(
+            tree, lambda _b: [EventGuardBroker(self.ms.public_key, **opts)], wire=True, seed=5
+        )
         self.tap = tap(self.sim)
         self.psk = SigningKey.generate()
         self.pub = self._client("pub", "a1", self.psk)
@@ -126,8 +127,9 @@ def test_stale_publication_is_dropped():
 def _resign(w: World, wire: dict, sk: SigningKey) -> dict:
     m = wire["meta"]
     f = parse_publication(wire["routing"], m)
-    leaf = leaf_digest(wire["event_id"], EVENTGUARD, m["p"], m["e"], m["ts"],
-                       f.tokens, f.wrapped, wire["body"])  # fmt: skip
+    leaf = leaf_digest(
+        wire["event_id"], EVENTGUARD, m["p"], m["e"], m["ts"], f.tokens, f.wrapped, wire["body"]
+    )
     m["sig"] = sk.sign(signed_root(ROOT_TAG, merkle_root([leaf]), 1))
     return wire
 
@@ -211,15 +213,27 @@ def test_fake_unsubscribe_is_refused_and_the_subscription_survives():
 def test_flooding_broker_is_contained_by_its_neighbours():
     """Fig. 3: malicious B1 floods all its neighbours; nothing passes them."""
     ms = make_ms()
-    edges = [("G1", "B1"), ("G1", "G2"), ("B1", "G3"), ("B1", "G4"), ("G2", "X1"),
-             ("G3", "X2"), ("G4", "X3")]  # fmt: skip
-    sim = Simulator(tree_from_edges(edges),
-                    lambda _b: [EventGuardBroker(ms.public_key, max_delay=60.0, strikes=10)],
-                    wire=True, seed=9)  # fmt: skip
+    edges = [
+        ("G1", "B1"),
+        ("G1", "G2"),
+        ("B1", "G3"),
+        ("B1", "G4"),
+        ("G2", "X1"),
+        ("G3", "X2"),
+        ("G4", "X3"),
+    ]
+    sim = Simulator(
+        tree_from_edges(edges),
+        lambda _b: [EventGuardBroker(ms.public_key, max_delay=60.0, strikes=10)],
+        wire=True,
+        seed=9,
+    )
     t = tap(sim)
     sim.add_client("pub", "X1", EventGuardClient("pub", ms))
-    subs = {n: sim.add_client(n, b, EventGuardClient(n, ms)) for n, b in
-            (("s2", "X2"), ("s3", "X3"), ("s0", "G2"))}  # fmt: skip
+    subs = {
+        n: sim.add_client(n, b, EventGuardClient(n, ms))
+        for n, b in (("s2", "X2"), ("s3", "X3"), ("s0", "G2"))
+    }
     sim.advertise("pub", F, at=0.0)
     for n in subs:
         sim.subscribe(n, F, at=0.0)

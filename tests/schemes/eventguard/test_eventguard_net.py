@@ -53,8 +53,11 @@ async def _scenario(state) -> tuple[list, list, list[bytes]]:
             await c.close()
     finally:
         await cluster.stop()
-    dbs = [p.read_bytes() for p in state.rglob("*") if p.is_file() and p.suffix in
-           (".db", ".db-wal", ".log", ".toml")]  # fmt: skip
+    dbs = [
+        p.read_bytes()
+        for p in state.rglob("*")
+        if p.is_file() and p.suffix in (".db", ".db-wal", ".log", ".toml")
+    ]
     return [got], list(evil.errors), [status, *dbs]
 
 

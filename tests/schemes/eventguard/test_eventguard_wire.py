@@ -47,9 +47,14 @@ def test_items_must_be_one_bytes_value(blob):
 def test_tokens_round_trip_and_strictness():
     toks = [bytes([i]) * TOKEN_BYTES for i in range(3)]
     assert parse_tokens({"tokens": pack_tokens(toks)}) == tuple(toks)
-    for bad in ({"tokens": b""}, {"tokens": b"x" * (TOKEN_BYTES + 1)}, {"tokens": toks},
-                {"tokens": b"x" * TOKEN_BYTES * (MAX_TOPICS + 1)},
-                {"tokens": pack_tokens(toks), "extra": 1}, {}):  # fmt: skip
+    for bad in (
+        {"tokens": b""},
+        {"tokens": b"x" * (TOKEN_BYTES + 1)},
+        {"tokens": toks},
+        {"tokens": b"x" * TOKEN_BYTES * (MAX_TOPICS + 1)},
+        {"tokens": pack_tokens(toks), "extra": 1},
+        {},
+    ):
         with pytest.raises(ValidationError):
             parse_tokens(bad)
 
@@ -57,8 +62,17 @@ def test_tokens_round_trip_and_strictness():
 def test_packed_publication_is_a_flat_wire_message():
     """The point of packing: every value in routing and meta is a scalar."""
     routing = {"tokens": pack_tokens([b"t" * TOKEN_BYTES])}
-    meta = {"p": "pub", "e": 1, "ts": 1.0, "wk": pack_items([b"k"]), "ad": pack_items([b"a"]),
-            "sig": b"s", "mi": 0, "mn": 2, "mp": b"h" * 32}  # fmt: skip
+    meta = {
+        "p": "pub",
+        "e": 1,
+        "ts": 1.0,
+        "wk": pack_items([b"k"]),
+        "ad": pack_items([b"a"]),
+        "sig": b"s",
+        "mi": 0,
+        "mn": 2,
+        "mp": b"h" * 32,
+    }
     m = Publish("e1", "eventguard", routing, b"body", meta)
     assert all(
         isinstance(v, bytes | str | int | float) for v in (*m.routing.values(), *m.meta.values())

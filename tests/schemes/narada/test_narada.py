@@ -51,12 +51,18 @@ RIGHTS = {
 def build_pki(tmp_path_factory, kmc_name: str = "kmc-1") -> Pki:
     ca = CertificateAuthority.create("ca", tmp_path_factory.mktemp("ca"), passphrase=b"pw", now=NOW)
     kmc_cert, kmc_key = ca.issue_signing_identity(kmc_name, Role.KMC, now=NOW)
-    kmc = KMC(Database(":memory:"), signing_key=kmc_key, cert=kmc_cert, ca_cert=ca.cert,
-              storage_key=SecretBytes(random.Random(1).randbytes(32)))  # fmt: skip
+    kmc = KMC(
+        Database(":memory:"),
+        signing_key=kmc_key,
+        cert=kmc_cert,
+        ca_cert=ca.cert,
+        storage_key=SecretBytes(random.Random(1).randbytes(32)),
+    )
     ocert, okey = owner = ca.issue_signing_identity("owner", Role.CLIENT, now=NOW)
     for t in (TOPIC, OTHER):
-        req = RegisterTopic.signed(okey, ocert, topic=t, algorithm="AES-256-GCM", key_bits=256,
-                                   now=NOW)  # fmt: skip
+        req = RegisterTopic.signed(
+            okey, ocert, topic=t, algorithm="AES-256-GCM", key_bits=256, now=NOW
+        )
         kmc.register_topic(req, now=NOW)
     entities = {}
     for name, rights in RIGHTS.items():
@@ -65,9 +71,19 @@ def build_pki(tmp_path_factory, kmc_name: str = "kmc-1") -> Pki:
         topics = (TOPIC, OTHER) if name == "mallory" else (TOPIC,)
         for t in topics:
             r = Rights.PUBLISH if (name, t) == ("mallory", OTHER) else rights
-            kmc.authorize(Authorize.signed(okey, ocert, topic=t, entity=cert.subject, rights=r,
-                                           not_before=NOW - 60, not_after=NOW + 30 * DAY,
-                                           now=NOW), now=NOW)  # fmt: skip
+            kmc.authorize(
+                Authorize.signed(
+                    okey,
+                    ocert,
+                    topic=t,
+                    entity=cert.subject,
+                    rights=r,
+                    not_before=NOW - 60,
+                    not_after=NOW + 30 * DAY,
+                    now=NOW,
+                ),
+                now=NOW,
+            )
     return Pki(ca, kmc, kmc_cert, owner, entities)
 
 
@@ -86,8 +102,9 @@ def client(pki: Pki, name: str, topics=(TOPIC,), now: float = NOW) -> NaradaClie
 
 
 def broker_scheme(pki: Pki, **kw) -> NaradaBroker:
-    return NaradaBroker(ca_cert=pki.ca.cert, kmc_certs=[pki.kmc_cert], now=NOW,
-                        crl=pki.ca.crl(now=NOW), **kw)  # fmt: skip
+    return NaradaBroker(
+        ca_cert=pki.ca.cert, kmc_certs=[pki.kmc_cert], now=NOW, crl=pki.ca.crl(now=NOW), **kw
+    )
 
 
 TREE = [("r", "a"), ("r", "b"), ("a", "a1"), ("b", "b1")]
@@ -105,8 +122,13 @@ def test_scheme_surface(pki):
     with pytest.raises(ValidationError):
         s.decode_filter({"topic": TOPIC})
     with pytest.raises(ValidationError):
-        NaradaBroker(ca_cert=pki.ca.cert, kmc_certs=[], now=NOW, replay=ReplayState(),
-                     db=Database(":memory:"))  # fmt: skip
+        NaradaBroker(
+            ca_cert=pki.ca.cert,
+            kmc_certs=[],
+            now=NOW,
+            replay=ReplayState(),
+            db=Database(":memory:"),
+        )
     with pytest.raises(InvalidToken):  # a client certificate is not a KMC
         NaradaBroker(ca_cert=pki.ca.cert, kmc_certs=[pki.entities["bob"][0]], now=NOW)
     bob = client(pki, "bob")
@@ -156,9 +178,19 @@ def test_subscription_stops_matching_when_its_token_expires(pki):
     ocert, okey = pki.owner
     cert, key = pki.ca.issue_signing_identity("erin", Role.CLIENT, now=NOW)
     pki.entities["erin"] = (cert, key)
-    pki.kmc.authorize(Authorize.signed(okey, ocert, topic=TOPIC, entity=cert.subject,
-                                       rights=Rights.SUBSCRIBE, not_before=NOW - 60,
-                                       not_after=NOW + 600, now=NOW), now=NOW)  # fmt: skip
+    pki.kmc.authorize(
+        Authorize.signed(
+            okey,
+            ocert,
+            topic=TOPIC,
+            entity=cert.subject,
+            rights=Rights.SUBSCRIBE,
+            not_before=NOW - 60,
+            not_after=NOW + 600,
+            now=NOW,
+        ),
+        now=NOW,
+    )
     sim, _, _ = make_sim(pki)
     sim.add_client("alice", "a1", client(pki, "alice"))
     erin = sim.add_client("erin", "b1", client(pki, "erin"))
@@ -173,19 +205,29 @@ def test_subscription_stops_matching_when_its_token_expires(pki):
 def test_replay_state_survives_a_broker_restart(pki, tmp_path):
     db_path = tmp_path / "broker.db"
     alice = client(pki, "alice")
-    msgs = [alice.protect_event(Event({"topic": TOPIC, "i": i}), now=NOW + 1 + i / 1000)
-            for i in range(3)]  # fmt: skip
+    msgs = [
+        alice.protect_event(Event({"topic": TOPIC, "i": i}), now=NOW + 1 + i / 1000)
+        for i in range(3)
+    ]
 
     def broker(db):
-        sim = Simulator(tree_from_edges([], nodes=["solo"]),
-                        lambda _b: [broker_scheme(pki, replay=ReplayState(db, reserve=0))],
-                        wire=True)  # fmt: skip
+        sim = Simulator(
+            tree_from_edges([], nodes=["solo"]),
+            lambda _b: [broker_scheme(pki, replay=ReplayState(db, reserve=0))],
+            wire=True,
+        )
         sim.add_client("alice", "solo", alice)
         return sim
 
     def send(sim, pe, at):
-        w = {"op": "publish", "event_id": pe.event_id, "profile": NARADA,
-             "routing": pe.routing, "body": pe.body, "meta": dict(pe.meta)}  # fmt: skip
+        w = {
+            "op": "publish",
+            "event_id": pe.event_id,
+            "profile": NARADA,
+            "routing": pe.routing,
+            "body": pe.body,
+            "meta": dict(pe.meta),
+        }
         sim.send_raw("alice", "solo", w, at=at)
         sim.run()
         return [r.drop.reason for r in sim.drops]

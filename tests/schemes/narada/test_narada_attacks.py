@@ -50,8 +50,14 @@ class World:
 
 
 def wire_of(pe) -> dict:
-    return {"op": "publish", "event_id": pe.event_id, "profile": NARADA, "routing": pe.routing,
-            "body": pe.body, "meta": dict(pe.meta)}  # fmt: skip
+    return {
+        "op": "publish",
+        "event_id": pe.event_id,
+        "profile": NARADA,
+        "routing": pe.routing,
+        "body": pe.body,
+        "meta": dict(pe.meta),
+    }
 
 
 def test_legitimate_publication_is_delivered(pki):
@@ -149,20 +155,29 @@ def test_revoked_publisher_and_revoked_kmc(pki, tmp_path_factory):
     assert len(w.bob.deliveries) == 1
     crl = fresh.ca.revoke(fresh.entities["alice"][0], now=NOW + 2)
     w.scheme.update_crl(crl, now=NOW + 2)  # every broker of the simulation shares it
-    w.only_at(w.inject("alice", "a1", wire_of(w.protect(NOW + 3)), NOW + 3), "a1",
-              DropReason.REVOKED)  # fmt: skip
+    w.only_at(
+        w.inject("alice", "a1", wire_of(w.protect(NOW + 3)), NOW + 3), "a1", DropReason.REVOKED
+    )
     assert w.alice.errors[-1].reason is DropReason.REVOKED
     # a KMC whose certificate is revoked: its tokens are refused even when cached
     dave = w.sim.add_client("dave", "a1", client(fresh, "dave"))
-    w.inject("dave", "a1", wire_of(dave.scheme.protect_event(Event({"topic": TOPIC}),
-                                                             now=NOW + 4)), NOW + 4)  # fmt: skip
+    w.inject(
+        "dave",
+        "a1",
+        wire_of(dave.scheme.protect_event(Event({"topic": TOPIC}), now=NOW + 4)),
+        NOW + 4,
+    )
     assert len(w.bob.deliveries) == 2
     w.scheme.update_crl(fresh.ca.revoke(fresh.kmc_cert, now=NOW + 5), now=NOW + 5)
     wire = wire_of(dave.scheme.protect_event(Event({"topic": TOPIC}), now=NOW + 6))
     w.only_at(w.inject("dave", "a1", wire, NOW + 6), "a1", DropReason.REVOKED)
     with pytest.raises(RevokedError):  # a revoked KMC cannot be (re)installed
-        NaradaBroker(ca_cert=fresh.ca.cert, kmc_certs=[fresh.kmc_cert], now=NOW + 7,
-                     crl=fresh.ca.crl(now=NOW + 7))  # fmt: skip
+        NaradaBroker(
+            ca_cert=fresh.ca.cert,
+            kmc_certs=[fresh.kmc_cert],
+            now=NOW + 7,
+            crl=fresh.ca.crl(now=NOW + 7),
+        )
 
 
 def test_fake_unsubscribe_is_refused(pki):
@@ -184,8 +199,9 @@ def test_subscription_signed_by_someone_else_is_forged(pki):
     pf = w.bob.scheme.protect_filter(F, now=NOW + 1)
     meta = dict(pf.meta)
     tok = meta["tok"]
-    d = signed_digest("subscribe", "", TOPIC, meta["ts"], meta["seq"], until=pf.filter["until"],
-                      token=tok)  # fmt: skip
+    d = signed_digest(
+        "subscribe", "", TOPIC, meta["ts"], meta["seq"], until=pf.filter["until"], token=tok
+    )
     meta["sig"] = w.pki.entities["mallory"][1].sign(d)  # bob's token, mallory's signature
     wire = Subscribe("stolen", NARADA, pf.filter, meta).to_wire()
     w.only_at(w.inject("mallory", "a1", wire, NOW + 1), "a1", DropReason.FORGED)

@@ -39,8 +39,12 @@ CANARY = "CANARY-psguard-batch-51e2"
 
 
 def ev(i: int, age: int = 25, topic: str = "cardio") -> Event:
-    return Event({"topic": topic, "age": age, "record": CANARY}, id=f"e{i}", type="patient",
-                 payload=CANARY.encode())  # fmt: skip
+    return Event(
+        {"topic": topic, "age": age, "record": CANARY},
+        id=f"e{i}",
+        type="patient",
+        payload=CANARY.encode(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +58,19 @@ def world():
 
 
 def ctx(now: float = NOW) -> CheckContext:
-    return CheckContext(now=now, link=LinkInfo("c:hospital", LinkKind.CLIENT, "hospital"),
-                        broker_id="b0")  # fmt: skip
+    return CheckContext(
+        now=now, link=LinkInfo("c:hospital", LinkKind.CLIENT, "hospital"), broker_id="b0"
+    )
 
 
 def msg(pe, *, routing=None, body=None, meta=None) -> Publish:
-    return Publish(pe.event_id, "psguard", routing if routing is not None else pe.routing,
-                   body if body is not None else pe.body,
-                   meta if meta is not None else pe.meta)  # fmt: skip
+    return Publish(
+        pe.event_id,
+        "psguard",
+        routing if routing is not None else pe.routing,
+        body if body is not None else pe.body,
+        meta if meta is not None else pe.meta,
+    )
 
 
 def check(b: PSGuardBroker, m: Publish, now: float = NOW) -> DropReason | None:
@@ -106,9 +115,11 @@ TAMPER = {
     "size+1": lambda pe: {"meta": {**pe.meta, "mn": pe.meta["mn"] + 1}},
     "size+3": lambda pe: {"meta": {**pe.meta, "mn": pe.meta["mn"] + 3}},
     "size-1": lambda pe: {"meta": {**pe.meta, "mn": pe.meta["mn"] - 1}},
-    "stripped": lambda pe: {"meta": {k: v for k, v in pe.meta.items() if k not in ("mi", "mn", "mp")}},
+    "stripped": lambda pe: {
+        "meta": {k: v for k, v in pe.meta.items() if k not in ("mi", "mn", "mp")}
+    },
     "publisher": lambda pe: {"meta": {**pe.meta, "p": "mallory"}},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("what", sorted(TAMPER))
@@ -150,8 +161,15 @@ def test_signatures_of_one_form_do_not_pass_for_the_other(world):
     assert ROOT_TAG.startswith(b"pubguard/psguard/root")
 
 
-@pytest.mark.parametrize("meta", [{"mn": "2", "mi": 0, "mp": b""}, {"mn": 2, "mi": 2, "mp": b""},
-                                  {"mn": 2, "mi": 0, "mp": "x"}, {"mn": 2, "mp": b""}])  # fmt: skip
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"mn": "2", "mi": 0, "mp": b""},
+        {"mn": 2, "mi": 2, "mp": b""},
+        {"mn": 2, "mi": 0, "mp": "x"},
+        {"mn": 2, "mp": b""},
+    ],
+)
 def test_malformed_batch_fields_are_refused(world, meta):
     _, psk, pub, _ = world
     pe = pub.protect_events([ev(i) for i in range(2)], now=NOW, rng=random.Random(6))[0]
@@ -167,11 +185,15 @@ class _AlwaysBatched(TokenMatcher):
 
 @settings(max_examples=20, deadline=None)
 @given(
-    ages=st.lists(st.tuples(st.integers(0, 127), st.sampled_from(["cardio", "onco"])),
-                  min_size=1, max_size=12),
-    ranges=st.lists(st.tuples(st.integers(0, 127), st.integers(0, 127),
-                              st.sampled_from(["cardio", "onco"])), min_size=1, max_size=5),
-)  # fmt: skip
+    ages=st.lists(
+        st.tuples(st.integers(0, 127), st.sampled_from(["cardio", "onco"])), min_size=1, max_size=12
+    ),
+    ranges=st.lists(
+        st.tuples(st.integers(0, 127), st.integers(0, 127), st.sampled_from(["cardio", "onco"])),
+        min_size=1,
+        max_size=5,
+    ),
+)
 def test_batched_aes_path_agrees_with_single_matching(world, ages, ranges):
     svc, psk, pub, _ = world
     sub = PSGuardClient("s", svc)
@@ -185,8 +207,10 @@ def test_batched_aes_path_agrees_with_single_matching(world, ages, ranges):
         batched.add(i, pf)
         want_f[i] = f
     events = [ev(j, a, t) for j, (a, t) in enumerate(ages)]
-    pes = [b.decode_event(pe.routing)
-           for pe in pub.protect_events(events, now=NOW, rng=random.Random(8))]  # fmt: skip
+    pes = [
+        b.decode_event(pe.routing)
+        for pe in pub.protect_events(events, now=NOW, rng=random.Random(8))
+    ]
     want = [{k for k, f in want_f.items() if f.matches(e)} for e in events]
     assert [single.match(pe) for pe in pes] == want
     assert batched.match_batch(pes) == want

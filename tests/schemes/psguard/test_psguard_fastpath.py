@@ -31,11 +31,19 @@ PATIENT = EventType(
 def pes():
     svc = PSGuardKeyService(KDC(bytes(range(32))), Schema([PATIENT]))
     pub = PSGuardClient("h", svc, signing_key=SigningKey.from_seed(bytes(range(1, 33))))
-    evs = [Event({"topic": "t", "age": i, "record": "r" * i, "ward": "w"}, id=f"e{i}",
-                 type="patient", payload=b"p" * i) for i in range(6)]  # fmt: skip
+    evs = [
+        Event(
+            {"topic": "t", "age": i, "record": "r" * i, "ward": "w"},
+            id=f"e{i}",
+            type="patient",
+            payload=b"p" * i,
+        )
+        for i in range(6)
+    ]
     rng = random.Random(1)
-    return [pub.protect_event(evs[0], now=1.0, rng=rng)] + pub.protect_events(evs[1:], now=1.0,
-                                                                             rng=rng)  # fmt: skip
+    return [pub.protect_event(evs[0], now=1.0, rng=rng)] + pub.protect_events(
+        evs[1:], now=1.0, rng=rng
+    )
 
 
 def test_signed_bytes_equal_the_records(pes) -> None:
@@ -43,8 +51,13 @@ def test_signed_bytes_equal_the_records(pes) -> None:
         te = parse_routing(pe.routing)
         pub, ts, epoch, msg, sig = signed_from_wire(pe.event_id, te, pe.routing, pe.body, pe.meta)
         rec = record_from_wire(pe.event_id, pe.routing, pe.body, pe.meta)
-        assert (pub, ts, epoch, msg, sig) == (rec.publisher, rec.ts, rec.epoch, rec.message(),
-                                              rec.sig)  # fmt: skip
+        assert (pub, ts, epoch, msg, sig) == (
+            rec.publisher,
+            rec.ts,
+            rec.epoch,
+            rec.message(),
+            rec.sig,
+        )
 
 
 BAD = {

@@ -55,7 +55,7 @@ events = st.builds(
                 "name": name,
                 "code": code,
                 "record": rec,
-            }.items()  # fmt: skip
+            }.items()
             if k not in drop
         },
         type="ward",
@@ -108,8 +108,9 @@ def test_cached_component_does_not_widen_authorisation() -> None:
     """A subscriber for ages 20-30 that has cached age 25's component still cannot open age
     35 (psguard.txt §1), and a refused value is never cached."""
     pub = _pub(4096)
-    fk = Authority(KDC_, SCHEMA).authorise(Filter.parse('topic = "w0" && age >= 20 && age <= 30',
-                                                        id="f"))  # fmt: skip
+    fk = Authority(KDC_, SCHEMA).authorise(
+        Filter.parse('topic = "w0" && age >= 20 && age <= 30', id="f")
+    )
     ok = pub.protect(Event({"topic": "w0", "age": 25}, id="a", type="ward"), now_ms=1)
     assert fk.open(ok).attrs["age"] == 25
     n = len(fk.cache)

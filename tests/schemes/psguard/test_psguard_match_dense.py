@@ -37,8 +37,14 @@ def batches(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, ...]], list[bytes]]
     for e in range(n):
         r = nonces[16 * e : 16 * e + 16]
         picks = draw(st.lists(st.one_of(st.sampled_from(toks), st.none()), max_size=4))
-        tags.append(tuple(tok64(prf_aes_blocks(t, r)) if t is not None
-                          else draw(st.integers(-(2**63), 2**63 - 1)) for t in picks))  # fmt: skip
+        tags.append(
+            tuple(
+                tok64(prf_aes_blocks(t, r))
+                if t is not None
+                else draw(st.integers(-(2**63), 2**63 - 1))
+                for t in picks
+            )
+        )
     return nonces, tags, toks
 
 

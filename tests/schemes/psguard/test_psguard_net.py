@@ -50,8 +50,12 @@ def service(**kw) -> PSGuardKeyService:
 
 
 def ev(age: int, topic: str = "cardio", secret: str = CANARY, eid: str | None = None) -> Event:
-    return Event({"topic": topic, "age": age, "record": secret}, id=eid, type="patient",
-                 payload=secret.encode())  # fmt: skip
+    return Event(
+        {"topic": topic, "age": age, "record": secret},
+        id=eid,
+        type="patient",
+        payload=secret.encode(),
+    )
 
 
 def rng(seed: int = 1) -> random.Random:
@@ -60,9 +64,13 @@ def rng(seed: int = 1) -> random.Random:
 
 @pytest.fixture(scope="module")
 def world():
-    svc = service(subscribers={"young": ['topic = "cardio" && age >= 20 && age <= 30'],
-                               "old": ['topic = "cardio" && age >= 31'],
-                               "any": ['topic = "cardio"', 'topic = "onco"']})  # fmt: skip
+    svc = service(
+        subscribers={
+            "young": ['topic = "cardio" && age >= 20 && age <= 30'],
+            "old": ['topic = "cardio" && age >= 31'],
+            "any": ['topic = "cardio"', 'topic = "onco"'],
+        }
+    )
     psk = SigningKey.generate()
     pub = PSGuardClient("hospital", svc, signing_key=psk)
     return svc, psk, pub
@@ -103,10 +111,15 @@ def test_randomized_tokens_are_unlinkable_deterministic_are_not(world):
 
 @pytest.mark.parametrize(
     "routing",
-    [{}, {"m": "x", "n": b"", "t": b""}, {"m": "r", "n": b"short", "t": b""},
-     {"m": "d", "n": b"", "t": b"123"}, {"m": "r", "n": bytes(16), "t": "x"},
-     {"m": "d", "n": b"", "t": b"", "extra": 1}],
-)  # fmt: skip
+    [
+        {},
+        {"m": "x", "n": b"", "t": b""},
+        {"m": "r", "n": b"short", "t": b""},
+        {"m": "d", "n": b"", "t": b"123"},
+        {"m": "r", "n": bytes(16), "t": "x"},
+        {"m": "d", "n": b"", "t": b"", "extra": 1},
+    ],
+)
 def test_routing_decoding_is_strict(routing):
     with pytest.raises(ValidationError):
         parse_routing(routing)
@@ -114,9 +127,17 @@ def test_routing_decoding_is_strict(routing):
 
 @pytest.mark.parametrize(
     "wire",
-    [{}, {"g": "x"}, {"g": [[]]}, {"g": [[[]]]}, {"g": [[[b"short"]]]}, {"g": [[["str"]]]},
-     {"g": [[[bytes(16)] * 1] * 5000]}, {"g": [], "x": 1}],
-)  # fmt: skip
+    [
+        {},
+        {"g": "x"},
+        {"g": [[]]},
+        {"g": [[[]]]},
+        {"g": [[[b"short"]]]},
+        {"g": [[["str"]]]},
+        {"g": [[[bytes(16)] * 1] * 5000]},
+        {"g": [], "x": 1},
+    ],
+)
 def test_filter_decoding_is_strict(wire):
     with pytest.raises(ValidationError):
         parse_filter(wire)
@@ -125,8 +146,13 @@ def test_filter_decoding_is_strict(wire):
 def test_record_from_wire_is_strict(world):
     svc, psk, pub = world
     pe = pub.protect_event(ev(25), now=NOW, rng=rng())
-    for bad in ({**pe.meta, "p": ""}, {**pe.meta, "e": -1}, {**pe.meta, "ts": True},
-                {k: v for k, v in pe.meta.items() if k != "sig"}, {**pe.meta, "s": b"\x00"}):  # fmt: skip
+    for bad in (
+        {**pe.meta, "p": ""},
+        {**pe.meta, "e": -1},
+        {**pe.meta, "ts": True},
+        {k: v for k, v in pe.meta.items() if k != "sig"},
+        {**pe.meta, "s": b"\x00"},
+    ):
         with pytest.raises(ValidationError):
             record_from_wire(pe.event_id, pe.routing, pe.body, bad)
 
@@ -141,7 +167,7 @@ FILTERS = st.tuples(st.integers(0, 127), st.integers(0, 127), st.sampled_from(["
         st.tuples(st.integers(0, 127), st.sampled_from(["cardio", "onco", "derm"])),
         min_size=1,
         max_size=8,
-    ),  # fmt: skip
+    ),
     mode=st.sampled_from(["randomized", "deterministic"]),
 )
 def test_token_index_agrees_with_plaintext(fs, ages, mode):
@@ -187,9 +213,21 @@ def test_covering_only_for_identical_token_sets(world):
     svc, psk, pub = world
     sub = PSGuardClient("young", svc)
     b = PSGuardBroker()
-    f1 = b.decode_filter(sub.protect_filter(Filter.parse('topic = "cardio" && age >= 20 && age <= 30'), now=NOW).filter)  # fmt: skip
-    f2 = b.decode_filter(sub.protect_filter(Filter.parse('topic = "cardio" && age <= 30 && age >= 20'), now=NOW).filter)  # fmt: skip
-    f3 = b.decode_filter(sub.protect_filter(Filter.parse('topic = "cardio" && age >= 21 && age <= 30'), now=NOW).filter)  # fmt: skip
+    f1 = b.decode_filter(
+        sub.protect_filter(
+            Filter.parse('topic = "cardio" && age >= 20 && age <= 30'), now=NOW
+        ).filter
+    )
+    f2 = b.decode_filter(
+        sub.protect_filter(
+            Filter.parse('topic = "cardio" && age <= 30 && age >= 20'), now=NOW
+        ).filter
+    )
+    f3 = b.decode_filter(
+        sub.protect_filter(
+            Filter.parse('topic = "cardio" && age >= 21 && age <= 30'), now=NOW
+        ).filter
+    )
     assert b.covers(f1, f2) and b.covers(f2, f1)
     assert not b.covers(f1, f3) and not b.covers(f3, f1)
 
@@ -297,8 +335,9 @@ def test_keys_are_kept_as_long_as_the_timestamp_window_lets_their_events_arrive(
 
 def test_end_to_end_on_a_broker_tree(world):
     svc, psk, _ = world
-    sim = Simulator(ary_tree(2, 2), lambda _b: [PSGuardBroker({"hospital": psk.public})],
-                    wire=True, seed=3)  # fmt: skip
+    sim = Simulator(
+        ary_tree(2, 2), lambda _b: [PSGuardBroker({"hospital": psk.public})], wire=True, seed=3
+    )
     t = tap(sim)
     leaves = sim.topology.tree.leaves
     keys = {"hospital": psk.public}
@@ -314,7 +353,10 @@ def test_end_to_end_on_a_broker_tree(world):
     for i, a in enumerate(ages):
         sim.publish("hospital", ev(a, eid=f"e{a}"), at=NOW + 1 + i)
     sim.run()
-    got = {n: sorted(d.event["age"] for d in sim.clients[n].deliveries) for n in ("young", "old", "any")}  # fmt: skip
+    got = {
+        n: sorted(d.event["age"] for d in sim.clients[n].deliveries)
+        for n in ("young", "old", "any")
+    }
     assert got == {"young": [20, 25, 30], "old": [31, 35, 99], "any": ages}
     assert all(d.event["record"] == CANARY for d in sim.clients["any"].deliveries)
     assert scan(t, CANARY.encode()) == 0 and scan(t, b"cardio") == 0

@@ -44,14 +44,16 @@ def world():
     svc = PSGuardKeyService(KDC(bytes(range(32))), Schema([PATIENT]))
     psk = SigningKey.from_seed(bytes(range(1, 33)))
     pub = PSGuardClient("hospital", svc, signing_key=psk, profile=PSGUARD_PAPER)
-    sub = PSGuardClient("young", svc, publisher_keys={"hospital": psk.public},
-                        profile=PSGUARD_PAPER)  # fmt: skip
+    sub = PSGuardClient(
+        "young", svc, publisher_keys={"hospital": psk.public}, profile=PSGUARD_PAPER
+    )
     return svc, psk, pub, sub
 
 
 def ev(i: int, age: int = 25) -> Event:
-    return Event({"topic": "cardio", "age": age, "record": "r"}, id=f"e{i}", type="patient",
-                 payload=b"p")  # fmt: skip
+    return Event(
+        {"topic": "cardio", "age": age, "record": "r"}, id=f"e{i}", type="patient", payload=b"p"
+    )
 
 
 def core(psk: SigningKey) -> Broker:
@@ -70,12 +72,14 @@ def test_paper_brokers_route_forgeries_and_subscribers_refuse_them(world) -> Non
     forged = {**good.meta, "sig": bytes(64)}  # any signature: the broker does not look
     stolen = pub.protect_event(ev(2), now=NOW, rng=random.Random(2))
     tampered = stolen.body[:-1] + bytes([stolen.body[-1] ^ 1])
-    cases = [(good, good.body, good.meta), (good, good.body, forged),
-             (stolen, tampered, stolen.meta)]  # fmt: skip
+    cases = [
+        (good, good.body, good.meta),
+        (good, good.body, forged),
+        (stolen, tampered, stolen.meta),
+    ]
     seen = []
     for i, (pe, body, meta) in enumerate(cases):
-        acts = b.handle(Publish(f"x{i}", PSGUARD_PAPER, pe.routing, body, meta), "c:hospital",
-                        NOW)  # fmt: skip
+        acts = b.handle(Publish(f"x{i}", PSGUARD_PAPER, pe.routing, body, meta), "c:hospital", NOW)
         assert not [a for a in acts if isinstance(a, Drop)]  # routed, not checked
         (d,) = [a for a in acts if isinstance(a, DeliverTo)]
         seen.append(d.message.event)
@@ -93,8 +97,9 @@ def test_the_signed_profile_still_drops_what_the_paper_brokers_route(world) -> N
     _, psk, pub, _ = world
     pe = pub.protect_event(ev(3), now=NOW, rng=random.Random(3))
     m = Publish(pe.event_id, "psguard", pe.routing, pe.body, {**pe.meta, "sig": bytes(64)})
-    ctx = CheckContext(now=NOW, link=LinkInfo("c:hospital", LinkKind.CLIENT, "hospital"),
-                       broker_id="b0")  # fmt: skip
+    ctx = CheckContext(
+        now=NOW, link=LinkInfo("c:hospital", LinkKind.CLIENT, "hospital"), broker_id="b0"
+    )
     signed = PSGuardBroker({"hospital": psk.public})
     signed.decode_event(m.routing)
     assert signed.broker_check(m, ctx) is DropReason.FORGED

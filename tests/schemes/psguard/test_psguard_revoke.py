@@ -20,8 +20,9 @@ from pubguard.wire.messages import Publish
 
 def _setup(tmp_path, profile="psguard"):
     now = time.time()
-    bundle = KeyBundle(tmp_path, now=now, types=(BENCH_TYPE,), identities=("p1", "p2"),
-                       rng=random.Random(3))  # fmt: skip
+    bundle = KeyBundle(
+        tmp_path, now=now, types=(BENCH_TYPE,), identities=("p1", "p2"), rng=random.Random(3)
+    )
     pubs = {n: bundle.client(profile, n, topics=("s0",), now=now) for n in ("p1", "p2")}
     broker = make_broker_scheme(profile, bundle.broker_keys(), now=now)
     return now, pubs, broker

@@ -257,8 +257,9 @@ class Client(ClientLink, SubscriptionRenewal):
         ``close()``'s ``wait_for`` can cut a dead MS short."""
         now = time.time()
         for sub in list(self._subs.values()):
-            meta = await withdrawal_meta_off_loop(self.scheme, "unsubscribe_meta", sub.filter,
-                                                  now=now)  # fmt: skip
+            meta = await withdrawal_meta_off_loop(
+                self.scheme, "unsubscribe_meta", sub.filter, now=now
+            )
             if meta:
                 await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
         for aid, f in list(self._adverts.items()):
@@ -329,8 +330,9 @@ class Client(ClientLink, SubscriptionRenewal):
                 try:
                     self._enqueue(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
                 except PubguardError as exc:  # (too large: sizes are checked in publish)
-                    log.warning("client %s: publication %s not sent: %s", self.identity,
-                                pe.event_id, exc)  # fmt: skip
+                    log.warning(
+                        "client %s: publication %s not sent: %s", self.identity, pe.event_id, exc
+                    )
         self._flush_out()
 
     async def publish_protected(self, pe: ProtectedEvent, *, profile: str | None = None) -> str:
@@ -384,8 +386,9 @@ class Client(ClientLink, SubscriptionRenewal):
             return
         sub._close()
         # the scheme's withdrawal proof (EventGuard usb permit, §4.5; signed withdrawals)
-        meta = await withdrawal_meta_off_loop(self.scheme, "unsubscribe_meta", sub.filter,
-                                              now=time.time())  # fmt: skip
+        meta = await withdrawal_meta_off_loop(
+            self.scheme, "unsubscribe_meta", sub.filter, now=time.time()
+        )
         await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
         await self._retire(sub)  # a generation of the last epoch still in its grace
 
@@ -456,9 +459,18 @@ class Client(ClientLink, SubscriptionRenewal):
             msgs, refused = await asyncio.to_thread(build) if blocks_on_io(self.scheme) else build()
         except (PubguardError, OSError) as exc:  # the key service unreachable: try again
             raise TransportError(f"cannot re-subscribe: {exc}") from exc
-        for kind, ident, err in refused:  # as a refused renewal (pubguard.net.client.renewal): it ends
-            log.warning("client %s: %s %s refused by the key service on a fresh session (%s):"
-                        " it ends", self.identity, kind, ident, err.reason.value)  # fmt: skip
+        for (
+            kind,
+            ident,
+            err,
+        ) in refused:  # as a refused renewal (pubguard.net.client.renewal): it ends
+            log.warning(
+                "client %s: %s %s refused by the key service on a fresh session (%s): it ends",
+                self.identity,
+                kind,
+                ident,
+                err.reason.value,
+            )
             if kind == "advertisement":
                 self._adverts.pop(ident, None)
             elif (sub := self._subs.pop(ident, None)) is not None:
@@ -478,8 +490,7 @@ class Client(ClientLink, SubscriptionRenewal):
             try:
                 pf = self.scheme.protect_filter(sub.filter, now=now)
             except PubguardError as exc:  # refused now: the current generation decides
-                log.info("client %s: old generation %s not re-sent: %s", self.identity, wid,
-                         exc)  # fmt: skip
+                log.info("client %s: old generation %s not re-sent: %s", self.identity, wid, exc)
                 continue
             msgs.append(Subscribe(wid, self.scheme.profile, pf.filter, pf.meta).to_wire())
         return [*msgs, self._subscribe_msg(sub)]  # the current last: the scheme keeps its keys

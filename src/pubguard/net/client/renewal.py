@@ -146,8 +146,10 @@ class SubscriptionRenewal:
                     continue
                 self._renewed_through = end
                 loop = asyncio.get_running_loop()
-                for coro in (self._retire_at(end + self.renew_grace),
-                             self._readvertise_at(end + RENEW_AFTER)):  # fmt: skip
+                for coro in (
+                    self._retire_at(end + self.renew_grace),
+                    self._readvertise_at(end + RENEW_AFTER),
+                ):
                     t = loop.create_task(coro)
                     retire.add(t)
                     t.add_done_callback(retire.discard)
@@ -177,24 +179,34 @@ class SubscriptionRenewal:
         try:
             pf = await self._protect(self.scheme.protect_filter, sub.filter, at)
         except DropError as exc:  # the key service refuses: rights withdrawn or revoked
-            log.warning("client %s: subscription %s not renewed for the next key epoch (%s):"
-                        " it ends", self.identity, sub.id, exc.reason.value)  # fmt: skip
+            log.warning(
+                "client %s: subscription %s not renewed for the next key epoch (%s): it ends",
+                self.identity,
+                sub.id,
+                exc.reason.value,
+            )
             self._subs.pop(sub.id, None)
             sub._close()
             return True
         except (PubguardError, OSError) as exc:
-            log.warning("client %s: cannot renew subscription %s yet: %s", self.identity,
-                        sub.id, exc)  # fmt: skip
+            log.warning(
+                "client %s: cannot renew subscription %s yet: %s", self.identity, sub.id, exc
+            )
             return False
-        log.info("client %s: subscription %s renewed past %.3f (built for %.3f, now %.3f)",
-                 self.identity, sub.id, end, at, time.time())  # fmt: skip
+        log.info(
+            "client %s: subscription %s renewed past %.3f (built for %.3f, now %.3f)",
+            self.identity,
+            sub.id,
+            end,
+            at,
+            time.time(),
+        )
         sub.old.append((sub.wire_id, end))
         sub.generation += 1
         sub.wire_id = wire_id(sub.id, sub.generation)
         sub.built_at, sub.renewed_for = at, end
         self.renewals += 1
-        await self._send(Subscribe(sub.wire_id, self.scheme.profile, pf.filter,
-                                   pf.meta).to_wire())  # fmt: skip
+        await self._send(Subscribe(sub.wire_id, self.scheme.profile, pf.filter, pf.meta).to_wire())
         return True
 
     async def _after_subscribe(self, sub: Subscription) -> None:
@@ -216,12 +228,10 @@ class SubscriptionRenewal:
             try:
                 pf = await self._protect(self.scheme.protect_advertisement, f, time.time())
             except (PubguardError, OSError) as exc:
-                log.warning("client %s: advertisement %s not renewed: %s", self.identity, aid,
-                            exc)  # fmt: skip
+                log.warning("client %s: advertisement %s not renewed: %s", self.identity, aid, exc)
                 continue
             if aid in self._adverts:
-                await self._send(Advertise(aid, self.scheme.profile, pf.filter,
-                                           pf.meta).to_wire())  # fmt: skip
+                await self._send(Advertise(aid, self.scheme.profile, pf.filter, pf.meta).to_wire())
 
     async def _retire_at(self, at: float) -> None:
         await asyncio.sleep(max(0.0, at - time.time()))
@@ -241,5 +251,6 @@ class SubscriptionRenewal:
                 try:
                     await self._send(Unsubscribe(w, self.scheme.profile, {}).to_wire())
                 except PubguardError as exc:
-                    log.info("client %s: old generation %s not withdrawn: %s", self.identity,
-                             w, exc)  # fmt: skip
+                    log.info(
+                        "client %s: old generation %s not withdrawn: %s", self.identity, w, exc
+                    )

@@ -111,8 +111,9 @@ class KeyServiceClient:
         _, role = peer_identity(s)
         if self.server_role is not None and role != self.server_role:
             s.close()
-            raise TransportError(f"key service certificate has role {role!r}, "
-                                 f"not {self.server_role!r}")  # fmt: skip
+            raise TransportError(
+                f"key service certificate has role {role!r}, not {self.server_role!r}"
+            )
         self._dec = FrameDecoder(1 << 20)
         return s
 
@@ -185,13 +186,16 @@ class KeyServiceClient:
             raise FrameError(f"key service: {name} missing")
         return SecretBytes(v)
 
-    def subscribe(self, subscriber: str, w: str, *, now: float, rng: Any = None) -> SubscriptionGrant:  # fmt: skip
+    def subscribe(
+        self, subscriber: str, w: str, *, now: float, rng: Any = None
+    ) -> SubscriptionGrant:
         ok = self.call("subscribe", subject=subscriber, w=w)
         p = self._checked(ok.get("permit"), SubscriptionPermit, subscriber)
         return SubscriptionGrant(p, self._secret(ok, "key"), self._secret(ok, "ust"))
 
-    def advertise(self, publisher: str, publisher_key: Any, w: str, *, now: float,
-                  rng: Any = None) -> AdvertisementGrant:  # fmt: skip
+    def advertise(
+        self, publisher: str, publisher_key: Any, w: str, *, now: float, rng: Any = None
+    ) -> AdvertisementGrant:
         pk = publisher_key.to_bytes() if isinstance(publisher_key, VerifyKey) else publisher_key
         ok = self.call("advertise", subject=publisher, pk=pk, w=w)
         p = self._checked(ok.get("permit"), AdvertisementPermit, publisher)
@@ -201,20 +205,26 @@ class KeyServiceClient:
     def _raw(s: Any) -> bytes:
         return s.reveal() if isinstance(s, SecretBytes) else bytes(s)
 
-    def unsubscribe(self, permit: Any, ust: Any, *, now: float, rng: Any = None) -> UnsubscriptionPermit:  # fmt: skip
+    def unsubscribe(
+        self, permit: Any, ust: Any, *, now: float, rng: Any = None
+    ) -> UnsubscriptionPermit:
         ok = self.call("unsubscribe", permit=permit.to_bytes(), ust=self._raw(ust))
         return self._checked(ok.get("permit"), UnsubscriptionPermit, permit.subject)  # type: ignore[no-any-return]
 
-    def unadvertise(self, permit: Any, uat: Any, *, now: float, rng: Any = None) -> UnadvertisementPermit:  # fmt: skip
+    def unadvertise(
+        self, permit: Any, uat: Any, *, now: float, rng: Any = None
+    ) -> UnadvertisementPermit:
         ok = self.call("unadvertise", permit=permit.to_bytes(), uat=self._raw(uat))
         return self._checked(ok.get("permit"), UnadvertisementPermit, permit.subject)  # type: ignore[no-any-return]
 
-    def renew_subscription(self, permit: Any, ust: Any, w: str, *, now: float) -> SubscriptionGrant:  # fmt: skip
+    def renew_subscription(self, permit: Any, ust: Any, w: str, *, now: float) -> SubscriptionGrant:
         ok = self.call("renew_subscription", permit=permit.to_bytes(), ust=self._raw(ust), w=w)
         p = self._checked(ok.get("permit"), SubscriptionPermit, permit.subject)
         return SubscriptionGrant(p, self._secret(ok, "key"), self._secret(ok, "ust"))
 
-    def renew_advertisement(self, permit: Any, uat: Any, w: str, *, now: float) -> AdvertisementGrant:  # fmt: skip
+    def renew_advertisement(
+        self, permit: Any, uat: Any, w: str, *, now: float
+    ) -> AdvertisementGrant:
         ok = self.call("renew_advertisement", permit=permit.to_bytes(), uat=self._raw(uat), w=w)
         p = self._checked(ok.get("permit"), AdvertisementPermit, permit.subject)
         return AdvertisementGrant(p, self._secret(ok, "key"), self._secret(ok, "uat"))
@@ -224,8 +234,15 @@ class KeyServiceClient:
     def discover(self, req: DiscoveryRequest) -> bytes:
         """Send a signed discovery request to the TDN; the wrapped reply
         (:func:`~pubguard.keys.discovery.open_discovery_reply` opens it)."""
-        ok = self.call("discover", cert=req.cert, kmc=req.kmc, kem=req.kem_public,
-                       ts=req.timestamp_ms, nonce=req.nonce, sig=req.signature)  # fmt: skip
+        ok = self.call(
+            "discover",
+            cert=req.cert,
+            kmc=req.kmc,
+            kem=req.kem_public,
+            ts=req.timestamp_ms,
+            nonce=req.nonce,
+            sig=req.signature,
+        )
         if type(ok.get("reply")) is not bytes:
             raise FrameError("key service: discovery reply missing")
         return ok["reply"]  # type: ignore[no-any-return]

@@ -105,8 +105,10 @@ class KdcConfig:
             raise ValidationError("epoch_length must be positive")
         subs = self.subscribers
         if subs is not None:
-            subs = {n: tuple(Filter.parse(f) if isinstance(f, str) else f for f in fs)
-                    for n, fs in subs.items()}  # fmt: skip
+            subs = {
+                n: tuple(Filter.parse(f) if isinstance(f, str) else f for f in fs)
+                for n, fs in subs.items()
+            }
         pubs = self.publishers
         if pubs is not None:
             pubs = {n: tuple(s) for n, s in pubs.items()}
@@ -121,28 +123,40 @@ class KdcConfig:
         return f"KdcConfig(types={[t.name for t in self.types]}, master=<secret>)"
 
     def authority(self) -> DefaultAuthority:
-        return DefaultAuthority(self.master, Schema(self.types), subscribers=self.subscribers,
-                                publishers=self.publishers, epoch_length=self.epoch_length,
-                                origin=self.origin)  # fmt: skip
+        return DefaultAuthority(
+            self.master,
+            Schema(self.types),
+            subscribers=self.subscribers,
+            publishers=self.publishers,
+            epoch_length=self.epoch_length,
+            origin=self.origin,
+        )
 
     def bundle_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of a :class:`~pubguard.schemes.registry.KeyBundle` with this KDC."""
-        return {"master": self.master, "types": self.types, "subscribers": self.subscribers,
-                "publishers": self.publishers, "epoch_length": self.epoch_length,
-                "origin": self.origin}  # fmt: skip
+        return {
+            "master": self.master,
+            "types": self.types,
+            "subscribers": self.subscribers,
+            "publishers": self.publishers,
+            "epoch_length": self.epoch_length,
+            "origin": self.origin,
+        }
 
     def policy_json(self) -> dict[str, Any]:
         subs = self.subscribers
         return {
             "types": [t.to_json() for t in self.types],
-            "subscribers": None if subs is None else
-            {n: [[str(f), getattr(f, "id", None)] for f in fs] for n, fs in subs.items()},
-            "publishers": None if self.publishers is None else
-            {n: list(s) for n, s in self.publishers.items()},
+            "subscribers": None
+            if subs is None
+            else {n: [[str(f), getattr(f, "id", None)] for f in fs] for n, fs in subs.items()},
+            "publishers": None
+            if self.publishers is None
+            else {n: list(s) for n, s in self.publishers.items()},
             "epoch_length": self.epoch_length,
             "origin": self.origin,
             "admins": list(self.admins),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_policy(cls, d: Mapping[str, Any], master: SecretBytes | bytes) -> KdcConfig:
@@ -152,13 +166,16 @@ class KdcConfig:
             return cls(
                 SecretBytes(raw(master)),
                 tuple(EventType.from_json(t) for t in d["types"]),
-                None if subs is None else
-                {str(n): tuple(Filter.parse(t, id=i) for t, i in fs) for n, fs in subs.items()},
+                None
+                if subs is None
+                else {
+                    str(n): tuple(Filter.parse(t, id=i) for t, i in fs) for n, fs in subs.items()
+                },
                 None if pubs is None else {str(n): tuple(map(str, s)) for n, s in pubs.items()},
                 float(d.get("epoch_length", DEFAULT_EPOCH_LENGTH)),
                 float(d.get("origin", 0.0)),
                 tuple(d.get("admins") or ()),
-            )  # fmt: skip
+            )
         except (ValidationError, TypeError, ValueError, KeyError, AttributeError) as exc:
             raise ConfigError(f"KDC policy: invalid ({type(exc).__name__})") from None
 
@@ -192,8 +209,11 @@ def keys_to_wire(fk: FilterKeys, schema: Schema) -> list[dict[str, Any]]:
     included (psguard.txt §3.2.1: the stateless KDC would issue them on demand)."""
     out = []
     for w, sk in fk.scopes.items():
-        nodes = [[a, n.kind, list(n.node) if isinstance(n.node, tuple) else n.node, raw(k)]
-                 for a, grants in sk.keys.items() for n, k in grants]  # fmt: skip
+        nodes = [
+            [a, n.kind, list(n.node) if isinstance(n.node, tuple) else n.node, raw(k)]
+            for a, grants in sk.keys.items()
+            for n, k in grants
+        ]
         roots: dict[tuple[str, str], bytes] = {}
         for tname in sk.aggregate:
             ta = schema.topic_attr(tname)
@@ -202,13 +222,15 @@ def keys_to_wire(fk: FilterKeys, schema: Schema) -> list[dict[str, Any]]:
                     tree = spec_tree(spec)
                     if (tree, spec.name) not in roots:
                         roots[(tree, spec.name)] = sk.root(tree, spec.name)
-        out.append({
-            "w": w,
-            "s": raw(sk.scope_key),
-            "n": nodes,
-            "p": [[t, raw(x)] for t, x in sk.aggregate.items()],
-            "r": [[t, a, k] for (t, a), k in roots.items()],
-        })  # fmt: skip
+        out.append(
+            {
+                "w": w,
+                "s": raw(sk.scope_key),
+                "n": nodes,
+                "p": [[t, raw(x)] for t, x in sk.aggregate.items()],
+                "r": [[t, a, k] for (t, a), k in roots.items()],
+            }
+        )
     return out
 
 
@@ -218,8 +240,9 @@ def keys_to_wire(fk: FilterKeys, schema: Schema) -> list[dict[str, Any]]:
 class KdcService:
     """Server side of the KDC / authority ops (see the module docstring)."""
 
-    def __init__(self, config: KdcConfig, *, revocations: RevocationRegistry | Path | None = None
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, config: KdcConfig, *, revocations: RevocationRegistry | Path | None = None
+    ) -> None:
         """``revocations``: the registry or its SQLite file (None: in memory, lost on exit)."""
         self.config = config
         self.authority = config.authority()
@@ -237,16 +260,25 @@ class KdcService:
         return f"KdcService(types={sorted(self.keys.schema.types)})"
 
     def ops(self) -> dict[str, Any]:
-        return {"kdc_authorise": self.authorise, "kdc_publisher": self.publisher,
-                "kdc_scope": self.scope, "authority_publish_permit": self.publish_permit,
-                "authority_subscribe_permit": self.subscribe_permit,
-                "authority_revoked": self.revoked, "authority_revoke": self.revoke,
-                "authority_revocations": self.revocation_list}  # fmt: skip
+        return {
+            "kdc_authorise": self.authorise,
+            "kdc_publisher": self.publisher,
+            "kdc_scope": self.scope,
+            "authority_publish_permit": self.publish_permit,
+            "authority_subscribe_permit": self.subscribe_permit,
+            "authority_revoked": self.revoked,
+            "authority_revoke": self.revoke,
+            "authority_revocations": self.revocation_list,
+        }
 
     def info(self) -> dict[str, Any]:
         c = self.config
-        return {"schema": self.keys.schema.to_json(), "epoch_length": c.epoch_length,
-                "origin": c.origin, "authority_key": self.authority.public_key.to_bytes()}  # fmt: skip
+        return {
+            "schema": self.keys.schema.to_json(),
+            "epoch_length": c.epoch_length,
+            "origin": c.origin,
+            "authority_key": self.authority.public_key.to_bytes(),
+        }
 
     # -- checks ------------------------------------------------------------------------------
     @staticmethod
@@ -275,8 +307,15 @@ class KdcService:
         return s
 
     # -- psguard.txt §3: the KDC ---------------------------------------------------------------
-    def authorise(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
-                  serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def authorise(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: Any,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         self._subject(req, peer, role)
         text = _field(req, "filter", str)
         if len(text) > MAX_FILTER_TEXT:
@@ -287,18 +326,35 @@ class KdcService:
             raise _Refused("unauthorised", "the policy does not let the caller subscribe to this")
         rows, fk = self.keys.authorise(peer, f, epoch=epoch)
         self._remember(peer, filter_digest(parse_filter(filter_to_wire(rows))))
-        return {"rows": rows_to_wire(rows), "keys": keys_to_wire(fk, self.keys.schema),
-                "epoch": epoch}  # fmt: skip
+        return {
+            "rows": rows_to_wire(rows),
+            "keys": keys_to_wire(fk, self.keys.schema),
+            "epoch": epoch,
+        }
 
-    def publisher(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
-                  serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def publisher(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: Any,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         self._subject(req, peer, role)
         self._epoch(req, now)
         s = self._scopes(peer)
         return {"scopes": None if s is None else list(s)}
 
-    def scope(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
-              serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def scope(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: Any,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         self._subject(req, peer, role)
         w = _field(req, "scope", str)
         s = self._scopes(peer)
@@ -315,8 +371,15 @@ class KdcService:
         while len(self._issued) > MAX_ISSUED:
             self._issued.popitem(last=False)
 
-    def publish_permit(self, req: dict[str, Any], peer: str, role: Any, now: float,
-                       rng: _random.Random | None, serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def publish_permit(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: _random.Random | None,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         self._subject(req, peer, role)
         key = VerifyKey.from_bytes(_field(req, "key", bytes))
         asked = req.get("serial", 0)
@@ -328,8 +391,15 @@ class KdcService:
         self.note_key(peer, key.to_bytes(), now)
         return {"permit": p.encode()}
 
-    def subscribe_permit(self, req: dict[str, Any], peer: str, role: Any, now: float,
-                         rng: _random.Random | None, serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def subscribe_permit(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: _random.Random | None,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         self._subject(req, peer, role)
         key = VerifyKey.from_bytes(_field(req, "key", bytes))
         digest = _field(req, "digest", bytes)
@@ -343,8 +413,15 @@ class KdcService:
         self.note_key(peer, key.to_bytes(), now)
         return {"permit": p.encode()}
 
-    def revoked(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
-                serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def revoked(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: Any,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         return {"keys": sorted(self.authority.revoked)}
 
     # -- revocation (docs/keyservice.md) ------------------------------------------------------
@@ -356,8 +433,15 @@ class KdcService:
         self.revocations.note_key(identity, key, now=now)
         self.authority.revoked.update(self.revocations.keys)
 
-    def revoke(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
-               serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def revoke(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: Any,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         if role != Role.CLIENT.value or peer not in self.config.admins:
             raise _Refused("unauthorised", "only an administrator named by the policy may revoke")
         ident, key = req.get("identity"), req.get("key")
@@ -371,9 +455,19 @@ class KdcService:
                 raise _Refused("invalid", "a key is a 32-byte Ed25519 public key")
             changed = self.revocations.revoke_key(k, now=now)
         self.authority.revoked.update(self.revocations.keys)
-        return {"serial": self.revocations.serial, "changed": changed,
-                "keys": len(self.revocations.keys)}  # fmt: skip
+        return {
+            "serial": self.revocations.serial,
+            "changed": changed,
+            "keys": len(self.revocations.keys),
+        }
 
-    def revocation_list(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any,
-                        serial: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def revocation_list(
+        self,
+        req: dict[str, Any],
+        peer: str,
+        role: Any,
+        now: float,
+        rng: Any,
+        serial: int | None = None,
+    ) -> dict[str, Any]:
         return {"list": self.revocations.signed(now).encode()}

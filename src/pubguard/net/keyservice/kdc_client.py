@@ -206,8 +206,9 @@ class RemoteKdc:
         the caller's name (DropError UNAUTHORISED outside its policy)."""
         if f.id is None:
             raise KeyError_("psguard: filters need an id")
-        ok = self.client.call("kdc_authorise", subject=subscriber, filter=str(f), fid=f.id,
-                              epoch=epoch)  # fmt: skip
+        ok = self.client.call(
+            "kdc_authorise", subject=subscriber, filter=str(f), fid=f.id, epoch=epoch
+        )
         if ok.get("epoch") != epoch:
             raise _bad("epoch")
         scopes = dict(_scope_keys(d) for d in _l(ok.get("keys"), "filter keys"))
@@ -219,8 +220,14 @@ class RemoteKdc:
         """A :class:`Publisher` for ``name`` (the caller) whose KDC fetches the keys of its
         own scopes only (DropError UNAUTHORISED if it may not publish)."""
         self.client.call("kdc_publisher", subject=name, epoch=epoch)
-        return Publisher(cast(KDC, _EpochKdc(self, name, None)), self.schema, name=name,
-                         signing_key=signing_key, epoch=epoch, mode=mode)  # fmt: skip
+        return Publisher(
+            cast(KDC, _EpochKdc(self, name, None)),
+            self.schema,
+            name=name,
+            signing_key=signing_key,
+            epoch=epoch,
+            mode=mode,
+        )
 
     def _scope(self, name: str, w: str, epoch: int) -> tuple[TopicKeys, bytes]:
         k = (name, epoch, w)
@@ -288,17 +295,36 @@ class RemoteAuthority:
             raise InvalidToken()
         return p
 
-    def publish_permit(self, name: str, key: VerifyKey, *, now: float, serial: int = 0,
-                       rng: _random.Random | None = None) -> AuthorityPermit:  # fmt: skip
+    def publish_permit(
+        self,
+        name: str,
+        key: VerifyKey,
+        *,
+        now: float,
+        serial: int = 0,
+        rng: _random.Random | None = None,
+    ) -> AuthorityPermit:
         ok = self.client.call(
             "authority_publish_permit", subject=name, key=key.to_bytes(), serial=serial
         )
         return self._checked(ok, PUBLISH, name, key)
 
-    def subscribe_permit(self, name: str, key: VerifyKey, digest: bytes, *, now: float,
-                         rng: _random.Random | None = None) -> AuthorityPermit:  # fmt: skip
-        ok = self.client.call("authority_subscribe_permit", subject=name, key=key.to_bytes(),
-                              digest=digest, epoch=self.epoch_at(now))  # fmt: skip
+    def subscribe_permit(
+        self,
+        name: str,
+        key: VerifyKey,
+        digest: bytes,
+        *,
+        now: float,
+        rng: _random.Random | None = None,
+    ) -> AuthorityPermit:
+        ok = self.client.call(
+            "authority_subscribe_permit",
+            subject=name,
+            key=key.to_bytes(),
+            digest=digest,
+            epoch=self.epoch_at(now),
+        )
         p = self._checked(ok, SUBSCRIBE, name, key)
         if p.digest != digest:
             raise InvalidToken()

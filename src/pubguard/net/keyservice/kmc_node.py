@@ -138,8 +138,9 @@ class KmcNode:
             await old.unsubscribe()
         await self._advertise(adv)
         self.stats["rotations"] += 1
-        log.warning("kmc: flood of bogus requests; moved to a fresh topic (version %d)",
-                    adv.version)  # fmt: skip
+        log.warning(
+            "kmc: flood of bogus requests; moved to a fresh topic (version %d)", adv.version
+        )
 
 
 def discover_kmc_topic(
@@ -180,8 +181,9 @@ async def fetch_topic_key(
     scheme = client.scheme
     if not isinstance(scheme, NaradaClient):
         raise ValidationError("fetch_topic_key needs a client speaking the narada profile")
-    adv = await asyncio.to_thread(discover_kmc_topic, scheme, tdn, kmc=kmc, ca_cert=ca_cert,
-                                  crl=crl, now=time.time())  # fmt: skip
+    adv = await asyncio.to_thread(
+        discover_kmc_topic, scheme, tdn, kmc=kmc, ca_cert=ca_cert, crl=crl, now=time.time()
+    )
     reply = new_reply_topic()
     sub = await client.subscribe(f'topic = "{reply}"')
     await client.flush()

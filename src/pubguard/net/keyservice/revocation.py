@@ -36,15 +36,18 @@ __all__ = ["REVOCATIONS_DB", "RevocationRegistry"]
 REVOCATIONS_DB: Final = "keyservice-revocations.db"
 _COMPONENT: Final = "keyservice_revocations"
 _MIGRATIONS: Final = (
-    Migration(1, (
-        "CREATE TABLE rv_seen (identity TEXT NOT NULL, key BLOB NOT NULL,"
-        " PRIMARY KEY (identity, key))",
-        "CREATE TABLE rv_identities (identity TEXT PRIMARY KEY, at REAL NOT NULL,"
-        " by TEXT NOT NULL)",
-        "CREATE TABLE rv_keys (key BLOB PRIMARY KEY, identity TEXT, at REAL NOT NULL)",
-        "CREATE TABLE rv_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-    )),
-)  # fmt: skip
+    Migration(
+        1,
+        (
+            "CREATE TABLE rv_seen (identity TEXT NOT NULL, key BLOB NOT NULL,"
+            " PRIMARY KEY (identity, key))",
+            "CREATE TABLE rv_identities (identity TEXT PRIMARY KEY, at REAL NOT NULL,"
+            " by TEXT NOT NULL)",
+            "CREATE TABLE rv_keys (key BLOB PRIMARY KEY, identity TEXT, at REAL NOT NULL)",
+            "CREATE TABLE rv_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        ),
+    ),
+)
 #: keys remembered per identity (a client that keeps minting keys cannot grow the file)
 MAX_KEYS_PER_IDENTITY: Final = 64
 
@@ -54,8 +57,9 @@ class RevocationRegistry:
     authority's list signer (:meth:`~pubguard.schemes.default.client.DefaultAuthority.
     sign_revocations`: its key is the brokers' ``authority_key``, and stays inside it)."""
 
-    def __init__(self, db: Database | Path | str | None,
-                 sign: Callable[..., SignedRevocations]) -> None:  # fmt: skip
+    def __init__(
+        self, db: Database | Path | str | None, sign: Callable[..., SignedRevocations]
+    ) -> None:
         # the key service runs on one event loop, which tests may run in another thread
         if db is None:
             db = Database(":memory:", check_same_thread=False)
@@ -92,17 +96,20 @@ class RevocationRegistry:
 
     def _bump(self) -> None:
         self._serial += 1
-        self.db.execute("INSERT INTO rv_meta(name, value) VALUES ('serial', ?) "
-                        "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                        (self._serial,))  # fmt: skip
+        self.db.execute(
+            "INSERT INTO rv_meta(name, value) VALUES ('serial', ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (self._serial,),
+        )
 
     def _add_key(self, key: bytes, identity: str | None, now: float) -> bool:
         if key in self._keys:
             return False
         if len(self._keys) >= MAX_ENTRIES:
             raise ValidationError(f"the revocation list is full ({MAX_ENTRIES} keys)")
-        self.db.execute("INSERT INTO rv_keys(key, identity, at) VALUES (?, ?, ?)",
-                        (key, identity, now))  # fmt: skip
+        self.db.execute(
+            "INSERT INTO rv_keys(key, identity, at) VALUES (?, ?, ?)", (key, identity, now)
+        )
         self._keys.add(key)
         return True
 
@@ -114,8 +121,9 @@ class RevocationRegistry:
         n = self.db.query("SELECT COUNT(*) AS n FROM rv_seen WHERE identity = ?", (identity,))
         with self.db.transaction():
             if int(n[0]["n"]) < MAX_KEYS_PER_IDENTITY:
-                self.db.execute("INSERT OR IGNORE INTO rv_seen(identity, key) VALUES (?, ?)",
-                                (identity, key))  # fmt: skip
+                self.db.execute(
+                    "INSERT OR IGNORE INTO rv_seen(identity, key) VALUES (?, ?)", (identity, key)
+                )
             if identity in self._ids and self._add_key(key, identity, now):
                 self._bump()
 
@@ -128,8 +136,10 @@ class RevocationRegistry:
             if identity not in self._ids:
                 if len(self._ids) >= MAX_ENTRIES:
                     raise ValidationError(f"the revocation list is full ({MAX_ENTRIES})")
-                self.db.execute("INSERT INTO rv_identities(identity, at, by) VALUES (?, ?, ?)",
-                                (identity, now, by))  # fmt: skip
+                self.db.execute(
+                    "INSERT INTO rv_identities(identity, at, by) VALUES (?, ?, ?)",
+                    (identity, now, by),
+                )
                 self._ids.add(identity)
                 changed = True
             for r in self.db.query("SELECT key FROM rv_seen WHERE identity = ?", (identity,)):

@@ -94,8 +94,15 @@ MAX_REQUEST_SIZE: Final = 64 * 1024  # a request carries a permit, a key and a c
 MAX_FIELD: Final = 16 * 1024
 IDLE_TIMEOUT: Final = 300.0
 CALL_TIMEOUT: Final = 10.0
-ERROR_CODES: Final = ("malformed", "unknown_op", "invalid", "invalid_token", "unauthorised",
-                      "revoked", "unavailable")  # fmt: skip
+ERROR_CODES: Final = (
+    "malformed",
+    "unknown_op",
+    "invalid",
+    "invalid_token",
+    "unauthorised",
+    "revoked",
+    "unavailable",
+)
 
 
 #: what a revoked identity may still ask for
@@ -161,10 +168,14 @@ class KeyServiceCore:
         self._serial: int | None = None
         self._ops: dict[str, Callable[..., dict[str, Any]]] = {"info": self._info}
         if ms is not None:
-            self._ops.update(subscribe=self._subscribe, advertise=self._advertise,
-                             unsubscribe=self._unsubscribe, unadvertise=self._unadvertise,
-                             renew_subscription=self._renew_sub,
-                             renew_advertisement=self._renew_ad)  # fmt: skip
+            self._ops.update(
+                subscribe=self._subscribe,
+                advertise=self._advertise,
+                unsubscribe=self._unsubscribe,
+                unadvertise=self._unadvertise,
+                renew_subscription=self._renew_sub,
+                renew_advertisement=self._renew_ad,
+            )
         if tdn is not None:
             self._ops.update(tdn_advertise=self._tdn_advertise, discover=self._discover)
         if kdc is not None:
@@ -233,7 +244,9 @@ class KeyServiceCore:
 
     # -- ops (req, peer, role, now, rng) -> result map ---------------------------------------
 
-    def _info(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _info(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"identity": peer, "ops": sorted(self._ops)}
         if self.ms is not None:
             out["ms_key"] = self.ms.public_key.to_bytes()
@@ -250,46 +263,62 @@ class KeyServiceCore:
         if _field(req, "subject", str) != peer:
             raise _Refused("unauthorised", "a permit can be requested only in one's own name")
 
-    def _subscribe(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _subscribe(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         self._subject(req, peer)
         return _sub_grant(self._mine().subscribe(peer, _field(req, "w", str), now=now, rng=rng))
 
-    def _advertise(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _advertise(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         self._subject(req, peer)
         pk = VerifyKey.from_bytes(_field(req, "pk", bytes))
         if self.kdc is not None:  # revoking the identity revokes this key at eventguard brokers
             self.kdc.note_key(peer, pk.to_bytes(), now)
         return _ad_grant(self._mine().advertise(peer, pk, _field(req, "w", str), now=now, rng=rng))
 
-    def _unsubscribe(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _unsubscribe(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         p = _permit(req, SubscriptionPermit)
         _own(p, peer)
         usb = self._mine().unsubscribe(p, _field(req, "ust", bytes), now=now, rng=rng)
         return {"permit": usb.to_bytes()}
 
-    def _unadvertise(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _unadvertise(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         p = _permit(req, AdvertisementPermit)
         _own(p, peer)
         uad = self._mine().unadvertise(p, _field(req, "uat", bytes), now=now, rng=rng)
         return {"permit": uad.to_bytes()}
 
-    def _renew_sub(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _renew_sub(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         p = _permit(req, SubscriptionPermit)
         _own(p, peer)
         ms = self._mine()
-        return _sub_grant(ms.renew_subscription(p, _field(req, "ust", bytes),
-                                                _field(req, "w", str), now=now))  # fmt: skip
+        return _sub_grant(
+            ms.renew_subscription(p, _field(req, "ust", bytes), _field(req, "w", str), now=now)
+        )
 
-    def _renew_ad(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _renew_ad(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         p = _permit(req, AdvertisementPermit)
         _own(p, peer)
         ms = self._mine()
-        return _ad_grant(ms.renew_advertisement(p, _field(req, "uat", bytes),
-                                                _field(req, "w", str), now=now))  # fmt: skip
+        return _ad_grant(
+            ms.renew_advertisement(p, _field(req, "uat", bytes), _field(req, "w", str), now=now)
+        )
 
     # -- narada §II-A: the topic discovery node ---------------------------------------------
 
-    def _tdn_advertise(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _tdn_advertise(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         assert self.tdn is not None
         if role != "kmc":  # only a KMC (certificate role) may place its advertisement
             raise _Refused("unauthorised", "only a KMC may advertise its topic")
@@ -299,13 +328,20 @@ class KeyServiceCore:
         self.tdn.advertise(adv, now=now)
         return {"version": adv.version}
 
-    def _discover(self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any) -> dict[str, Any]:  # fmt: skip
+    def _discover(
+        self, req: dict[str, Any], peer: str, role: Any, now: float, rng: Any
+    ) -> dict[str, Any]:
         assert self.tdn is not None
         try:
             kmc = _field(req, "kmc", str) if req.get("kmc") else ""
-            r = DiscoveryRequest(_field(req, "cert", bytes), kmc, _field(req, "kem", bytes),
-                                 _field(req, "ts", int), _field(req, "nonce", bytes),
-                                 _field(req, "sig", bytes))  # fmt: skip
+            r = DiscoveryRequest(
+                _field(req, "cert", bytes),
+                kmc,
+                _field(req, "kem", bytes),
+                _field(req, "ts", int),
+                _field(req, "nonce", bytes),
+                _field(req, "sig", bytes),
+            )
         except (TypeError, ValueError):
             raise _Refused("malformed", "bad discovery request") from None
         # the requester's credentials must be its own TLS identity (no relaying of others')
@@ -341,8 +377,7 @@ class KeyServiceServer:
 
     async def start(self) -> int:
         """Listen; returns the bound port."""
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  ssl=self.ssl)  # fmt: skip
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("keyservice: listening on %s:%d", self.host, self.port)
         return self.port
@@ -382,14 +417,21 @@ class KeyServiceServer:
                 else:
                     bad = dec.error
                 for f in frames:
-                    resp = self.core.handle(f, peer=cn, peer_role=role, now=self.clock(),
-                                            rng=self.rng, peer_serial=serial)  # fmt: skip
+                    resp = self.core.handle(
+                        f,
+                        peer=cn,
+                        peer_role=role,
+                        now=self.clock(),
+                        rng=self.rng,
+                        peer_serial=serial,
+                    )
                     writer.write(encode_frame(resp))
                 if bad is not None:
                     self.stats["malformed"] += 1
                     log.warning("keyservice: closing link of %s: malformed frame (%s)", cn, bad)
-                    writer.write(encode_frame({"id": None, "error": "malformed",
-                                               "message": str(bad)}))  # fmt: skip
+                    writer.write(
+                        encode_frame({"id": None, "error": "malformed", "message": str(bad)})
+                    )
                     await writer.drain()
                     break
                 await writer.drain()

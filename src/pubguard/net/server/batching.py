@@ -138,8 +138,15 @@ class BatchProcessing:
         events: dict[int, bytes] = {}  # one packed form per publication in these actions
         for a in actions:
             if isinstance(a, Drop):
-                log.debug("broker %s: drop %s %s from %s: %s: %s", self.name, a.op or "message",
-                          a.message_id, a.link, a.reason.value, a.detail)  # fmt: skip
+                log.debug(
+                    "broker %s: drop %s %s from %s: %s: %s",
+                    self.name,
+                    a.op or "message",
+                    a.message_id,
+                    a.link,
+                    a.reason.value,
+                    a.detail,
+                )
                 continue
             if isinstance(a, Reply) and isinstance(a.message, Ack):
                 continue  # the link-level cumulative ack already confirms acceptance

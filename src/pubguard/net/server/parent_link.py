@@ -91,8 +91,9 @@ class ParentLink:
             await asyncio.sleep(cfg.heartbeat_interval / 2)
             expired = self.core.expire(time.time())  # subscriptions whose permit ran out
             if expired:
-                log.info("broker %s: subscription leases ended; %d actions", self.name,
-                         len(expired))  # fmt: skip
+                log.info(
+                    "broker %s: subscription leases ended; %d actions", self.name, len(expired)
+                )
                 self._apply(expired)
                 self._flush_batch()  # persist and send the withdrawals now, not with later input
             now = time.monotonic()
@@ -101,8 +102,12 @@ class ParentLink:
                 if w is None:
                     continue
                 if now - link.last_rx > cfg.heartbeat_timeout:
-                    log.warning("broker %s: %s silent for %.1fs, closing", self.name,
-                                link.link_id, now - link.last_rx)  # fmt: skip
+                    log.warning(
+                        "broker %s: %s silent for %.1fs, closing",
+                        self.name,
+                        link.link_id,
+                        now - link.last_rx,
+                    )
                     w.close()
                 elif now - link.last_tx > cfg.heartbeat_interval:
                     link.send_control(envelope.heartbeat())

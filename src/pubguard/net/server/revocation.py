@@ -87,8 +87,12 @@ class RevocationWatcher:
             return
         with contextlib.suppress(OSError):
             v = self.take(self.file.read_bytes(), persist=False)
-            log.info("broker %s: revocation list serial %s restored (%s)", self.broker,
-                     v.serial, v.outcome)  # fmt: skip
+            log.info(
+                "broker %s: revocation list serial %s restored (%s)",
+                self.broker,
+                v.serial,
+                v.outcome,
+            )
 
     def take(self, blob: bytes, *, persist: bool = True) -> FeedVerdict:
         """Offer one list to the feed; apply and keep it if accepted."""
@@ -97,10 +101,15 @@ class RevocationWatcher:
         if v.outcome == "applied":
             apply_revocations(self.schemes, v.new_keys)
             rl = self.feed.current
-            log.log(logging.WARNING if v.new_keys else logging.INFO,
-                    "broker %s: revocation list serial %s: %d key(s) newly revoked "
-                    "(revoked identities: %s)", self.broker, v.serial, len(v.new_keys),
-                    ", ".join(rl.identities) if rl and rl.identities else "none")  # fmt: skip
+            log.log(
+                logging.WARNING if v.new_keys else logging.INFO,
+                "broker %s: revocation list serial %s: %d key(s) newly revoked "
+                "(revoked identities: %s)",
+                self.broker,
+                v.serial,
+                len(v.new_keys),
+                ", ".join(rl.identities) if rl and rl.identities else "none",
+            )
             if persist and self.file is not None:
                 self._keep(blob)
         if v.accepted:
@@ -129,10 +138,14 @@ class RevocationWatcher:
         now = self.clock()
         stale = self.feed.stale(now)
         if stale and not self._stale_logged and self.feed.current is not None:
-            log.warning("broker %s: revocation list serial %s is %.0f s old (max_age %.0f s): "
-                        "revocations since then are unknown here", self.broker,
-                        self.feed.serial, now - (self.feed.issued or 0.0),
-                        self.feed.max_age)  # fmt: skip
+            log.warning(
+                "broker %s: revocation list serial %s is %.0f s old (max_age %.0f s): "
+                "revocations since then are unknown here",
+                self.broker,
+                self.feed.serial,
+                now - (self.feed.issued or 0.0),
+                self.feed.max_age,
+            )
             self._stale_logged = True
         return stale
 

@@ -97,13 +97,13 @@ def schemes_for(
     names = (profiles,) if isinstance(profiles, str) else tuple(profiles)
     for p in names:
         if p not in PROFILES:
-            raise ConfigError(f"unknown profile {p!r} (known: {', '.join(PROFILES)})",
-                              key="profile")  # fmt: skip
+            raise ConfigError(
+                f"unknown profile {p!r} (known: {', '.join(PROFILES)})", key="profile"
+            )
     if set(names) <= {"plain"}:
         return SchemeRegistry([PlainScheme()])
     if keys is None:
-        raise ConfigError("serving a secure profile needs the broker keys (keys = ...)",
-                          key="keys")  # fmt: skip
+        raise ConfigError("serving a secure profile needs the broker keys (keys = ...)", key="keys")
     bk = keys if isinstance(keys, BrokerKeys) else BrokerKeys.load(keys)
     t = time.time() if now is None else now
     return build_registry(names, bk, now=t, state_dir=state_dir, replay_db=replay_db)
@@ -117,8 +117,13 @@ def _peer_identity(writer: FrameConnection) -> tuple[str | None, str | None]:
 class BrokerServer(BatchProcessing, ParentLink):
     """One broker process (or an in-process broker for demos and tests)."""
 
-    def __init__(self, config: BrokerConfig, *, ssl_server: _ssl.SSLContext | None = None,
-                 ssl_client: _ssl.SSLContext | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        ssl_server: _ssl.SSLContext | None = None,
+        ssl_client: _ssl.SSLContext | None = None,
+    ) -> None:
         self.config = config
         self.name = config.name
         if config.tls is not None and ssl_server is None:
@@ -136,9 +141,12 @@ class BrokerServer(BatchProcessing, ParentLink):
         replay_db = self.store.db if self.store is not None else None
         if replay_db is not None:  # an older broker's replay.db: carried over, not dropped
             ReplayState.import_file(config.state_dir / "replay.db", replay_db)
-        self.core = Broker(config.name, schemes_for(config.served, config.keys,
-                           replay_db=replay_db), store=self.store,
-                           no_catch_up=config.no_catch_up)  # fmt: skip
+        self.core = Broker(
+            config.name,
+            schemes_for(config.served, config.keys, replay_db=replay_db),
+            store=self.store,
+            no_catch_up=config.no_catch_up,
+        )
         self._record = config.record.open("ab") if config.record is not None else None
         self.links: dict[str, Link] = {}
         self.stats: Counter[str] = Counter()
@@ -161,11 +169,18 @@ class BrokerServer(BatchProcessing, ParentLink):
         assert cfg.revocation is not None and cfg.keys is not None
         ak = BrokerKeys.load(cfg.keys).authority_key
         if ak is None:
-            raise ConfigError("[revocation] needs the authority key in the broker keys",
-                              key="revocation")  # fmt: skip
+            raise ConfigError(
+                "[revocation] needs the authority key in the broker keys", key="revocation"
+            )
         feed = RevocationFeed(ak, max_age=cfg.revocation.max_age)
-        self.revocation = RevocationWatcher(self.name, cfg.revocation, feed, self.core.schemes,
-                                            self.ssl_client, state_dir=cfg.state_dir)  # fmt: skip
+        self.revocation = RevocationWatcher(
+            self.name,
+            cfg.revocation,
+            feed,
+            self.core.schemes,
+            self.ssl_client,
+            state_dir=cfg.state_dir,
+        )
         self.revocation.restore()
 
     def _apply(self, actions: list[Any]) -> None:
@@ -177,9 +192,14 @@ class BrokerServer(BatchProcessing, ParentLink):
                     k = self._revoked_by_link[a.link]
                     self._revoked_by_link[a.link] += 1
                     if k % REVOKED_LOG_EVERY == 0:
-                        log.warning("broker %s: dropped %s %s from %s: revoked (%d so far)",
-                                    self.name, a.op or "message", a.message_id, a.link,
-                                    k + 1)  # fmt: skip
+                        log.warning(
+                            "broker %s: dropped %s %s from %s: revoked (%d so far)",
+                            self.name,
+                            a.op or "message",
+                            a.message_id,
+                            a.link,
+                            k + 1,
+                        )
         super()._apply(actions)
 
     # -- state -----------------------------------------------------------------------------
@@ -217,8 +237,16 @@ class BrokerServer(BatchProcessing, ParentLink):
                 st.forget_link(link_id)
         self._flush_batch()
 
-    def _new_link(self, link_id: str, kind: str, peer: str, row: LinkRow | None,
-                  *, durable: bool | None = None, session: str = "") -> Link:  # fmt: skip
+    def _new_link(
+        self,
+        link_id: str,
+        kind: str,
+        peer: str,
+        row: LinkRow | None,
+        *,
+        durable: bool | None = None,
+        session: str = "",
+    ) -> Link:
         role = "client" if kind == LinkKind.CLIENT.value else "broker"
         if durable is None:
             durable = role == "broker" or (row is not None and row.durable)
@@ -247,9 +275,12 @@ class BrokerServer(BatchProcessing, ParentLink):
             port = int(self.store.get_meta("port") or 0)  # sticky across restarts
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: FrameConnection(self._on_connection), cfg.host, port, ssl=self.ssl_server,
+            lambda: FrameConnection(self._on_connection),
+            cfg.host,
+            port,
+            ssl=self.ssl_server,
             reuse_address=True,
-        )  # fmt: skip
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         if self.store is not None:
             self.store.set_meta("port", str(self.port))
@@ -313,10 +344,16 @@ class BrokerServer(BatchProcessing, ParentLink):
             link, resumed = self._accept_hello(hello, writer)
             writer.write(
                 encode_frame(
-                    envelope.hello(self.name, "broker", self.session, durable=link.durable,
-                                   rx=link.rx_seq, resumed=resumed)
+                    envelope.hello(
+                        self.name,
+                        "broker",
+                        self.session,
+                        durable=link.durable,
+                        rx=link.rx_seq,
+                        resumed=resumed,
+                    )
                 )
-            )  # fmt: skip
+            )
             if link.kind == LinkKind.CHILD.value and not resumed:
                 self._apply(self.core.link_up(link.link_id))
                 self._flush_batch()
@@ -382,8 +419,9 @@ class BrokerServer(BatchProcessing, ParentLink):
                 link = None
         if link is None:
             kind = LinkKind.CHILD if role == "broker" else LinkKind.CLIENT
-            link = self._new_link(lid, kind.value, name, None, durable=durable or role == "broker",
-                                  session=session)  # fmt: skip
+            link = self._new_link(
+                lid, kind.value, name, None, durable=durable or role == "broker", session=session
+            )
             self._apply(self.core.add_link(lid, kind, name))
         if self.store is not None and link.durable:
             self.store.put_link(LinkRow(lid, link.kind, session, True, link.rx_seq, link.tx_next))
@@ -406,8 +444,9 @@ class BrokerServer(BatchProcessing, ParentLink):
         if link.role == "client" and not link.durable and not self._closing:
             self._drop_link(link)
 
-    async def _read_loop(self, link: Link, conn: FrameConnection,
-                         frames: list[dict[str, Any]]) -> None:  # fmt: skip
+    async def _read_loop(
+        self, link: Link, conn: FrameConnection, frames: list[dict[str, Any]]
+    ) -> None:
         """Serve the link until its connection ends: every chunk's envelopes go to
         :meth:`_on_frames` from the transport's callback (``io_conn.py``)."""
         await conn.run(lambda fs: self._on_frames(link, fs), frames)
@@ -452,8 +491,13 @@ class BrokerServer(BatchProcessing, ParentLink):
         lid = link.link_id
         greeted = False
         try:
-            writer.write(encode_frame(envelope.hello(
-                self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq)))  # fmt: skip
+            writer.write(
+                encode_frame(
+                    envelope.hello(
+                        self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq
+                    )
+                )
+            )
             hello, rest = await self._read_hello(writer)
             cn, _ = _peer_identity(writer)
             if hello["name"] != p.name or (self.ssl_client is not None and cn != p.name):
@@ -471,7 +515,14 @@ class BrokerServer(BatchProcessing, ParentLink):
                 self._flush_batch()
             greeted = True
             await self._read_loop(link, writer, rest)
-        except (_PeerClosed, TimeoutError, FrameError, TransportError, OSError, _ssl.SSLError) as exc:  # fmt: skip
+        except (
+            _PeerClosed,
+            TimeoutError,
+            FrameError,
+            TransportError,
+            OSError,
+            _ssl.SSLError,
+        ) as exc:
             log.info("broker %s: parent link lost: %s", self.name, exc)
         finally:
             if link.writer is writer:

@@ -101,8 +101,9 @@ def validation_cost(
     ``batch``: publications per signature (Merkle root verified once, then cached).
     ``token_cache=False``: narada without the verified-token cache (§VI). CPU time, best of
     ``slices`` slices of ``n / slices`` publications."""
-    with _valid_setup(profile, n, batch=batch, token_cache=token_cache, seed=seed,
-                      attribute=attribute) as timer:  # fmt: skip
+    with _valid_setup(
+        profile, n, batch=batch, token_cache=token_cache, seed=seed, attribute=attribute
+    ) as timer:
         k = max(1, n // slices)
         return min(timer(s * k, (s + 1) * k if s < slices - 1 else n) for s in range(slices))
 
@@ -124,16 +125,22 @@ def _valid_setup(
 
     now = time.time()
     with _tf.TemporaryDirectory(prefix="pubguard-valid-") as tmp:
-        bundle = KeyBundle(tmp, now=now, types=(bench_type(attribute),),
-                           identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
+        bundle = KeyBundle(
+            tmp,
+            now=now,
+            types=(bench_type(attribute),),
+            identities=(PUBLISHER,),
+            rng=random.Random(seed),
+        )
         client = bundle.client(profile, PUBLISHER, topics=("s0",), now=now)
         keys = bundle.broker_keys(narada=profile == "narada")
         if profile == "narada" and not token_cache:
             from pubguard.schemes.narada.broker import NaradaBroker
 
             assert keys.ca_cert is not None
-            broker: Any = NaradaBroker(ca_cert=keys.ca_cert, kmc_certs=keys.kmc_certs, now=now,
-                                       crl=keys.crl, token_uses=0)  # fmt: skip
+            broker: Any = NaradaBroker(
+                ca_cert=keys.ca_cert, kmc_certs=keys.kmc_certs, now=now, crl=keys.crl, token_uses=0
+            )
         else:
             broker = make_broker_scheme(profile, keys, now=now)
         if profile == "eventguard":
@@ -145,11 +152,15 @@ def _valid_setup(
         pes: list[Any] = []
         for i in range(0, len(evs), batch):
             chunk = evs[i : i + batch]
-            pes += protect(chunk, now=now) if protect and batch > 1 else [
-                client.protect_event(e, now=now) for e in chunk]  # fmt: skip
+            pes += (
+                protect(chunk, now=now)
+                if protect and batch > 1
+                else [client.protect_event(e, now=now) for e in chunk]
+            )
         msgs = [Publish(pe.event_id, profile, pe.routing, pe.body, pe.meta) for pe in pes]
-        ctx = CheckContext(now=now, link=LinkInfo("c:" + PUBLISHER, LinkKind.CLIENT, PUBLISHER),
-                           broker_id="b0")  # fmt: skip
+        ctx = CheckContext(
+            now=now, link=LinkInfo("c:" + PUBLISHER, LinkKind.CLIENT, PUBLISHER), broker_id="b0"
+        )
         for m in msgs[:warm]:
             broker.decode_event(m.routing)
             broker.broker_check(m, ctx)
@@ -189,8 +200,9 @@ def core_cost(
     call each). Best of ``slices`` slices (the machine is shared)."""
     from pubguard.broker import DeliverTo
 
-    with _core_setup(profile, n, batch=batch, subscribers=subscribers, seed=seed,
-                     attribute=attribute) as (core, wires):  # fmt: skip
+    with _core_setup(
+        profile, n, batch=batch, subscribers=subscribers, seed=seed, attribute=attribute
+    ) as (core, wires):
         now = time.time()
         link = "c:" + PUBLISHER
         k = max(1, n // slices)
@@ -201,8 +213,11 @@ def core_cost(
                 continue
             t0 = time.process_time()
             if run:
-                acts = [a for i in range(0, len(part), run)
-                        for a in core.handle_batch(part[i : i + run], link, now)]  # fmt: skip
+                acts = [
+                    a
+                    for i in range(0, len(part), run)
+                    for a in core.handle_batch(part[i : i + run], link, now)
+                ]
             else:
                 acts = [a for w in part for a in core.handle(w, link, now)]
             dt = time.process_time() - t0
@@ -239,13 +254,21 @@ def _core_setup(
             pub: Any = scheme
             subs: list[Any] = [scheme] * subscribers
         else:
-            bundle = KeyBundle(tmp, now=now, types=(bench_type(attribute),),
-                               identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
+            bundle = KeyBundle(
+                tmp,
+                now=now,
+                types=(bench_type(attribute),),
+                identities=(PUBLISHER,),
+                rng=random.Random(seed),
+            )
             pub = bundle.client(profile, PUBLISHER, topics=tuple(topics), now=now)
-            subs = [bundle.client(profile, f"bench-sub{j}", topics=(t,), now=now)
-                    for j, t in enumerate(topics)]  # fmt: skip
-            scheme = make_broker_scheme(profile, bundle.broker_keys(narada=profile == "narada"),
-                                        now=now)  # fmt: skip
+            subs = [
+                bundle.client(profile, f"bench-sub{j}", topics=(t,), now=now)
+                for j, t in enumerate(topics)
+            ]
+            scheme = make_broker_scheme(
+                profile, bundle.broker_keys(narada=profile == "narada"), now=now
+            )
         core = Broker("b0", [scheme])
         core.add_link("c:" + PUBLISHER, LinkKind.CLIENT, PUBLISHER)
         for j, t in enumerate(topics):
@@ -254,18 +277,24 @@ def _core_setup(
             core.handle(Subscribe(f"q{j}", profile, pf.filter, pf.meta), f"c:s{j}", now)
             if profile == "eventguard":
                 pa = pub.protect_advertisement(Filter.parse(f'topic = "{t}"'), now=now)
-                core.handle(Advertise(f"a{j}", profile, pa.filter, pa.meta), "c:" + PUBLISHER,
-                            now)  # fmt: skip
-        evs = [bench_event(attribute, rng.randrange(subscribers), rng, 16, id=f"c{i}")
-               for i in range(n)]  # fmt: skip
+                core.handle(Advertise(f"a{j}", profile, pa.filter, pa.meta), "c:" + PUBLISHER, now)
+        evs = [
+            bench_event(attribute, rng.randrange(subscribers), rng, 16, id=f"c{i}")
+            for i in range(n)
+        ]
         protect = getattr(pub, "protect_events", None)
         pes: list[Any] = []
         for i in range(0, n, batch):
             chunk = evs[i : i + batch]
-            pes += protect(chunk, now=now) if protect and batch > 1 else [
-                pub.protect_event(e, now=now) for e in chunk]  # fmt: skip
-        yield core, [Publish(pe.event_id, profile, pe.routing, pe.body, pe.meta).to_wire()
-                     for pe in pes]  # fmt: skip
+            pes += (
+                protect(chunk, now=now)
+                if protect and batch > 1
+                else [pub.protect_event(e, now=now) for e in chunk]
+            )
+        yield (
+            core,
+            [Publish(pe.event_id, profile, pe.routing, pe.body, pe.meta).to_wire() for pe in pes],
+        )
 
 
 def client_costs(
@@ -277,8 +306,13 @@ def client_costs(
 
     now = time.time()
     with _tf.TemporaryDirectory(prefix="pubguard-client-") as tmp:
-        bundle = KeyBundle(tmp, now=now, types=(bench_type(attribute),),
-                           identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
+        bundle = KeyBundle(
+            tmp,
+            now=now,
+            types=(bench_type(attribute),),
+            identities=(PUBLISHER,),
+            rng=random.Random(seed),
+        )
         f = Filter.parse(bench_filter(attribute, 0))
         sub = bundle.client(profile, "bench-sub0", topics=("s0",), now=now)
         sub.protect_filter(f, now=now)
@@ -322,9 +356,9 @@ def validation_costs(
         timers = []
         for key, prof, b, cache in plan:
             per = -(-max(1, n // slices) // b) * b  # one slice: whole batches
-            timer = stack.enter_context(_valid_setup(prof, per * slices, batch=b,
-                                                     token_cache=cache,
-                                                     attribute=attribute))  # fmt: skip
+            timer = stack.enter_context(
+                _valid_setup(prof, per * slices, batch=b, token_cache=cache, attribute=attribute)
+            )
             timers.append((key, timer, per))
         for s in range(slices):
             for key, timer, per in timers:
@@ -365,16 +399,20 @@ def core_costs(
         cores = []
         for prof, key, b in plan:
             per = _whole(max(1, n // 3), b)  # one slice: whole batches
-            core, wires = stack.enter_context(_core_setup(prof, per * slices, batch=b,
-                                                          attribute=attribute))  # fmt: skip
+            core, wires = stack.enter_context(
+                _core_setup(prof, per * slices, batch=b, attribute=attribute)
+            )
             cores.append((key, core, wires, per))
         now = time.time()
         for s in range(slices):
             for key, core, wires, per in cores:
                 part = wires[s * per : (s + 1) * per]
                 t0 = time.process_time()
-                acts = [a for i in range(0, len(part), run)
-                        for a in core.handle_batch(part[i : i + run], link, now)]  # fmt: skip
+                acts = [
+                    a
+                    for i in range(0, len(part), run)
+                    for a in core.handle_batch(part[i : i + run], link, now)
+                ]
                 dt = time.process_time() - t0
                 if sum(type(a) is DeliverTo for a in acts) != len(part):
                     raise RuntimeError(f"{key}: not every publication was delivered once")

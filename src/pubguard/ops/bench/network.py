@@ -154,8 +154,9 @@ class _Unopened:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def open_event(self, event_id: str, routing: Any, body: bytes, meta: Any, *,
-                   now: float) -> Event:  # fmt: skip
+    def open_event(
+        self, event_id: str, routing: Any, body: bytes, meta: Any, *, now: float
+    ) -> Event:
         # a placeholder carrying only the id (the latency join needs it), copied from a
         # checked template: the subscriber process does not time Event validation either
         e = object.__new__(Event)
@@ -170,30 +171,40 @@ _EVENT_SLOTS: Final = ("attrs", "id", "type", "payload", "_frozen")
 
 
 class _Net:
-    def __init__(self, cluster: LocalCluster, pub: Client, subs: RemoteSubscribers,
-                 sink: _Sink, attribute: str = "topic") -> None:  # fmt: skip
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        pub: Client,
+        subs: RemoteSubscribers,
+        sink: _Sink,
+        attribute: str = "topic",
+    ) -> None:
         self.cluster, self.pub, self.subs, self.sink = cluster, pub, subs, sink
         self.attribute = attribute  # what the subscriptions and events route on
         self.why = ""  # what declared the last saturated run saturated
         self.sent = 0  # publications the last step sent
 
 
-async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str,
-                 attribute: str = "topic") -> _Net:  # fmt: skip
+async def _setup(
+    cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str, attribute: str = "topic"
+) -> _Net:
     leaves = [b for b in cluster.config.brokers if not cluster.config.children_of(b)]
     topics = tuple(f"s{j}" for j in range(n_subs))
     specs = []
     for j in range(n_subs):
         name = f"bench-sub{j}"
-        inner = (PlainScheme() if profile == "plain"
-                 else cluster.bundle.client(profile, name, topics=(topics[j],)))  # fmt: skip
-        specs.append((leaves[j % len(leaves)], name, bench_filter(attribute, j),
-                      _Unopened(inner)))  # fmt: skip
+        inner = (
+            PlainScheme()
+            if profile == "plain"
+            else cluster.bundle.client(profile, name, topics=(topics[j],))
+        )
+        specs.append((leaves[j % len(leaves)], name, bench_filter(attribute, j), _Unopened(inner)))
     subs = RemoteSubscribers(cluster, specs)
     await subs.start()  # the subscribers run in a process of their own
     try:
-        pub = await cluster.connect(cluster.config.root, PUBLISHER, window=4096, profile=profile,
-                                    topics=topics)  # fmt: skip
+        pub = await cluster.connect(
+            cluster.config.root, PUBLISHER, window=4096, profile=profile, topics=topics
+        )
         if profile == "eventguard":  # eventguard.txt §4.3: advertise before publishing
             for t in topics:
                 await pub.advertise(f'topic = "{t}"')
@@ -205,15 +216,24 @@ async def _setup(cluster: LocalCluster, sink: _Sink, n_subs: int, profile: str,
     return _Net(cluster, pub, subs, sink, attribute)
 
 
-async def _run_at(net: _Net, rate: float, payload: int, seconds: float, rng: random.Random,
-                  record: bool = False, batch: int = 1) -> bool:  # fmt: skip
+async def _run_at(
+    net: _Net,
+    rate: float,
+    payload: int,
+    seconds: float,
+    rng: random.Random,
+    record: bool = False,
+    batch: int = 1,
+) -> bool:
     """Publish at ``rate`` for ``seconds``; True if some node saturated (what did: ``net.why``)."""
     net.why = ""
     n_subs = len(net.subs.specs)
     # the publisher protects this step's events before the clock starts (publishers are
     # other machines in a deployment; client_costs() reports what protecting costs)
-    todo = [bench_event(net.attribute, rng.randrange(n_subs), rng, payload)
-            for _ in range(int(rate * seconds) + 1)]  # fmt: skip
+    todo = [
+        bench_event(net.attribute, rng.randrange(n_subs), rng, payload)
+        for _ in range(int(rate * seconds) + 1)
+    ]
     protect = getattr(net.pub.scheme, "protect_events", None)
     pes: list[Any] = []
     for i in range(0, len(todo), batch):
@@ -313,8 +333,9 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _broker_cpu_per_event(net: _Net, rate: float, payload: int, seconds: float,
-                                rng: random.Random, batch: int) -> float | None:  # fmt: skip
+async def _broker_cpu_per_event(
+    net: _Net, rate: float, payload: int, seconds: float, rng: random.Random, batch: int
+) -> float | None:
     """CPU microseconds the broker processes spend per publication at a fixed offered
     ``rate`` (below saturation): a figure that survives the machine's load far better than
     wall-clock throughput. None for in-process brokers or without ``/proc``."""
@@ -366,12 +387,23 @@ async def measure_network(
     check_attribute(profile, attribute)
     edges = _tree(brokers)
     names = ["b0"] + [c for _, c in edges]
-    cfg = ClusterConfig(state_dir, tuple(edges), tuple(names), "127.0.0.1",
-                        {"profiles": [profile]}, publishers=(PUBLISHER,))  # fmt: skip
+    cfg = ClusterConfig(
+        state_dir,
+        tuple(edges),
+        tuple(names),
+        "127.0.0.1",
+        {"profiles": [profile]},
+        publishers=(PUBLISHER,),
+    )
     bundle = None
     if profile != "plain":
-        bundle = KeyBundle(state_dir / "keys", now=time.time(), types=(bench_type(attribute),),
-                           identities=(PUBLISHER,), rng=random.Random(seed))  # fmt: skip
+        bundle = KeyBundle(
+            state_dir / "keys",
+            now=time.time(),
+            types=(bench_type(attribute),),
+            identities=(PUBLISHER,),
+            rng=random.Random(seed),
+        )
     cluster = LocalCluster(cfg, in_process=in_process, bundle=bundle)
     rng = random.Random(seed)
     sink = _Sink()
@@ -399,15 +431,17 @@ async def measure_network(
                 hi, why = mid, net.why
             else:
                 good = mid
-        await _run_at(net, max(good * 0.8, 10), payload, run_s * 4 / 3, rng, record=True,
-                      batch=batch)  # fmt: skip
+        await _run_at(
+            net, max(good * 0.8, 10), payload, run_s * 4 / 3, rng, record=True, batch=batch
+        )
         lat = sorted(sink.lat)
         await _run_at(net, 100, payload, run_s * 2 / 3, rng, record=True, batch=batch)
         idle = sorted(sink.lat)
         cpu = None
         if cpu_rate:
-            cpu = await _broker_cpu_per_event(net, min(cpu_rate, max(good * 0.8, 10)), payload,
-                                              CPU_S, rng, batch)  # fmt: skip
+            cpu = await _broker_cpu_per_event(
+                net, min(cpu_rate, max(good * 0.8, 10)), payload, CPU_S, rng, batch
+            )
         drops = await cluster.statuses()
     finally:
         for c in clients:
@@ -440,8 +474,9 @@ def check_attribute(profile: str, attribute: str) -> None:
     if attribute not in ATTRIBUTES:
         raise ValueError(f"attribute is one of {', '.join(ATTRIBUTES)}, not {attribute!r}")
     if attribute == "numeric" and profile not in NUMERIC_PROFILES:
-        raise ValueError(f"{profile} routes on topics only; numeric ranges: "
-                         f"{', '.join(NUMERIC_PROFILES)}")  # fmt: skip
+        raise ValueError(
+            f"{profile} routes on topics only; numeric ranges: {', '.join(NUMERIC_PROFILES)}"
+        )
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -486,11 +521,16 @@ async def run_network_bench(
     if profile != "plain":
         say(f"{profile}: broker validation and client costs per message")
         batches = tuple(sorted({*MERKLE_BATCHES, merkle_batch}))
-        valid = validation_costs(profile, 30 if quick else validation_messages,
-                                 merkle_batches=batches, attribute=attribute)  # fmt: skip
+        valid = validation_costs(
+            profile,
+            30 if quick else validation_messages,
+            merkle_batches=batches,
+            attribute=attribute,
+        )
         say(f"{profile}: broker core CPU per publication (plain alongside)")
-        core = core_costs(profile, 48 if quick else 768, merkle_batches=batches,
-                          attribute=attribute)  # fmt: skip
+        core = core_costs(
+            profile, 48 if quick else 768, merkle_batches=batches, attribute=attribute
+        )
         clients = client_costs(profile, 30 if quick else 200, attribute=attribute)
     knobs: dict[str, Any] = (
         {"max_rate": 2000, "run_s": 0.3, "bisections": 1, "cpu_rate": None} if quick else {}
@@ -500,10 +540,18 @@ async def run_network_bench(
             for size in payloads:
 
                 def run(prof: str, tag: str, batch: int = 1, n: int = n, size: int = size) -> Any:
-                    return measure_network(prof, n, size, state_dir=Path(tmp) / f"{tag}-{n}-{size}",
-                                           in_process=in_process, subscribers=subscribers,
-                                           on_step=lambda s: say(f"[{tag}] {s}"), batch=batch,
-                                           attribute=attribute, **knobs)  # fmt: skip
+                    return measure_network(
+                        prof,
+                        n,
+                        size,
+                        state_dir=Path(tmp) / f"{tag}-{n}-{size}",
+                        in_process=in_process,
+                        subscribers=subscribers,
+                        on_step=lambda s: say(f"[{tag}] {s}"),
+                        batch=batch,
+                        attribute=attribute,
+                        **knobs,
+                    )
 
                 series: dict[str, list[dict[str, Any]]] = {}
                 plan = _plan(profile, merkle_batch)
@@ -515,8 +563,9 @@ async def run_network_bench(
                 if profile != "plain":
                     r["broker_validation_us"] = valid
                     r["broker_core_us"] = core
-                    r["broker_core_ratio"] = {k: _ratio(v, core["plain"])
-                                              for k, v in core.items() if k != "plain"}  # fmt: skip
+                    r["broker_core_ratio"] = {
+                        k: _ratio(v, core["plain"]) for k, v in core.items() if k != "plain"
+                    }
                     r["client_cost_us"] = clients
                 r.update(PAPER[profile])
                 r["machine"] = SHARED_MACHINE

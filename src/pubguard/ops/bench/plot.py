@@ -50,18 +50,37 @@ def network_figure(results: list[dict[str, Any]], *, title: str = "") -> Any:
         label = f"{run}, {payload} B"
         (line,) = ax_t.plot(xs, [r["max_throughput_eps"] for r in rs], marker="o", label=label)
         color = line.get_color()  # one colour per series in both panels
-        ax_l.plot(xs, [r["latency_p50_ms"] for r in rs], marker="o", color=color,
-                  label=f"{label} p50")  # fmt: skip
-        ax_l.plot(xs, [r["latency_p99_ms"] for r in rs], marker="^", linestyle=":",
-                  color=color, label=f"{label} p99")  # fmt: skip
+        ax_l.plot(
+            xs, [r["latency_p50_ms"] for r in rs], marker="o", color=color, label=f"{label} p50"
+        )
+        ax_l.plot(
+            xs,
+            [r["latency_p99_ms"] for r in rs],
+            marker="^",
+            linestyle=":",
+            color=color,
+            label=f"{label} p99",
+        )
         if payload in plain_done or not all("baseline_max_throughput_eps" in r for r in rs):
             continue
         plain_done.add(payload)  # plain ran once per configuration, beside every variant
-        ax_t.plot(xs, [r["baseline_max_throughput_eps"] for r in rs], marker="x", color="gray",
-                  linestyle="--", label=f"plain, {payload} B (same run)")  # fmt: skip
+        ax_t.plot(
+            xs,
+            [r["baseline_max_throughput_eps"] for r in rs],
+            marker="x",
+            color="gray",
+            linestyle="--",
+            label=f"plain, {payload} B (same run)",
+        )
         if all("baseline_latency_p50_ms" in r for r in rs):
-            ax_l.plot(xs, [r["baseline_latency_p50_ms"] for r in rs], marker="x", color="gray",
-                      linestyle="--", label=f"plain, {payload} B p50 (same run)")  # fmt: skip
+            ax_l.plot(
+                xs,
+                [r["baseline_latency_p50_ms"] for r in rs],
+                marker="x",
+                color="gray",
+                linestyle="--",
+                label=f"plain, {payload} B p50 (same run)",
+            )
     ax_t.set_xlabel("brokers (complete binary tree)")
     ax_t.set_ylabel("max sustained throughput (events/s)")
     ax_t.set_ylim(bottom=0)

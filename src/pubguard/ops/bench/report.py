@@ -26,35 +26,38 @@ PAPER: Final[dict[str, dict[str, Any]]] = {
     "plain": {"paper": PAPER_NOTE},
     "psguard": {
         "paper": "psguard.txt §5.2.3: throughput 2.2% lower and latency 1.5% higher than Siena "
-                 "with key caching (10.8% / 5.7% without), topic and numeric attributes",
-        "paper_throughput_drop_pct": 2.2, "paper_latency_increase_pct": 1.5,
+        "with key caching (10.8% / 5.7% without), topic and numeric attributes",
+        "paper_throughput_drop_pct": 2.2,
+        "paper_latency_increase_pct": 1.5,
         "goal": "throughput drop <= 2%, latency increase <= 1.5%",
     },
     "psguard-paper": {
         "paper": "psguard.txt §5.2.3: throughput 2.2% lower and latency 1.5% higher than Siena "
-                 "with key caching; §2: routing nodes honest-but-curious (they match tokens, "
-                 "verify nothing)",
-        "paper_throughput_drop_pct": 2.2, "paper_latency_increase_pct": 1.5,
+        "with key caching; §2: routing nodes honest-but-curious (they match tokens, "
+        "verify nothing)",
+        "paper_throughput_drop_pct": 2.2,
+        "paper_latency_increase_pct": 1.5,
         "goal": "throughput drop <= 2%, latency increase <= 1.5%",
     },
     "eventguard": {
         "paper": "eventguard.txt §6.2.2 / Fig. 11: overhead < 5% only with the ElGamal "
-                 "signature check switched off (EventGuard-nosig); ElGamal verify 1.7 ms",
-        "paper_verify_ms": 1.7, "paper_nosig_throughput_drop_pct": 5.0,
+        "signature check switched off (EventGuard-nosig); ElGamal verify 1.7 ms",
+        "paper_verify_ms": 1.7,
+        "paper_nosig_throughput_drop_pct": 5.0,
         "goal": "throughput drop <= 10% with every guard, signatures checked at every broker",
     },
     "narada": {
         "paper": "narada-secure-delivery.txt Table 2: broker-side validation 7.0 ms per message "
-                 "(RSA-1024, 16 KB)",
+        "(RSA-1024, 16 KB)",
         "paper_broker_validation_ms": 7.0,
         "goal": "broker-side validation <= 0.3 ms per message",
     },
     "default": {
         "paper": "no paper: the composed profile (PSGuard tokens + Merkle-root signatures + "
-                 "replay defence)",
+        "replay defence)",
         "goal": "throughput drop <= 10%",
     },
-}  # fmt: skip
+}
 
 
 #: how each variant is labelled in the report (``{b}``: the Merkle batch size)
@@ -108,15 +111,20 @@ def _report(
         if tag in ("plain", head):
             continue
         v = _median_run(series[tag])
-        variants.append({
-            "variant": tag, "label": _label(tag, merkle_batch),
-            "batch": merkle_batch if tag.endswith("-merkle") else 1,
-            "max_throughput_eps": v["max_throughput_eps"],
-            "latency_p50_ms": v["latency_p50_ms"], "latency_p99_ms": v["latency_p99_ms"],
-            "max_throughput_runs_eps": v["max_throughput_runs_eps"],
-            "broker_cpu_us_per_event": v.get("broker_cpu_us_per_event"),
-            "saturated_by": v.get("saturated_by"), **_versus(v, base),
-        })  # fmt: skip
+        variants.append(
+            {
+                "variant": tag,
+                "label": _label(tag, merkle_batch),
+                "batch": merkle_batch if tag.endswith("-merkle") else 1,
+                "max_throughput_eps": v["max_throughput_eps"],
+                "latency_p50_ms": v["latency_p50_ms"],
+                "latency_p99_ms": v["latency_p99_ms"],
+                "max_throughput_runs_eps": v["max_throughput_runs_eps"],
+                "broker_cpu_us_per_event": v.get("broker_cpu_us_per_event"),
+                "saturated_by": v.get("saturated_by"),
+                **_versus(v, base),
+            }
+        )
     r["variants"] = variants
     if profile in SIGNING_PROFILES:
         if head.endswith("-merkle"):
@@ -136,8 +144,9 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ranked = sorted(runs, key=lambda x: x["max_throughput_eps"] or 0.0)
     out = dict(ranked[(len(ranked) - 1) // 2])
     out["max_throughput_runs_eps"] = [x["max_throughput_eps"] for x in ranked]
-    out["broker_cpu_runs_us"] = sorted(x["broker_cpu_us_per_event"] for x in ranked
-                                       if x.get("broker_cpu_us_per_event") is not None)  # fmt: skip
+    out["broker_cpu_runs_us"] = sorted(
+        x["broker_cpu_us_per_event"] for x in ranked if x.get("broker_cpu_us_per_event") is not None
+    )
     return out
 
 

@@ -59,8 +59,12 @@ class RemoteSubscribers:
             self.cluster.pki.identity(name)  # certificates issued here, not raced in the child
         ctx = multiprocessing.get_context("fork")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_child_main, args=(self.cluster, self.specs, child),
-                                 daemon=True, name="bench-subscribers")  # fmt: skip
+        self._proc = ctx.Process(
+            target=_child_main,
+            args=(self.cluster, self.specs, child),
+            daemon=True,
+            name="bench-subscribers",
+        )
         self._proc.start()
         child.close()
         self._conn = parent

@@ -66,8 +66,12 @@ class NetworkDemoResult:
 def _quote(rng: random.Random, i: int) -> Event:
     sym = rng.choice(SYMBOLS)
     price = round(rng.uniform(5, 200), 2)
-    return Event({"sym": sym, "price": price, "volume": rng.randrange(100, 10_000)},
-                 id=f"q{i}", type="quote", payload=f"{sym}@{price}".encode())  # fmt: skip
+    return Event(
+        {"sym": sym, "price": price, "volume": rng.randrange(100, 10_000)},
+        id=f"q{i}",
+        type="quote",
+        payload=f"{sym}@{price}".encode(),
+    )
 
 
 async def network_demo(
@@ -86,8 +90,9 @@ async def network_demo(
     return await _run(state_dir, events, seed, in_process, say)
 
 
-async def _run(state: Path, events: int, seed: int, in_process: bool,
-               say: Callable[[str], None]) -> NetworkDemoResult:  # fmt: skip
+async def _run(
+    state: Path, events: int, seed: int, in_process: bool, say: Callable[[str], None]
+) -> NetworkDemoResult:
     rng = random.Random(seed)
     ref = ReferenceMatcher()
     async with run_local_cluster(None, state, in_process=in_process) as cluster:

@@ -139,10 +139,18 @@ def hospital_events(n: int, seed: int) -> list[Event]:
     for i in range(n):
         topic, diagnosis, step = rng.choice(_DIAGNOSES)
         age = _AGES[i % len(_AGES)] if i < len(_AGES) else rng.randrange(0, 101)
-        record = (f"MRN-{rng.randrange(10**6, 10**7)} {rng.choice(_SURNAMES)}: {diagnosis}, "
-                  f"{step} {rng.randrange(1, 9)}")  # fmt: skip
-        out.append(Event({"topic": topic, "age": age, "patientRecord": record}, id=f"rec{i:03d}",
-                         type=HOSPITAL.name, payload=f"scan-{i:03d}-{rng.getrandbits(32):08x}.dcm".encode()))  # fmt: skip
+        record = (
+            f"MRN-{rng.randrange(10**6, 10**7)} {rng.choice(_SURNAMES)}: {diagnosis}, "
+            f"{step} {rng.randrange(1, 9)}"
+        )
+        out.append(
+            Event(
+                {"topic": topic, "age": age, "patientRecord": record},
+                id=f"rec{i:03d}",
+                type=HOSPITAL.name,
+                payload=f"scan-{i:03d}-{rng.getrandbits(32):08x}.dcm".encode(),
+            )
+        )
     return out
 
 
@@ -259,7 +267,7 @@ class HospitalDemoResult:
                 "plaintext_found": cv.hits,
                 "control_found": cv.control_hits,
                 "clean": cv.clean,
-            },  # fmt: skip
+            },
             "drops": {b: s.get("drops", {}) for b, s in self.statuses.items()},
             "revocation": None if self.revocation is None else self.revocation.to_json(),
             "seconds": round(self.seconds, 2),
@@ -286,28 +294,50 @@ async def hospital_demo(
         return await _run(Path(state_dir), profile, events, seed, in_process, say)
 
 
-async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
-               say: Callable[[str], None]) -> HospitalDemoResult:  # fmt: skip
+async def _run(
+    state: Path, profile: str, n: int, seed: int, in_process: bool, say: Callable[[str], None]
+) -> HospitalDemoResult:
     t0 = time.perf_counter()
     cfg = hospital_config(state)
     policy = {unit: list(filters) for unit, _, filters in UNITS}
-    kdc = KdcConfig(SecretBytes(random_bytes(32)), (HOSPITAL,), subscribers=policy,
-                    publishers={PUBLISHER[0]: TOPICS, LAPTOP[0]: TOPICS},
-                    admins=(ADMIN,))  # fmt: skip
-    bundle = KeyBundle(state / "pki" / "keys", now=time.time(),
-                       identities=[PUBLISHER[0], LAPTOP[0]], **kdc.bundle_kwargs())  # fmt: skip
+    kdc = KdcConfig(
+        SecretBytes(random_bytes(32)),
+        (HOSPITAL,),
+        subscribers=policy,
+        publishers={PUBLISHER[0]: TOPICS, LAPTOP[0]: TOPICS},
+        admins=(ADMIN,),
+    )
+    bundle = KeyBundle(
+        state / "pki" / "keys",
+        now=time.time(),
+        identities=[PUBLISHER[0], LAPTOP[0]],
+        **kdc.bundle_kwargs(),
+    )
     evs = hospital_events(n, seed)
-    result = HospitalDemoResult(profile, {b: cfg.settings(b).get("domain") for b in cfg.brokers},
-                                evs)  # fmt: skip
-    async with run_local_cluster(cfg, state, in_process=in_process, bundle=bundle,
-                                 keyservice=True, kdc=kdc,
-                                 revocation_poll=REVOCATION_POLL) as cluster:  # fmt: skip
-        say(f"{len(cfg.brokers)} brokers up in 3 domains (mutual TLS; they hold public keys only:"
-            f" {cluster.keys_path.name})")  # fmt: skip
-        say(f"key service (KDC, authority) on port {cluster.keyservice_port}: every client "
-            "fetches its own keys over mutual TLS")  # fmt: skip
-        say("TLS identity keys are encrypted at rest (PKCS#8) under PUBGUARD_TLS_PASSPHRASE, "
-            "which the broker processes inherit (random for this run)")  # fmt: skip
+    result = HospitalDemoResult(
+        profile, {b: cfg.settings(b).get("domain") for b in cfg.brokers}, evs
+    )
+    async with run_local_cluster(
+        cfg,
+        state,
+        in_process=in_process,
+        bundle=bundle,
+        keyservice=True,
+        kdc=kdc,
+        revocation_poll=REVOCATION_POLL,
+    ) as cluster:
+        say(
+            f"{len(cfg.brokers)} brokers up in 3 domains (mutual TLS; they hold public keys only:"
+            f" {cluster.keys_path.name})"
+        )
+        say(
+            f"key service (KDC, authority) on port {cluster.keyservice_port}: every client "
+            "fetches its own keys over mutual TLS"
+        )
+        say(
+            "TLS identity keys are encrypted at rest (PKCS#8) under PUBGUARD_TLS_PASSPHRASE, "
+            "which the broker processes inherit (random for this run)"
+        )
         clients: list[Client] = []
         subs: dict[str, list[Subscription]] = {}
         ref = ReferenceMatcher()
@@ -320,8 +350,10 @@ async def _run(state: Path, profile: str, n: int, seed: int, in_process: bool,
                 for i, f in enumerate(filters):
                     ref.add((unit, i), Filter.parse(f))
                 await c.flush()
-                say(f"{unit} subscribed at {broker} ({cfg.settings(broker).get('domain')}): "
-                    + " | ".join(filters))  # fmt: skip
+                say(
+                    f"{unit} subscribed at {broker} ({cfg.settings(broker).get('domain')}): "
+                    + " | ".join(filters)
+                )
             who, text = OVERREACH
             try:
                 await clients[1].subscribe(text)

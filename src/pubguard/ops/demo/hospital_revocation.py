@@ -63,10 +63,19 @@ class RevocationAct:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"identity": self.identity, "broker": self.broker, "before": self.before,
-                "serial": self.serial, "learned_in_s": self.learned, "thief": self.thief,
-                "errors": [list(e) for e in self.errors], "drops": self.drops,
-                "leaked": self.leaked, "ok": self.ok, "seconds": round(self.seconds, 2)}  # fmt: skip
+        return {
+            "identity": self.identity,
+            "broker": self.broker,
+            "before": self.before,
+            "serial": self.serial,
+            "learned_in_s": self.learned,
+            "thief": self.thief,
+            "errors": [list(e) for e in self.errors],
+            "drops": self.drops,
+            "leaked": self.leaked,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 2),
+        }
 
 
 def laptop_events() -> tuple[list[Event], list[Event]]:
@@ -74,14 +83,22 @@ def laptop_events() -> tuple[list[Event], list[Event]]:
     within some unit's authorised range, so only revocation keeps the thief's out."""
 
     def ev(i: int, topic: str, age: int, record: str) -> Event:
-        return Event({"topic": topic, "age": age, "patientRecord": record}, id=f"lap{i:02d}",
-                     type=HOSPITAL.name, payload=f"laptop-{i:02d}".encode())  # fmt: skip
+        return Event(
+            {"topic": topic, "age": age, "patientRecord": record},
+            id=f"lap{i:02d}",
+            type=HOSPITAL.name,
+            payload=f"laptop-{i:02d}".encode(),
+        )
 
-    before = [ev(0, "cardiology", 8, "MRN-5550100 Ward: ECG follow-up, routine"),
-              ev(1, "cancerTrail", 70, "MRN-5550101 Ward: oncology consult booked")]  # fmt: skip
-    after = [ev(2, "cardiology", 9, "FORGED-1 discharge order, cancel medication"),
-             ev(3, "cancerTrail", 25, "FORGED-2 trial arm changed to placebo"),
-             ev(4, "cardiology", 80, "FORGED-3 do-not-resuscitate order")]  # fmt: skip
+    before = [
+        ev(0, "cardiology", 8, "MRN-5550100 Ward: ECG follow-up, routine"),
+        ev(1, "cancerTrail", 70, "MRN-5550101 Ward: oncology consult booked"),
+    ]
+    after = [
+        ev(2, "cardiology", 9, "FORGED-1 discharge order, cancel medication"),
+        ev(3, "cancerTrail", 25, "FORGED-2 trial arm changed to placebo"),
+        ev(4, "cardiology", 80, "FORGED-3 do-not-resuscitate order"),
+    ]
     return before, after
 
 
@@ -134,15 +151,20 @@ async def revocation_act(
         assert cluster.keyservice_port is not None
 
         def revoke() -> dict[str, Any]:
-            with KeyServiceClient(cluster.config.host, cluster.keyservice_port,  # type: ignore[arg-type]
-                                  cluster.pki.client_context(ADMIN)) as ks:  # fmt: skip
+            with KeyServiceClient(
+                cluster.config.host,
+                cluster.keyservice_port,  # type: ignore[arg-type]
+                cluster.pki.client_context(ADMIN),
+            ) as ks:
                 return ks.call("authority_revoke", identity=name)
 
         t_rev = time.monotonic()
         out = await asyncio.to_thread(revoke)
         act.serial = int(out["serial"])
-        say(f"{name} reported stolen: {ADMIN} revoked it at the key service (signed revocation "
-            f"list serial {act.serial})")  # fmt: skip
+        say(
+            f"{name} reported stolen: {ADMIN} revoked it at the key service (signed revocation "
+            f"list serial {act.serial})"
+        )
         waiting = set(cluster.config.brokers)
         deadline = time.monotonic() + WAIT
         while waiting and time.monotonic() < deadline:
@@ -153,8 +175,10 @@ async def revocation_act(
                     waiting.discard(b)
             await asyncio.sleep(0.05)
         slowest = max(act.learned.values(), default=0.0)
-        say(f"{len(act.learned)}/{len(cluster.config.brokers)} brokers verified and applied the "
-            f"list within {slowest:.1f} s (they poll every {cluster.revocation_poll} s)")  # fmt: skip
+        say(
+            f"{len(act.learned)}/{len(cluster.config.brokers)} brokers verified and applied the "
+            f"list within {slowest:.1f} s (they poll every {cluster.revocation_poll} s)"
+        )
         # the thief publishes with the stolen key, certificate and (still valid) permit
         drops0 = {b: s["drops"].get("revoked", 0) for b, s in (await cluster.statuses()).items()}
         with _quiet(CLIENT_LOG):  # the act reports the thief's errors itself, in one line
@@ -167,14 +191,17 @@ async def revocation_act(
                 await asyncio.sleep(0.02)
         act.errors = [(e.ref, e.reason.value) for e in laptop.errors]
         sts = await cluster.statuses()
-        act.drops = {b: n for b, s in sts.items()
-                     if (n := s["drops"].get("revoked", 0) - drops0.get(b, 0))}  # fmt: skip
+        act.drops = {
+            b: n for b, s in sts.items() if (n := s["drops"].get("revoked", 0) - drops0.get(b, 0))
+        }
         act.leaked = {u: ids for u, ids in (await _drain(subs)).items() if ids}
     finally:
         await laptop.close()
     act.seconds = time.perf_counter() - t0
     where = ", ".join(f"{b}: {n}" for b, n in act.drops.items()) or "nowhere"
     n = sum(map(len, act.leaked.values()))
-    say(f"the thief published {len(after)} events as {name}: dropped as revoked at {where}; "
-        + (f"{n} reached a subscriber" if n else "none reached a subscriber"))  # fmt: skip
+    say(
+        f"the thief published {len(after)} events as {name}: dropped as revoked at {where}; "
+        + (f"{n} reached a subscriber" if n else "none reached a subscriber")
+    )
     return act

@@ -202,9 +202,15 @@ class SignedRootVerifier:
         return self.verify_packed(key, leaf, sig, now, index, size, path)
 
     def verify_packed(
-        self, key: VerifyKey, leaf: bytes, sig: bytes, now: float, index: int, size: int,
+        self,
+        key: VerifyKey,
+        leaf: bytes,
+        sig: bytes,
+        now: float,
+        index: int,
+        size: int,
         path: bytes,
-    ) -> bytes:  # fmt: skip
+    ) -> bytes:
         """:meth:`verify` with positional arguments and the path packed (a broker's hot
         path)."""
         if type(sig) is not bytes:

@@ -19,8 +19,13 @@ from typing import Final, Generic, TypeVar
 from pubguard.errors import DropReason, ValidationError
 from pubguard.store import Database, Migration
 
-__all__ = ["DEFAULT_REPLAY_RESERVE", "DEFAULT_TOKEN_MAX_USES", "DEFAULT_TOKEN_TTL", "ReplayState",
-           "TokenCache"]  # fmt: skip
+__all__ = [
+    "DEFAULT_REPLAY_RESERVE",
+    "DEFAULT_TOKEN_MAX_USES",
+    "DEFAULT_TOKEN_TTL",
+    "ReplayState",
+    "TokenCache",
+]
 
 DEFAULT_TOKEN_TTL: Final = 300.0  # narada §VI: "invalidated after a certain time (a few minutes)"
 DEFAULT_TOKEN_MAX_USES: Final = 100  # narada §VI: "or a certain number of messages (say 100)"

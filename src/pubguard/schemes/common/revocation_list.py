@@ -94,21 +94,42 @@ class SignedRevocations:
             raise ValidationError("the signature is bytes")
 
     def __repr__(self) -> str:
-        return (f"SignedRevocations(serial={self.serial}, identities={list(self.identities)}, "
-                f"keys={len(self.keys)})")  # fmt: skip
+        return (
+            f"SignedRevocations(serial={self.serial}, identities={list(self.identities)}, "
+            f"keys={len(self.keys)})"
+        )
 
     @classmethod
-    def sign(cls, signer: SigningKey, *, serial: int, issued: float,
-             identities: Iterable[str], keys: Iterable[bytes]) -> SignedRevocations:  # fmt: skip
+    def sign(
+        cls,
+        signer: SigningKey,
+        *,
+        serial: int,
+        issued: float,
+        identities: Iterable[str],
+        keys: Iterable[bytes],
+    ) -> SignedRevocations:
         """The list with these entries, signed by the authority."""
-        body = cls(serial, float(issued), tuple(sorted(set(identities))),
-                   tuple(sorted({bytes(k) for k in keys})))  # fmt: skip
-        return cls(body.serial, body.issued, body.identities, body.keys,
-                   signer.sign(body.signed_bytes()))  # fmt: skip
+        body = cls(
+            serial,
+            float(issued),
+            tuple(sorted(set(identities))),
+            tuple(sorted({bytes(k) for k in keys})),
+        )
+        return cls(
+            body.serial, body.issued, body.identities, body.keys, signer.sign(body.signed_bytes())
+        )
 
     def signed_bytes(self) -> bytes:
-        return pack_fields(REVOCATION_TAG, self.serial, self.issued, len(self.identities),
-                           *self.identities, len(self.keys), *self.keys)  # fmt: skip
+        return pack_fields(
+            REVOCATION_TAG,
+            self.serial,
+            self.issued,
+            len(self.identities),
+            *self.identities,
+            len(self.keys),
+            *self.keys,
+        )
 
     def same_entries(self, other: SignedRevocations) -> bool:
         return self.identities == other.identities and self.keys == other.keys
@@ -118,8 +139,10 @@ class SignedRevocations:
         authority.verify(self.signature, self.signed_bytes())
 
     def encode(self) -> bytes:
-        return msgpack.packb([1, self.serial, self.issued, list(self.identities),
-                              list(self.keys), self.signature], use_bin_type=True)  # fmt: skip
+        return msgpack.packb(
+            [1, self.serial, self.issued, list(self.identities), list(self.keys), self.signature],
+            use_bin_type=True,
+        )
 
     @classmethod
     def decode(cls, blob: Any) -> SignedRevocations:

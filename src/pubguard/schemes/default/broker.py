@@ -140,17 +140,36 @@ class AuthorityPermit:
     signature: bytes = b""
 
     def signed_bytes(self) -> bytes:
-        return pack_fields(PERMIT_TAG, self.kind, self.subject, self.key, self.epoch,
-                           float(self.not_before), float(self.not_after), self.digest,
-                           _serial_bytes(self.serial), self.ident)  # fmt: skip
+        return pack_fields(
+            PERMIT_TAG,
+            self.kind,
+            self.subject,
+            self.key,
+            self.epoch,
+            float(self.not_before),
+            float(self.not_after),
+            self.digest,
+            _serial_bytes(self.serial),
+            self.ident,
+        )
 
     def encode(self) -> bytes:
         return msgpack.packb(
-            [1, self.kind, self.subject, self.key, self.epoch, float(self.not_before),
-             float(self.not_after), self.digest, _serial_bytes(self.serial), self.ident,
-             self.signature],
+            [
+                1,
+                self.kind,
+                self.subject,
+                self.key,
+                self.epoch,
+                float(self.not_before),
+                float(self.not_after),
+                self.digest,
+                _serial_bytes(self.serial),
+                self.ident,
+                self.signature,
+            ],
             use_bin_type=True,
-        )  # fmt: skip
+        )
 
     @classmethod
     def decode(cls, blob: bytes) -> AuthorityPermit:
@@ -167,13 +186,20 @@ class AuthorityPermit:
             raise ValidationError("malformed permit serial")
         serial = int.from_bytes(sb, "big")
         ok = (
-            kind in (PUBLISH, SUBSCRIBE) and isinstance(subject, str) and bool(subject)
-            and isinstance(key, bytes) and len(key) == 32
+            kind in (PUBLISH, SUBSCRIBE)
+            and isinstance(subject, str)
+            and bool(subject)
+            and isinstance(key, bytes)
+            and len(key) == 32
             and _nat(epoch)
-            and isinstance(nb, float) and isinstance(na, float) and nb <= na
-            and isinstance(digest, bytes) and isinstance(ident, bytes) and len(ident) == 16
+            and isinstance(nb, float)
+            and isinstance(na, float)
+            and nb <= na
+            and isinstance(digest, bytes)
+            and isinstance(ident, bytes)
+            and len(ident) == 16
             and isinstance(sig, bytes)
-        )  # fmt: skip
+        )
         if not ok:
             raise ValidationError("malformed permit fields")
         return cls(kind, subject, key, epoch, nb, na, digest, serial, ident, sig)
@@ -228,7 +254,7 @@ def _leaf_of(signed: bytes, seq: int, permit_digest: bytes) -> bytes:
                 _U32(len(permit_digest)),
                 permit_digest,
             )
-        )  # fmt: skip
+        )
     ).digest()
 
 
@@ -381,8 +407,9 @@ class DefaultBroker(TokenRouting):
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         st = self._per(ctx)
-        return checked(st.strikes, ctx, lambda: self._check(message, ctx, st),
-                       strike_brokers=self.ban_brokers)  # fmt: skip
+        return checked(
+            st.strikes, ctx, lambda: self._check(message, ctx, st), strike_brokers=self.ban_brokers
+        )
 
     def _check(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:
         match m.op:
@@ -450,8 +477,7 @@ class DefaultBroker(TokenRouting):
         # parse_publication's checks without building the record (the broker needs only its
         # signed bytes): ValidationError -> MALFORMED before any other check, as before
         te = self.decoded(routing) or parse_routing(routing)
-        publisher, ts, epoch, signed, sig = signed_from_wire(m.event_id, te, routing, m.body,
-                                                             meta)  # fmt: skip
+        publisher, ts, epoch, signed, sig = signed_from_wire(m.event_id, te, routing, m.body, meta)
         blob, seq, index, size, path = _batch_meta(meta)
         if not blob:
             return DropReason.UNAUTHORISED

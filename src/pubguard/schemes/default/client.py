@@ -87,9 +87,14 @@ class DefaultAuthority:
         m = raw(master)
         if len(m) < 16:
             raise ValidationError("the authority master secret must be at least 16 bytes")
-        self.keys = PSGuardKeyService(KDC(m), schema, subscribers=subscribers,
-                                      publishers=publishers, epoch_length=epoch_length,
-                                      origin=origin)  # fmt: skip
+        self.keys = PSGuardKeyService(
+            KDC(m),
+            schema,
+            subscribers=subscribers,
+            publishers=publishers,
+            epoch_length=epoch_length,
+            origin=origin,
+        )
         self._publishers = None if publishers is None else set(publishers)
         self._sk = SigningKey.from_seed(hkdf(m, info=b"pubguard/default/authority-signing"))
         self.revoked: set[bytes] = set()
@@ -108,35 +113,67 @@ class DefaultAuthority:
     def epoch_at(self, now: float) -> int:
         return self.keys.epoch_at(now)
 
-    def _issue(self, kind: str, subject: str, key: VerifyKey, digest: bytes, serial: int,
-               now: float, rng: _random.Random | None) -> AuthorityPermit:  # fmt: skip
+    def _issue(
+        self,
+        kind: str,
+        subject: str,
+        key: VerifyKey,
+        digest: bytes,
+        serial: int,
+        now: float,
+        rng: _random.Random | None,
+    ) -> AuthorityPermit:
         if key.to_bytes() in self.revoked:
             raise DropError(DropReason.REVOKED, f"the key of {subject} is revoked")
         e = self.epoch_at(now)
         start = self.keys.origin + e * self.keys.epoch_length
-        p = AuthorityPermit(kind, subject, key.to_bytes(), e, start,
-                            start + self.keys.epoch_length, digest, serial,
-                            random_bytes(16, rng))  # fmt: skip
+        p = AuthorityPermit(
+            kind,
+            subject,
+            key.to_bytes(),
+            e,
+            start,
+            start + self.keys.epoch_length,
+            digest,
+            serial,
+            random_bytes(16, rng),
+        )
         return dataclasses.replace(p, signature=self._sk.sign(p.signed_bytes()))
 
-    def publish_permit(self, name: str, key: VerifyKey, *, now: float, serial: int = 0,
-                       rng: _random.Random | None = None) -> AuthorityPermit:  # fmt: skip
+    def publish_permit(
+        self,
+        name: str,
+        key: VerifyKey,
+        *,
+        now: float,
+        serial: int = 0,
+        rng: _random.Random | None = None,
+    ) -> AuthorityPermit:
         """A publish permit for ``name``'s key in the current epoch (UNAUTHORISED if the
         policy gives it no scope)."""
         if self._publishers is not None and name not in self._publishers:
             raise DropError(DropReason.UNAUTHORISED, f"{name} may not publish")
         return self._issue(PUBLISH, name, key, b"", serial, now, rng)
 
-    def subscribe_permit(self, name: str, key: VerifyKey, digest: bytes, *, now: float,
-                         rng: _random.Random | None = None) -> AuthorityPermit:  # fmt: skip
+    def subscribe_permit(
+        self,
+        name: str,
+        key: VerifyKey,
+        digest: bytes,
+        *,
+        now: float,
+        rng: _random.Random | None = None,
+    ) -> AuthorityPermit:
         return self._issue(SUBSCRIBE, name, key, digest, 0, now, rng)
 
-    def sign_revocations(self, *, serial: int, issued: float, identities: Iterable[str],
-                         keys: Iterable[bytes]) -> SignedRevocations:  # fmt: skip
+    def sign_revocations(
+        self, *, serial: int, issued: float, identities: Iterable[str], keys: Iterable[bytes]
+    ) -> SignedRevocations:
         """The revocation list with these entries, signed with the permit key brokers hold as
         ``authority_key`` (under the list's own tag, so it cannot pass for a permit)."""
-        return SignedRevocations.sign(self._sk, serial=serial, issued=issued,
-                                      identities=identities, keys=keys)  # fmt: skip
+        return SignedRevocations.sign(
+            self._sk, serial=serial, issued=issued, identities=identities, keys=keys
+        )
 
     def revoke(self, key: VerifyKey | bytes) -> None:
         """No more permits for this key; hand :attr:`revoked` to the brokers."""
@@ -165,8 +202,9 @@ class DefaultClient:
         # max_delay: the brokers' timestamp window (default: the default broker's); how long
         # past its epoch a filter's keys are kept (PSGuardClient._hold) and a subscribe permit
         # is still re-sent (permit_lapsed)
-        self._ps = PSGuardClient(name, authority.keys, mode=mode, sign_records=False,
-                                 max_delay=max_delay)  # fmt: skip
+        self._ps = PSGuardClient(
+            name, authority.keys, mode=mode, sign_records=False, max_delay=max_delay
+        )
         self.cert_serial = cert_serial
         self.max_delay = max_delay
         self._subs: dict[str, AuthorityPermit] = {}  # str(filter) -> subscribe permit
@@ -241,8 +279,9 @@ class DefaultClient:
             return False  # not ours to judge: the broker says why
         return now > p.not_after + (self.max_delay if p.kind == SUBSCRIBE else 0.0)
 
-    def unsubscribe_meta(self, f: Filter, *, now: float, rng: _random.Random | None = None,
-                         op: str = "unsubscribe") -> dict[str, Any]:  # fmt: skip
+    def unsubscribe_meta(
+        self, f: Filter, *, now: float, rng: _random.Random | None = None, op: str = "unsubscribe"
+    ) -> dict[str, Any]:
         """The signed withdrawal of this client's subscription to ``f`` (or, with
         ``op="unadvertise"``, of its advertisement)."""
         if op == "unsubscribe":
@@ -270,8 +309,9 @@ class DefaultClient:
         p = self._pm
         if p is not None and p.not_before <= now < p.not_after:
             return self._pms[p.epoch]
-        p = self.authority.publish_permit(self.name, self.verify_key, now=now,
-                                          serial=self.cert_serial, rng=rng)  # fmt: skip
+        p = self.authority.publish_permit(
+            self.name, self.verify_key, now=now, serial=self.cert_serial, rng=rng
+        )
         self._pm = p
         self._pms[p.epoch] = (p, p.encode())
         for e in sorted(self._pms)[:-2]:
@@ -284,8 +324,9 @@ class DefaultClient:
         """Protect a batch under one signature over its Merkle root (amortised signing)."""
         if not events:
             return []
-        return self.sign_prepared([self.prepare_event(e, now=now, rng=rng) for e in events],
-                                  now=now, rng=rng)  # fmt: skip
+        return self.sign_prepared(
+            [self.prepare_event(e, now=now, rng=rng) for e in events], now=now, rng=rng
+        )
 
     def prepare_event(
         self, event: Event, *, now: float, rng: _random.Random | None = None
@@ -329,8 +370,13 @@ class DefaultClient:
         out = []
         for i, (r, q) in enumerate(prepared):
             pe = record_to_wire(r)
-            meta = {**pe.meta, "sig": sig, "q": q, "pm": blob,
-                    **merkle_fields(i, len(prepared), paths[i])}  # fmt: skip
+            meta = {
+                **pe.meta,
+                "sig": sig,
+                "q": q,
+                "pm": blob,
+                **merkle_fields(i, len(prepared), paths[i]),
+            }
             out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
         return out
 
@@ -356,15 +402,22 @@ class DefaultClient:
         except (ValidationError, TypeError, KeyError):
             raise InvalidToken() from None
         ak = self.authority.public_key
-        p = self._permits.check(ak.to_bytes(), pub.permit_blob,
-                                lambda: _verified_permit(pub.permit_blob, ak), now=now)  # fmt: skip
+        p = self._permits.check(
+            ak.to_bytes(), pub.permit_blob, lambda: _verified_permit(pub.permit_blob, ak), now=now
+        )
         if p.kind != PUBLISH or p.subject != pub.rec.publisher or p.epoch != pub.rec.epoch:
             raise InvalidToken()
         if p.key in self.authority.revoked:
             raise InvalidToken()
-        self._roots.verify(VerifyKey.from_bytes(p.key), leaf_digest(pub.rec, pub.seq,
-                           pub.permit_blob), pub.rec.sig, now=now, index=pub.index,
-                           size=pub.size, path=pub.path)  # fmt: skip
+        self._roots.verify(
+            VerifyKey.from_bytes(p.key),
+            leaf_digest(pub.rec, pub.seq, pub.permit_blob),
+            pub.rec.sig,
+            now=now,
+            index=pub.index,
+            size=pub.size,
+            path=pub.path,
+        )
         return self._ps.open_record(pub.rec, now=now)
 
 

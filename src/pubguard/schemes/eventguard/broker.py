@@ -209,14 +209,16 @@ class EventGuardBroker:
         st = self._state.get(ctx.broker_id)
         if st is None:
             n, w, b = self._strike_args
-            st = self._state[ctx.broker_id] = _PerBroker(self.window.max_delay,
-                                                          StrikeCounter(n, w, b))  # fmt: skip
+            st = self._state[ctx.broker_id] = _PerBroker(
+                self.window.max_delay, StrikeCounter(n, w, b)
+            )
         return st
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
         st = self._per(ctx)
-        return checked(st.strikes, ctx, lambda: self._check(message, ctx, st),
-                       strike_brokers=self.ban_brokers)  # fmt: skip
+        return checked(
+            st.strikes, ctx, lambda: self._check(message, ctx, st), strike_brokers=self.ban_brokers
+        )
 
     def _check(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:
         match m.op:

@@ -72,8 +72,9 @@ class MetaServiceLike(Protocol):
 
     def subscribe(self, subscriber: str, w: str, *, now: float, rng: Any = None) -> Any: ...
 
-    def advertise(self, publisher: str, publisher_key: Any, w: str, *, now: float,
-                  rng: Any = None) -> Any: ...  # fmt: skip
+    def advertise(
+        self, publisher: str, publisher_key: Any, w: str, *, now: float, rng: Any = None
+    ) -> Any: ...
 
     def unsubscribe(self, permit: Any, ust: Any, *, now: float, rng: Any = None) -> Any: ...
 
@@ -183,8 +184,7 @@ class EventGuardClient:
         """Withdraw the latest live subscription to ``f``'s topic: the usb permit to send."""
         w = topic_of(f)
         with self._grants:
-            i = next((i for i in range(len(self._subs) - 1, -1, -1) if self._subs[i][0] == w),
-                     None)  # fmt: skip
+            i = next((i for i in range(len(self._subs) - 1, -1, -1) if self._subs[i][0] == w), None)
             if i is None:
                 raise StateError(f"no live subscription to {w!r}")
             _, g = self._subs.pop(i)
@@ -239,9 +239,12 @@ class EventGuardClient:
         return self._seal(event, now, rng)
 
     def sign_prepared(
-        self, parts: Sequence[tuple[bytes, ProtectedEvent]], *, now: float,
+        self,
+        parts: Sequence[tuple[bytes, ProtectedEvent]],
+        *,
+        now: float,
         rng: _random.Random | None = None,
-    ) -> list[ProtectedEvent]:  # fmt: skip
+    ) -> list[ProtectedEvent]:
         """One signature over the Merkle root of the prepared publications (a batch of one:
         the paper's one signature per publication, no Merkle fields)."""
         if not parts:
@@ -295,8 +298,13 @@ class EventGuardClient:
         wrapped = seal(g.key, kr, aad=key_aad(eid, e, tok), rng=rng)
         ts = float(now)
         leaf = leaf_digest(eid, EVENTGUARD, self.name, e, ts, [tok], [wrapped], body)
-        meta = {"p": self.name, "e": e, "ts": ts, "wk": pack_items([wrapped]),
-                "ad": pack_items([g.permit.to_bytes()])}  # fmt: skip
+        meta = {
+            "p": self.name,
+            "e": e,
+            "ts": ts,
+            "wk": pack_items([wrapped]),
+            "ad": pack_items([g.permit.to_bytes()]),
+        }
         return leaf, ProtectedEvent(eid, {"tokens": pack_tokens([tok])}, body, meta)
 
     def open_event(
@@ -334,8 +342,7 @@ class EventGuardClient:
         except (InvalidToken, ValidationError, TypeError, ValueError):
             return False  # not ours to judge: the broker says why
 
-    def open_due(self, routing: Mapping[str, Any], meta: Mapping[str, Any], *,
-                 now: float) -> bool:  # fmt: skip
+    def open_due(self, routing: Mapping[str, Any], meta: Mapping[str, Any], *, now: float) -> bool:
         """Whether opening this delivery at ``now`` first asks the MS (the first event of a
         new epoch on a subscribed topic renews its grant, §4.8): ``pubguard.net.client.client`` then
         opens it in a worker thread when the MS is remote, so the loop is not held for the
@@ -364,8 +371,10 @@ class EventGuardClient:
             if f.epoch <= max((e for t, e in list(self._keys) if t == tok), default=f.epoch):
                 continue  # an old epoch's event: its key is gone for good
             with self._grants:
-                old = next((g for v, g in reversed(self._subs)
-                            if v == w and now > g.permit.expires_at), None)  # fmt: skip
+                old = next(
+                    (g for v, g in reversed(self._subs) if v == w and now > g.permit.expires_at),
+                    None,
+                )
             if old is not None:
                 return tok, w, old
         return None
@@ -391,16 +400,16 @@ class EventGuardClient:
             if key is None:
                 continue
             mk, blob = self.ms.public_key, f.permits[i]
-            p = self._permits.check(mk.to_bytes(), blob, partial(_verified_permit, blob, mk),
-                                    now=now)  # fmt: skip
+            p = self._permits.check(
+                mk.to_bytes(), blob, partial(_verified_permit, blob, mk), now=now
+            )
             if not isinstance(p, AdvertisementPermit) or p.token != tok:
                 raise InvalidToken()
             if p.subject != f.publisher or p.epoch != f.epoch:
                 raise InvalidToken()
             leaf = f.leaf(event_id, EVENTGUARD, body)
             pk = VerifyKey.from_bytes(p.publisher_key)
-            self._verifier.verify(pk, leaf, f.sig, now=now, index=f.index, size=f.size,
-                                  path=f.path)  # fmt: skip
+            self._verifier.verify(pk, leaf, f.sig, now=now, index=f.index, size=f.size, path=f.path)
             kr = open_(key, f.wrapped[i], aad=key_aad(event_id, f.epoch, tok))
             pbl = msgpack.unpackb(open_(kr, body, aad=body_aad(event_id, f.epoch)), raw=False)
             try:

@@ -65,10 +65,18 @@ def leaf_digest(
     """The publisher-signed digest of one publication (everything but the signature/path)."""
     return H(
         pack_fields(
-            LEAF_TAG, event_id, profile, publisher, epoch, float(ts), len(tokens),
-            *tokens, *wrapped, H(body),
+            LEAF_TAG,
+            event_id,
+            profile,
+            publisher,
+            epoch,
+            float(ts),
+            len(tokens),
+            *tokens,
+            *wrapped,
+            H(body),
         )
-    )  # fmt: skip
+    )
 
 
 def body_aad(event_id: str, epoch: int) -> bytes:
@@ -98,9 +106,15 @@ class PublicationFields:
 
     def leaf(self, event_id: str, profile: str, body: bytes) -> bytes:
         return leaf_digest(
-            event_id, profile, self.publisher, self.epoch, self.ts, self.tokens,
-            self.wrapped, body,
-        )  # fmt: skip
+            event_id,
+            profile,
+            self.publisher,
+            self.epoch,
+            self.ts,
+            self.tokens,
+            self.wrapped,
+            body,
+        )
 
 
 def pack_items(items: Sequence[bytes]) -> bytes:
@@ -254,9 +268,18 @@ def _leaf_fast(
 ) -> bytes:
     """:func:`leaf_digest` with :func:`~pubguard.schemes.common.guards.pack_fields`'s encoding
     written out for these field types (a broker's hot path; a test checks they agree)."""
-    parts = [LEAF_TAG, _lp_str(event_id), _PROFILE_LP.get(profile) or _lp_str(profile),
-             _lp_str(publisher),
-             b"i", _I64(epoch), b"f", _F64(ts), b"i", _I64(len(tokens))]  # fmt: skip
+    parts = [
+        LEAF_TAG,
+        _lp_str(event_id),
+        _PROFILE_LP.get(profile) or _lp_str(profile),
+        _lp_str(publisher),
+        b"i",
+        _I64(epoch),
+        b"f",
+        _F64(ts),
+        b"i",
+        _I64(len(tokens)),
+    ]
     for x in (*tokens, *wrapped, sha256_fast(body).digest()):
         parts += (b"b", _U32(len(x)), x)
     return sha256_fast(b"".join(parts)).digest()

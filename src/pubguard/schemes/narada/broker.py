@@ -356,8 +356,9 @@ class NaradaBroker:
         sig = meta.get("sig")
         if not isinstance(sig, bytes):
             raise ValidationError("narada signature must be bytes")
-        digest = signed_digest(m.op, ref, topic, ts, seq, until=until, kv=kv, body=body,
-                               token=meta["tok"])  # fmt: skip
+        digest = signed_digest(
+            m.op, ref, topic, ts, seq, until=until, kv=kv, body=body, token=meta["tok"]
+        )
         v.key.verify(sig, digest)
         if edge:
             return self.replay.check_and_accept(ctx.broker_id, tok.cert_fingerprint, ts, seq)
@@ -391,8 +392,9 @@ class NaradaBroker:
         return _Verified(tok, VerifyKey.from_bytes(tok.entity_key), cert.serial, kmc.serial)
 
     # -- KMC service topics (§IV-B, §V-A; see the module docstring) ------------------------------
-    def _service_signer(self, meta: Mapping[str, Any], kind: str, op: str,
-                        now: float) -> tuple[VerifyKey, bytes]:  # fmt: skip
+    def _service_signer(
+        self, meta: Mapping[str, Any], kind: str, op: str, now: float
+    ) -> tuple[VerifyKey, bytes]:
         """(verify key, replay identity) of who may send ``op`` on a ``kind`` service topic."""
         if kind == "reply" and op == "subscribe":
             cert = Certificate.from_der(meta.get("cert"))  # type: ignore[arg-type]
@@ -406,8 +408,9 @@ class NaradaBroker:
             raise RevokedError("KMC revoked")
         return kmc.key, b"kmc:" + str(meta["kmc"]).encode()
 
-    def _check_service(self, m: Any, ctx: CheckContext, kind: str, topic: str,
-                       until: int) -> DropReason | None:  # fmt: skip
+    def _check_service(
+        self, m: Any, ctx: CheckContext, kind: str, topic: str, until: int
+    ) -> DropReason | None:
         meta = m.meta
         edge = m.op == "publish" or ctx.link.kind is LinkKind.CLIENT
         if kind == "kmc" and m.op == "publish":
@@ -421,8 +424,7 @@ class NaradaBroker:
             if ctx.link.kind is LinkKind.CLIENT and src != (ctx.link.peer or ctx.link.link_id):
                 return DropReason.UNAUTHORISED
             return None
-        if (kind, m.op) not in (("kmc", "subscribe"), ("reply", "subscribe"),
-                                ("reply", "publish")):  # fmt: skip
+        if (kind, m.op) not in (("kmc", "subscribe"), ("reply", "subscribe"), ("reply", "publish")):
             return DropReason.UNAUTHORISED
         key, ident = self._service_signer(meta, kind, m.op, ctx.now)
         ts, seq = _int(meta.get("ts"), "timestamp"), _int(meta.get("seq"), "sequence")
@@ -458,16 +460,16 @@ class NaradaBroker:
             stale = self.window.check(ts / 1000.0, ctx.now)
             if stale is not None:
                 return stale
-        digest = signed_digest(m.op, "", pf.topic, ts, seq, until=pf.until,
-                               token=prior.meta["tok"])  # fmt: skip
+        digest = signed_digest(m.op, "", pf.topic, ts, seq, until=pf.until, token=prior.meta["tok"])
         if not tok.verify_key.is_valid(meta["sig"], digest):
             return DropReason.UNAUTHORISED  # only the subscriber itself may withdraw
         if edge:
             return self.replay.check_and_accept(ctx.broker_id, tok.cert_fingerprint, ts, seq)
         return None
 
-    def _service_withdrawal(self, m: Any, ctx: CheckContext, kind: str, pf: NaradaFilter,
-                            prior_meta: Mapping[str, Any]) -> DropReason | None:  # fmt: skip
+    def _service_withdrawal(
+        self, m: Any, ctx: CheckContext, kind: str, pf: NaradaFilter, prior_meta: Mapping[str, Any]
+    ) -> DropReason | None:
         """Only the service subscription's own signer may withdraw it."""
         key, ident = self._service_signer(prior_meta, kind, "subscribe", ctx.now)
         meta = m.meta
@@ -477,8 +479,9 @@ class NaradaBroker:
         edge = ctx.link.kind is LinkKind.CLIENT
         if edge and (stale := self.window.check(ts / 1000.0, ctx.now)) is not None:
             return stale
-        if not key.is_valid(meta["sig"], signed_digest(m.op, "", pf.topic, ts, seq,
-                                                       until=pf.until)):  # fmt: skip
+        if not key.is_valid(
+            meta["sig"], signed_digest(m.op, "", pf.topic, ts, seq, until=pf.until)
+        ):
             return DropReason.UNAUTHORISED
         if edge:
             return self.replay.check_and_accept(ctx.broker_id, ident, ts, seq)

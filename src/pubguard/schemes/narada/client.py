@@ -137,8 +137,9 @@ class NaradaClient:
         key = open_delivery(delivery, kem)
         self._tokens[delivery.topic] = delivery.token
         self._keys[(delivery.topic, delivery.key_version)] = key
-        self._latest[delivery.topic] = max(self._latest.get(delivery.topic, 0),
-                                           delivery.key_version)  # fmt: skip
+        self._latest[delivery.topic] = max(
+            self._latest.get(delivery.topic, 0), delivery.key_version
+        )
 
     def token(self, topic: str) -> SecurityToken:
         tok = self._tokens.get(topic)
@@ -165,8 +166,13 @@ class NaradaClient:
         blob = tok.encode()
         ts, seq = self._stamp(now)
         digest = signed_digest(op, "", topic, ts, seq, until=tok.not_after, token=blob)
-        meta = {"tok": blob, "cert": self._cert_der, "ts": ts, "seq": seq,
-                "sig": self._sk.sign(digest)}  # fmt: skip
+        meta = {
+            "tok": blob,
+            "cert": self._cert_der,
+            "ts": ts,
+            "seq": seq,
+            "sig": self._sk.sign(digest),
+        }
         return ProtectedFilter({"topic": topic, "until": tok.not_after}, meta)
 
     def protect_filter(
@@ -220,8 +226,14 @@ class NaradaClient:
         blob = tok.encode()
         ts, seq = self._stamp(now)
         digest = signed_digest("publish", eid, topic, ts, seq, kv=kv, body=body, token=blob)
-        meta = {"tok": blob, "cert": self._cert_der, "ts": ts, "seq": seq, "kv": kv,
-                "sig": self._sk.sign(digest)}  # fmt: skip
+        meta = {
+            "tok": blob,
+            "cert": self._cert_der,
+            "ts": ts,
+            "seq": seq,
+            "kv": kv,
+            "sig": self._sk.sign(digest),
+        }
         return ProtectedEvent(eid, {"topic": topic}, body, meta)
 
     def open_event(
@@ -250,14 +262,16 @@ class NaradaClient:
                 raise InvalidToken()
             # the KMC's signature once per (KMC key, token); its duration, topic and right on
             # every delivery (schemes/common/verified.py)
-            self._verified.check(kmc.to_bytes(), blob, partial(verify_token, tok, kmc, now=now),
-                               now=now)  # fmt: skip
+            self._verified.check(
+                kmc.to_bytes(), blob, partial(verify_token, tok, kmc, now=now), now=now
+            )
             if not tok.not_before <= now <= tok.not_after or tok.topic != topic:
                 raise InvalidToken()
             if not tok.rights.allows(Rights.PUBLISH):
                 raise InvalidToken()
-            digest = signed_digest("publish", event_id, topic, ts, seq, kv=kv, body=body,
-                                   token=blob)  # fmt: skip
+            digest = signed_digest(
+                "publish", event_id, topic, ts, seq, kv=kv, body=body, token=blob
+            )
             self._sig_checks += 1
             tok.verify_key.verify(sig, digest)
             key = self._keys.get((topic, kv))
@@ -287,8 +301,9 @@ class KmcScheme:
     def __repr__(self) -> str:
         return f"KmcScheme({self.name!r})"
 
-    def _signed(self, op: str, ref: str, topic: str, now: float, *, until: int = 0,
-                body: bytes = b"") -> dict[str, Any]:  # fmt: skip
+    def _signed(
+        self, op: str, ref: str, topic: str, now: float, *, until: int = 0, body: bytes = b""
+    ) -> dict[str, Any]:
         ts, seq = self._stamp(now)
         sig = self._sign(signed_digest(op, ref, topic, ts, seq, until=until, body=body))
         return {"kmc": self.name, "ts": ts, "seq": seq, "sig": sig}
@@ -300,8 +315,9 @@ class KmcScheme:
         if service_kind(topic) != "kmc":
             raise ValidationError("a KMC subscribes only to its kmc/... service topic")
         until = self._until[topic] = int(now) + 365 * 86400
-        return ProtectedFilter({"topic": topic, "until": until},
-                               self._signed("subscribe", "", topic, now, until=until))  # fmt: skip
+        return ProtectedFilter(
+            {"topic": topic, "until": until}, self._signed("subscribe", "", topic, now, until=until)
+        )
 
     def protect_advertisement(
         self, f: Filter, *, now: float, rng: _random.Random | None = None

@@ -129,8 +129,14 @@ class PSGuardKeyService:
         if self._pubs is not None and name not in self._pubs:
             raise DropError(DropReason.UNAUTHORISED, f"{name} may not publish")
         scoped = _ScopedKDC(self._kdc, None if self._pubs is None else self._pubs[name])
-        return Publisher(cast(KDC, scoped), self.schema, name=name, signing_key=signing_key,
-                         epoch=epoch, mode=mode)  # fmt: skip
+        return Publisher(
+            cast(KDC, scoped),
+            self.schema,
+            name=name,
+            signing_key=signing_key,
+            epoch=epoch,
+            mode=mode,
+        )
 
 
 def _as_filter(f: Filter | str) -> Filter:

@@ -30,8 +30,17 @@ _first64 = struct.Struct(">q").unpack_from  # tok64 of a PRF output block
 class TokenMatcher:
     """Filter index over :class:`TokenFilter` (see the module docstring for the two stages)."""
 
-    __slots__ = ("_afs", "_alist", "_anchor", "_by64", "_clauses", "_filters", "_post", "_prf",
-                 "evaluations")  # fmt: skip
+    __slots__ = (
+        "_afs",
+        "_alist",
+        "_anchor",
+        "_by64",
+        "_clauses",
+        "_filters",
+        "_post",
+        "_prf",
+        "evaluations",
+    )
 
     #: randomized events in a batch below which :meth:`match_batch` matches them one by one
     #: (measured: with kept AES contexts, ``match`` costs about 25 us per event against 32
@@ -180,9 +189,17 @@ class TokenMatcher:
             return out
         # stage 2: the other groups of the clauses whose anchor met
         clauses_of = self._clauses
-        rest = sorted({x for cl in cand for cs in cl for c in cs
-                       for j, g in enumerate(clauses_of[c][1]) if j != clauses_of[c][0]
-                       for x in g})  # fmt: skip
+        rest = sorted(
+            {
+                x
+                for cl in cand
+                for cs in cl
+                for c in cs
+                for j, g in enumerate(clauses_of[c][1])
+                if j != clauses_of[c][0]
+                for x in g
+            }
+        )
         self.evaluations += len(rest)
         met: list[set[bytes]] = [set() for _ in rnd]
         prf = self._prf

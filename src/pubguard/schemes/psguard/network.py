@@ -195,8 +195,9 @@ class PSGuardBroker(TokenRouting):
             return None  # psguard.txt: keys, not brokers, enforce who may subscribe
         meta, routing = message.meta, message.routing
         te = self.decoded(routing) or parse_routing(routing)
-        pub, ts, _, signed, sig = signed_from_wire(message.event_id, te, routing, message.body,
-                                                   meta)  # fmt: skip
+        pub, ts, _, signed, sig = signed_from_wire(
+            message.event_id, te, routing, message.body, meta
+        )
         key = self.publishers.get(pub)
         if pub in self._revoked_names:
             return DropReason.REVOKED
@@ -205,8 +206,13 @@ class PSGuardBroker(TokenRouting):
                 return DropReason.FORGED
         else:
             index, size, path = meta.get("mi"), meta["mn"], meta.get("mp")
-            if not (type(index) is int and type(size) is int and 0 <= index < size <= MAX_BATCH
-                    and type(path) is bytes and len(path) in PACKED_PATH_LENGTHS):  # fmt: skip
+            if not (
+                type(index) is int
+                and type(size) is int
+                and 0 <= index < size <= MAX_BATCH
+                and type(path) is bytes
+                and len(path) in PACKED_PATH_LENGTHS
+            ):
                 index, size, path = _batch_packed(meta)  # ValidationError: MALFORMED
             if key is None:
                 return DropReason.FORGED
@@ -383,8 +389,9 @@ class PSGuardClient:
         for h in latest.values():
             if h.keys.epoch < epoch:
                 try:
-                    self._hold(h.filter, self.service.authorise(self.name, h.filter,
-                                                                epoch=epoch)[1])  # fmt: skip
+                    self._hold(
+                        h.filter, self.service.authorise(self.name, h.filter, epoch=epoch)[1]
+                    )
                 except DropError:
                     lost.append(h.filter)
         return lost
@@ -403,8 +410,9 @@ class PSGuardClient:
                     raise InvalidToken()
             else:
                 i, n, path = batch
-                self._roots.verify(vk, H(rec.message()), rec.sig, now=now, index=i, size=n,
-                                   path=path)  # fmt: skip
+                self._roots.verify(
+                    vk, H(rec.message()), rec.sig, now=now, index=i, size=n, path=path
+                )
         newest = max((k[1] for k in self._held), default=rec.epoch)
         if newest < rec.epoch <= self.service.epoch_at(now):
             self.renew(now=now)  # a new epoch began: fetch its keys (refused if withdrawn)
@@ -462,8 +470,9 @@ class PSGuardClient:
     ) -> list[ProtectedEvent]:
         """Protect a batch under one signature over the Merkle root of its records (amortised
         signing; a batch of one is an ordinary single-signed record)."""
-        return self.sign_prepared([self.prepare_event(e, now=now, rng=rng) for e in events],
-                                  now=now)  # fmt: skip
+        return self.sign_prepared(
+            [self.prepare_event(e, now=now, rng=rng) for e in events], now=now
+        )
 
     def prepare_event(
         self, event: Event, *, now: float, rng: Random | None = None
@@ -474,8 +483,7 @@ class PSGuardClient:
         each event as it is published and signs them together with :meth:`sign_prepared`."""
         if event.id is None:
             event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
-        return self.publisher(now=now).protect(event, now_ms=int(now * 1000), rng=rng,
-                                               sign=False)  # fmt: skip
+        return self.publisher(now=now).protect(event, now_ms=int(now * 1000), rng=rng, sign=False)
 
     def sign_prepared(
         self, recs: list[ProtectedRecord], *, now: float, rng: Random | None = None

@@ -66,8 +66,9 @@ class _Scope:
 
     __slots__ = ("absent", "hint_key", "prfs", "scope_key", "tk", "toks")
 
-    def __init__(self, tk: TopicKeys, scope_key: bytes, absent: bytes,
-                 toks: tuple[bytes, ...]) -> None:  # fmt: skip
+    def __init__(
+        self, tk: TopicKeys, scope_key: bytes, absent: bytes, toks: tuple[bytes, ...]
+    ) -> None:
         self.tk, self.scope_key, self.absent, self.toks = tk, scope_key, absent, toks
         self.hint_key = _hint_key(scope_key)
         self.prfs = tuple(AesPrf(t) for t in toks)
@@ -124,8 +125,7 @@ class Publisher:
         if sc is None:
             tk = self._kdc.topic(w)
             toks = (self._kdc.topic_token(w)[: tk_.TOKEN_BYTES],) if ta is not None else ()
-            sc = _Scope(tk, raw(tk.root_key("category", SCOPE_NODE)), _absent_all(tk, et, ta),
-                        toks)  # fmt: skip
+            sc = _Scope(tk, raw(tk.root_key("category", SCOPE_NODE)), _absent_all(tk, et, ta), toks)
             self._cache.put(ck, sc)
         return sc
 
@@ -146,8 +146,11 @@ class Publisher:
         ta = self.schema.topic_attr(et.name)
         sc = self._scope(w, et, ta)
         attrs = event.attrs
-        leaves = [self._leaf(w, et, sc.tk, spec, attrs[spec.name]) for spec in et.routable
-                  if spec.name != ta and spec.name in attrs]  # fmt: skip
+        leaves = [
+            self._leaf(w, et, sc.tk, spec, attrs[spec.name])
+            for spec in et.routable
+            if spec.name != ta and spec.name in attrs
+        ]
         return et, w, sc, leaves
 
     def event_tokens(self, event: Event) -> tuple[str, list[bytes]]:

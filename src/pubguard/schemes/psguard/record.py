@@ -190,8 +190,9 @@ def signed_message(
     """Canonical bytes the publisher signs (length-prefixed fields, tokens as int64)."""
     toks = struct.pack(f">{len(tokens)}q", *tokens)
     sec = encode_secrets(secrets) if secrets else b""
-    return signed_message_packed(event_id, publisher, ts, epoch, mode, nonce, toks, hint, sec,
-                                 payload)  # fmt: skip
+    return signed_message_packed(
+        event_id, publisher, ts, epoch, mode, nonce, toks, hint, sec, payload
+    )
 
 
 def signed_message_packed(
@@ -217,17 +218,24 @@ def signed_message_packed(
     return b"".join(
         (
             b"psguard-record-v1",
-            u32(len(e)), e,
-            u32(len(p)), p,
+            u32(len(e)),
+            e,
+            u32(len(p)),
+            p,
             _TS_EPOCH(ts, epoch),
             mode_lp,
-            u32(len(nonce)), nonce,
-            u32(len(toks)), toks,
-            u32(len(hint)), hint,
-            u32(len(sec)), sec,
-            u32(len(payload)), payload,
+            u32(len(nonce)),
+            nonce,
+            u32(len(toks)),
+            toks,
+            u32(len(hint)),
+            hint,
+            u32(len(sec)),
+            sec,
+            u32(len(payload)),
+            payload,
         )
-    )  # fmt: skip
+    )
 
 
 def encode_secrets(secrets: Iterable[tuple[str, bytes]]) -> bytes:

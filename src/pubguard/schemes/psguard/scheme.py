@@ -231,9 +231,17 @@ class PSGuardScheme:
         try:
             nonce = bytes(routing["nonce"])
             return ProtectedRecord(
-                "", "", 0, self.epoch, str(routing["mode"]), nonce,
-                tuple(int(t) for t in routing["tokens"]), b"", (), b"",
-            )  # fmt: skip
+                "",
+                "",
+                0,
+                self.epoch,
+                str(routing["mode"]),
+                nonce,
+                tuple(int(t) for t in routing["tokens"]),
+                b"",
+                (),
+                b"",
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValidationError(f"malformed psguard routing: {exc}") from None
 

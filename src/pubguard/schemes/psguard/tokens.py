@@ -388,8 +388,11 @@ def _match_dense(
         tb = struct.pack(f">{n}q", *[t[0] for t in tags[:n]])
         hit = v == np.frombuffer(tb, dtype=np.uint64)
     else:  # pad each event's tags with its first (a repeat adds no hit); mask tagless ones
-        flat = [x for t in tags[:n] for x in (tuple(t) + (t[0],) * (width - len(t)) if len(t)
-                                               else (0,) * width)]  # fmt: skip
+        flat = [
+            x
+            for t in tags[:n]
+            for x in (tuple(t) + (t[0],) * (width - len(t)) if len(t) else (0,) * width)
+        ]
         tm = np.frombuffer(struct.pack(f">{len(flat)}q", *flat), dtype=np.uint64)
         hit = (v[:, :, None] == tm.reshape(n, width)[None, :, :]).any(axis=2)
         if min(counts) == 0:

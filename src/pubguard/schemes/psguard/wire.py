@@ -101,8 +101,14 @@ def record_to_wire(rec: ProtectedRecord) -> ProtectedEvent:
     """A :class:`ProtectedRecord` as a publication: tokens in ``routing``, the sealed payload in
     ``body``, everything else the signature covers in ``meta``."""
     routing = {"m": _MODE_WIRE[rec.mode], "n": rec.nonce, "t": pack_tags(rec.tokens)}
-    meta = {"p": rec.publisher, "ts": rec.ts, "e": rec.epoch, "h": rec.hint,
-            "s": encode_secrets(rec.secrets), "sig": rec.sig}  # fmt: skip
+    meta = {
+        "p": rec.publisher,
+        "ts": rec.ts,
+        "e": rec.epoch,
+        "h": rec.hint,
+        "s": encode_secrets(rec.secrets),
+        "sig": rec.sig,
+    }
     return ProtectedEvent(rec.event_id, routing, rec.payload, meta)
 
 
@@ -196,17 +202,27 @@ def signed_from_wire(
             and type(body) is bytes
             and type(toks) is bytes
         ):
-            msg = signed_message_packed(event_id, pub, ts, epoch, te.mode, te.nonce, toks,
-                                        hint, sec, body)  # fmt: skip
+            msg = signed_message_packed(
+                event_id, pub, ts, epoch, te.mode, te.nonce, toks, hint, sec, body
+            )
             return pub, ts, epoch, msg, sig
     pub, epoch = _meta_head(meta)
     ts = _int(meta["ts"], "timestamp")
     sec = _bytes(meta["s"], "secrets")
     if sec:  # canonical form, as the record re-encodes its decoded secrets
         sec = encode_secrets(decode_secrets(sec))
-    msg = signed_message_packed(event_id, pub, ts, epoch, te.mode, te.nonce,
-                                _bytes(routing["t"], "tags"), _bytes(meta["h"], "hint"), sec,
-                                _bytes(body, "body"))  # fmt: skip
+    msg = signed_message_packed(
+        event_id,
+        pub,
+        ts,
+        epoch,
+        te.mode,
+        te.nonce,
+        _bytes(routing["t"], "tags"),
+        _bytes(meta["h"], "hint"),
+        sec,
+        _bytes(body, "body"),
+    )
     return pub, ts, epoch, msg, _bytes(meta["sig"], "signature")
 
 
@@ -242,10 +258,18 @@ def record_from_wire(
     pub, epoch = _meta_head(meta)
     sec = _bytes(meta["s"], "secrets")
     return ProtectedRecord(
-        event_id, pub, _int(meta["ts"], "timestamp"), epoch, te.mode, te.nonce, te.tags,
-        _bytes(meta["h"], "hint"), decode_secrets(sec) if sec else (),
-        _bytes(body, "body"), _bytes(meta["sig"], "signature"),
-    )  # fmt: skip
+        event_id,
+        pub,
+        _int(meta["ts"], "timestamp"),
+        epoch,
+        te.mode,
+        te.nonce,
+        te.tags,
+        _bytes(meta["h"], "hint"),
+        decode_secrets(sec) if sec else (),
+        _bytes(body, "body"),
+        _bytes(meta["sig"], "signature"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
