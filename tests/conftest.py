@@ -1,4 +1,5 @@
-"""Shared fixtures. One Spark session per test run (started lazily, only if a test asks)."""
+"""Shared fixtures. One Spark session per test run (started lazily, only if a test asks); an
+event loop in a thread and the 7-broker loopback cluster for the network tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from pubguard.ops.cluster import LocalCluster
+from tests.loopback import LoopThread, start_cluster
 
 settings.register_profile(
     "pubguard", deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow]
@@ -25,3 +29,20 @@ def spark() -> Iterator[object]:
     session = get_spark(master="local[2]", app_name="pubguard-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def aloop() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture(scope="module")
+def cluster7(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The default 7-broker binary tree as real processes with mutual TLS (one per module)."""
+    cluster = start_cluster(aloop, tmp_path_factory.mktemp("cluster7"), in_process=False)
+    try:
+        yield cluster
+    finally:
+        aloop.run(cluster.stop(), timeout=60)

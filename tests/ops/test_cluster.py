@@ -16,7 +16,7 @@ from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model import Event, Filter
 from pubguard.net.client.client import Client, Subscription
 from pubguard.ops.cluster import LocalCluster
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from pubguard.model import Event
 from pubguard.ops.cluster import LocalCluster
 from pubguard.wire import envelope
 from pubguard.wire.framing import FrameDecoder, encode_frame
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 
 pytestmark = pytest.mark.slow
 

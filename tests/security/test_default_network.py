@@ -39,7 +39,7 @@ from pubguard.schemes.default.broker import DEFAULT
 from pubguard.schemes.default.client import DefaultClient
 from pubguard.schemes.registry import KeyBundle
 from pubguard.wire.framing import FrameDecoder
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

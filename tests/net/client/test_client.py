@@ -14,7 +14,7 @@ from pubguard.net.client.client import Delivery, connect
 from pubguard.net.config import BrokerConfig, TlsFiles
 from pubguard.net.server.server import BrokerServer
 from pubguard.ops.pki import ClusterPki
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 
 
 def _config(tmp: Path, pki: ClusterPki, port: int = 0) -> BrokerConfig:

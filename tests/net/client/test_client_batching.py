@@ -21,7 +21,7 @@ from pubguard.model import Event
 from pubguard.net.client.client import Client, Subscription
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.plain import PlainScheme
-from tests.net.conftest import LoopThread, keyed_cluster
+from tests.loopback import LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -39,7 +39,7 @@ from pubguard.schemes.default.broker import DefaultBroker
 from pubguard.schemes.default.client import DefaultAuthority, DefaultClient
 from pubguard.schemes.eventguard.broker import EventGuardBroker
 from pubguard.schemes.eventguard.client import EventGuardClient
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 from tests.schemes.psguard.test_psguard_net import MASTER, SCHEMA
 
 TICK = 0.02  # seconds between ticks of the watching coroutine

@@ -26,7 +26,7 @@ from pubguard.model import Event
 from pubguard.net.config import chain_toml
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL
-from tests.net.conftest import LoopThread, keyed_cluster
+from tests.loopback import LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ import pytest
 from pubguard.net.config import chain_toml, parse_cluster_config
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 
 pytestmark = pytest.mark.slow
 

@@ -41,7 +41,7 @@ from pubguard.net.keyservice.server import KeyServiceCore, KeyServiceServer
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.narada.client import KmcScheme, NaradaClient
 from pubguard.schemes.registry import KeyBundle
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 from tests.schemes.narada.test_narada import NOW, build_pki, client, make_sim
 from tests.schemes.narada.test_narada import TOPIC as SIM_TOPIC
 

@@ -21,7 +21,7 @@ from pubguard.model import Event
 from pubguard.net.client.client import Subscription
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import BrokerKeys
-from tests.net.conftest import LoopThread, keyed_cluster
+from tests.loopback import LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 

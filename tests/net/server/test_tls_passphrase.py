@@ -20,7 +20,7 @@ from pubguard.net.config import load_broker_config, parse_cluster_config
 from pubguard.net.server.server import BrokerServer
 from pubguard.net.tls import TLS_PASSPHRASE_ENV
 from pubguard.ops.cluster import LocalCluster
-from tests.net.conftest import LoopThread
+from tests.loopback import LoopThread
 
 pytestmark = pytest.mark.slow
 

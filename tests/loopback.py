@@ -1,4 +1,5 @@
-"""Fixtures for network tests: an event loop in a thread, and real broker clusters."""
+"""Loopback helpers for network tests: an event loop in a thread, and real broker clusters
+(the fixtures built on them live in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import tomllib
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
-
-import pytest
 
 from pubguard.net.config import load_cluster_config, parse_cluster_config
 from pubguard.ops.cluster import LocalCluster
@@ -45,13 +44,6 @@ class LoopThread:
         self.loop.close()
 
 
-@pytest.fixture(scope="module")
-def aloop() -> Iterator[LoopThread]:
-    lt = LoopThread()
-    yield lt
-    lt.close()
-
-
 def start_cluster(aloop: LoopThread, state: Path, *, in_process: bool) -> LocalCluster:
     cluster = LocalCluster(load_cluster_config(None, state_dir=state), in_process=in_process)
     try:
@@ -78,13 +70,3 @@ def keyed_cluster(
         yield c
     finally:
         aloop.run(c.stop(), timeout=60)
-
-
-@pytest.fixture(scope="module")
-def cluster7(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The default 7-broker binary tree as real processes with mutual TLS (one per module)."""
-    cluster = start_cluster(aloop, tmp_path_factory.mktemp("cluster7"), in_process=False)
-    try:
-        yield cluster
-    finally:
-        aloop.run(cluster.stop(), timeout=60)
