@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pubguard.broker import Broker, Deliver, Forward, Publish, Subscribe
+from pubguard.broker import Broker, Forward
 from pubguard.errors import DropReason
 from pubguard.model import Event, Filter
 from pubguard.schemes import CheckContext, PlainScheme
+from pubguard.wire.messages import Deliver, Publish, Subscribe
 
 P = PlainScheme()
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pubguard.broker.publishing as pub_mod
+import pubguard.broker.core as pub_mod
 from pubguard.broker import Broker, DeliverTo, Drop
 from pubguard.errors import DropReason
 from pubguard.model import Filter

@@ -1,4 +1,4 @@
-"""Catch-up routing (``Broker.link_down`` / ``link_live``, ``PublicationRouting._catch_up``):
+"""Catch-up routing (``Broker.link_down`` / ``link_live``, ``CatchUpRouter.route``):
 psguard and default tokens change with the key epoch, and a subtree's renewals for the next
 epoch reach a broker only over a live link. A child link that is down (or this broker's,
 restored after a restart) at the change holds only the old epoch's subscriptions here, so the
@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from pubguard.broker import Broker, DeliverTo, Forward, Publish, Subscribe, Unsubscribe
-from pubguard.broker.core import CATCH_UP_S
+from pubguard.broker import Broker, DeliverTo, Forward
+from pubguard.broker.catch_up import CATCH_UP_S
 from pubguard.broker.state import MemoryState
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import LinkKind
 from pubguard.schemes.registry import HOSPITAL, KeyBundle, make_broker_scheme
+from pubguard.wire.messages import Publish, Subscribe, Unsubscribe
 
 EPOCH = 100.0
 MAX_DELAY = 30.0
@@ -275,7 +276,7 @@ def test_a_down_link_is_caught_up_at_most_catch_up_max_times_per_outage(
 ) -> None:
     """What catch-up adds to a down link's queue stays under the transport's back-pressure
     threshold, so a subtree's outage does not stall the publishers sooner than before."""
-    import pubguard.broker.publishing as publishing
+    import pubguard.broker.catch_up as publishing
 
     monkeypatch.setattr(publishing, "CATCH_UP_MAX", 2)
     pair = Pair(tmp_path, "psguard")

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from pubguard.broker import (
+from pubguard.broker import Broker, DeliverTo, Drop, Forward, MemoryState, Reply
+from pubguard.errors import DropReason, StateError, ValidationError
+from pubguard.schemes import PlainScheme
+from pubguard.wire.messages import (
     Ack,
     Advertise,
-    Broker,
-    DeliverTo,
-    Drop,
     Error,
-    Forward,
     Heartbeat,
-    MemoryState,
     Publish,
-    Reply,
     Unadvertise,
     Unsubscribe,
 )
-from pubguard.errors import DropReason, StateError, ValidationError
-from pubguard.schemes import PlainScheme
 from tests.broker.helpers import GuardScheme, forwarded, pub, sub, two_level
 
 

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pubguard.broker import ForwardSet
-from pubguard.broker.covering import filter_anchors
 from pubguard.model import Filter
+from pubguard.schemes.base import equality_anchors as filter_anchors
 from tests.model.strategies import events, filters
 
 ops = st.lists(

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from pubguard.broker import Broker, DeliverTo, Forward, Publish, Subscribe, Unsubscribe
-from pubguard.broker.core import CATCH_UP_S, LEASE_SLACK
+from pubguard.broker import Broker, DeliverTo, Forward
+from pubguard.broker.catch_up import CATCH_UP_S
 from pubguard.broker.state import MemoryState
 from pubguard.errors import DropReason
 from pubguard.model import Event, Filter
-from pubguard.schemes.base import LinkKind
+from pubguard.schemes.base import LEASE_SLACK, LinkKind
 from pubguard.schemes.registry import HOSPITAL, KeyBundle, make_broker_scheme
+from pubguard.wire.messages import Publish, Subscribe, Unsubscribe
 
 EPOCH = 100.0
 MAX_DELAY = 30.0
@@ -72,7 +73,7 @@ class Chain:
         subscription ids the child delivers to."""
         if self.profile == "eventguard":
             pa = self.pub.protect_advertisement(Filter.parse(CARDIO), now=at)
-            from pubguard.broker import Advertise
+            from pubguard.wire.messages import Advertise
 
             self.parent.handle(Advertise(f"a-{eid}", self.profile, pa.filter, pa.meta), "pub", at)
         pe = self.pub.protect_event(
@@ -177,7 +178,7 @@ def test_an_advertisement_lapses_with_its_permit_and_a_renewal_replaces_it(
     """Advertisements rest on a permit of one epoch too: each broker forgets one whose permit
     ran out (the one from another broker LEASE_SLACK later); the publisher's advertisement
     renewed in place (same id, the next epoch's permit) outlives it."""
-    from pubguard.broker import Advertise
+    from pubguard.wire.messages import Advertise
 
     ch = Chain(tmp_path, profile)
     pa = ch.pub.protect_advertisement(Filter.parse(CARDIO), now=NOW)
@@ -322,7 +323,7 @@ def test_a_held_entry_of_a_down_grandchild_leaves_the_forward_set(tmp_path: Path
 
 
 def _publication(ch: Chain, eid: str, at: float) -> Publish:
-    from pubguard.broker import Advertise
+    from pubguard.wire.messages import Advertise
 
     pa = ch.pub.protect_advertisement(Filter.parse(CARDIO), now=at)
     ch.parent.handle(Advertise(f"a-{eid}", "eventguard", pa.filter, pa.meta), "pub", at)

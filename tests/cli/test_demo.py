@@ -34,7 +34,7 @@ def test_hospital_over_real_processes_is_exact_and_leaves_nothing(tmp_path: Path
         assert all(lo <= e["age"] <= hi for e in r.received[unit])
         assert all(str(e["patientRecord"]).startswith("MRN-") for e in r.received[unit])
     assert r.refused and "unauthorised" in r.refused[0]
-    # every client got its tokens, keys and permits from the key-service process (issue 5)
+    # every client got its tokens, keys and permits from the key-service process
     assert set(r.key_sources) == {u for u, _, _ in UNITS} | {"hospital"}
     assert set(r.key_sources.values()) == {"RemoteAuthority"}
     cv = r.curious

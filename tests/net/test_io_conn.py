@@ -1,5 +1,5 @@
-"""io_conn.FrameConnection over real sockets on 127.0.0.1 (no TLS: the TLS links are covered by
-the cluster, crash and fuzz tests), and io_loop.run on either event loop."""
+"""net.conn.FrameConnection over real sockets on 127.0.0.1 (no TLS: the TLS links are covered by
+the cluster, crash and fuzz tests), and net.loop.run on either event loop."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def test_plain_eventguard_and_narada_lose_nothing_across_epochs_and_crashes() ->
 def test_psguard_and_default_lose_nothing_when_outages_span_the_renewal_and_the_change() -> None:
     """Each outage (2.6 s, epochs of 2 s) spans an ahead renewal and the change after it: at
     the subscribers' inner broker, the publishers' broker and the leaf. Before catch-up routing
-    (broker/publishing.py ``_catch_up``) the new epoch's events were lost to the subtree until
+    (``CatchUpRouter.route`` in broker/catch_up.py) the new epoch's events were lost to the subtree until
     the renewals came back, and at the leaf until the next change."""
     profiles = ("psguard", "default")
     r = asyncio.run(

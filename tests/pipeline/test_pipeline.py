@@ -1,6 +1,6 @@
 """The Spark dissemination pipeline end to end on the shared local session.
 
-Checks (issue 6): opened deliveries equal the reference matcher's (subscriber, event) pairs in
+Checks: opened deliveries equal the reference matcher's (subscriber, event) pairs in
 both modes on generated workloads; the match stage's tables hold no topic name, secret
 attribute or payload; forged, replayed, duplicate and stale events are dropped with reasons;
 bad input stops the job with a message naming the problem and leaves the outbox untouched.

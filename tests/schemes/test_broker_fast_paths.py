@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from pubguard.crypto import H
 from pubguard.schemes.common.guards import pack_fields
 from pubguard.schemes.default.broker import _leaf_of
-from pubguard.schemes.eventguard.broker import _leaf_fast, leaf_digest
+from pubguard.schemes.eventguard.wire import leaf_digest
+from pubguard.schemes.eventguard.wire import leaf_digest_fast as _leaf_fast
 
 text = st.text(max_size=12)
 blobs = st.lists(st.binary(max_size=40), min_size=1, max_size=4)

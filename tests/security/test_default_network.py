@@ -27,18 +27,18 @@ from typing import Any
 
 import pytest
 
-from pubguard.broker import Unsubscribe
 from pubguard.crypto import SigningKey
 from pubguard.errors import DropReason, InvalidToken
 from pubguard.model import Event, Filter
 from pubguard.net.client.client import Client
 from pubguard.net.config import load_cluster_config
 from pubguard.ops.cluster import LocalCluster
-from pubguard.schemes.base import ProtectedEvent
+from pubguard.schemes.base import ClientScheme, ProtectedEvent
 from pubguard.schemes.default.broker import DEFAULT
 from pubguard.schemes.default.client import DefaultClient
 from pubguard.schemes.registry import KeyBundle
 from pubguard.wire.framing import FrameDecoder
+from pubguard.wire.messages import Unsubscribe
 from tests.loopback import LoopThread
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -93,7 +93,7 @@ class SecureCluster(LocalCluster):
         log.close()
 
 
-class Shifted:
+class Shifted(ClientScheme):
     """A client scheme whose clock runs ``offset`` seconds ahead (to act in the next epoch)."""
 
     def __init__(self, inner: DefaultClient, offset: float = 0.0) -> None:
@@ -112,7 +112,7 @@ class Shifted:
         return self.inner.open_event(eid, routing, body, meta, now=now + self.offset)
 
 
-class Canned:
+class Canned(ClientScheme):
     """An attacker's client scheme: publishes exactly the protected events it is handed."""
 
     profile = DEFAULT

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pubguard.broker import (
+from pubguard.errors import DropReason, FrameError, ValidationError
+from pubguard.wire.messages import (
     MAX_BODY_BYTES,
     MAX_ID_LEN,
+    MAX_WIRE_DEPTH,
     Ack,
     Advertise,
     Deliver,
@@ -24,9 +26,8 @@ from pubguard.broker import (
     Unsubscribe,
     decode_message,
     freeze_wire,
+    publish_wire,
 )
-from pubguard.errors import DropReason, FrameError, ValidationError
-from pubguard.wire.messages import MAX_WIRE_DEPTH, publish_wire
 
 FILTER = {"constraints": [["a", ">", 1], ["b", "=", "x"]]}
 PUB = Publish("e1", "plain", {"a": 1, "b": "x"}, b"payload", {"sig": b"\x00\x01", "ts": 1.5})

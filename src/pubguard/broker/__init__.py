@@ -1,4 +1,9 @@
-"""The sans-IO broker core: messages, actions, routing state machine (ARCHITECTURE.md)."""
+"""The sans-IO broker core: one routing state machine, its actions and state (ARCHITECTURE.md).
+
+Messages in (from :mod:`pubguard.wire.messages`), actions out: forward, deliver, reply, drop
+with a machine-readable reason. The same core runs over TCP (``net/server``) and in the
+simulator (``sim``).
+"""
 
 from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply, SendAction
 from pubguard.broker.core import Broker
@@ -6,57 +11,21 @@ from pubguard.broker.covering import ForwardSet
 from pubguard.broker.dedup import DEDUP_MAX_IDS, DEDUP_WINDOW_S, DedupWindow
 from pubguard.broker.state import BrokerState, MemoryState
 from pubguard.schemes.base import LinkInfo, LinkKind
-from pubguard.wire.messages import (
-    KNOWN_OPS,
-    MAX_BODY_BYTES,
-    MAX_ID_LEN,
-    Ack,
-    Advertise,
-    Deliver,
-    Error,
-    Heartbeat,
-    Message,
-    MsgOp,
-    Publish,
-    Subscribe,
-    Unadvertise,
-    Unsubscribe,
-    decode_message,
-    freeze_wire,
-    thaw_wire,
-)
 
 __all__ = [
     "DEDUP_MAX_IDS",
     "DEDUP_WINDOW_S",
-    "KNOWN_OPS",
-    "MAX_BODY_BYTES",
-    "MAX_ID_LEN",
-    "Ack",
     "Action",
-    "Advertise",
     "Broker",
     "BrokerState",
     "DedupWindow",
-    "Deliver",
     "DeliverTo",
     "Drop",
-    "Error",
     "ForwardSet",
     "Forward",
-    "Heartbeat",
     "LinkInfo",
     "LinkKind",
     "MemoryState",
-    "Message",
-    "MsgOp",
-    "Publish",
     "Reply",
     "SendAction",
-    "Subscribe",
-    "Unadvertise",
-    "Unsubscribe",
-    "decode_message",
-    "freeze_wire",
-    "thaw_wire",
 ]

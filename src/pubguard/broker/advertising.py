@@ -1,4 +1,4 @@
-"""Advertisement handling for the broker core (eventguard.txt §2.1, §4.3, §4.6).
+"""The broker core's advertisement table (eventguard.txt §2.1, §4.3, §4.6).
 
 Advertisements are flooded over the tree: a broker stores each one under ``(link, adv_id)``
 and forwards it, renamed like a forwarded subscription, to every broker link except the one it
@@ -7,139 +7,93 @@ advertisements from every other link (``Broker.link_up``). Publication routing d
 on them (see ``pubguard.broker.core``), so their arrival order can never lose an event; they
 exist so every broker knows what is advertised and a scheme's advertise / unadvertise guards
 (EventGuard's UAT permits) can check them.
+
+:class:`AdvertisementTable` owns the stored advertisements, their lease ends and their rows in
+the broker's store; the :class:`~pubguard.broker.core.Broker` runs the guards, decides which
+links they flood to and when a lease has lapsed, and hands the table the outcome.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pubguard.broker.actions import Action, Forward
-from pubguard.errors import DropReason, PubguardError
-from pubguard.schemes.base import LinkInfo, LinkKind
+from pubguard.broker.profiles import Key, forward_id, skey
+from pubguard.broker.state import BrokerState
 from pubguard.wire.messages import Advertise, Unadvertise
 
-if TYPE_CHECKING:
-    from pubguard.broker.core import _Profile
-    from pubguard.schemes.base import BrokerScheme
-
-__all__ = ["DECODE_ERRORS", "AdvertisementRouting", "Key", "skey", "why"]
-
-Key = tuple[str, str]  # (link_id, sub_id or adv_id)
-
-# what a scheme hook may raise on bad input (-> malformed); anything else is a bug and propagates
-DECODE_ERRORS = (PubguardError, TypeError, ValueError, KeyError, IndexError, AttributeError)
+__all__ = ["AdvertisementTable"]
 
 
-def why(exc: BaseException) -> str:
-    """Drop detail for a decoding failure: our own messages, never a foreign repr."""
-    if isinstance(exc, PubguardError):
-        return str(exc)
-    return f"undecodable ({type(exc).__name__})"
+class AdvertisementTable:
+    """The advertisements a broker stores, by ``(link, adv_id)``, written through to
+    ``store`` (table ``advertisements``) when there is one."""
 
+    def __init__(self, broker_id: str, store: BrokerState | None) -> None:
+        self._broker_id = broker_id
+        self._store = store
+        self._adverts: dict[Key, Advertise] = {}
+        self._expiry: dict[Key, float] = {}  # lease ends (None: never, not kept)
 
-def skey(key: Key) -> str:
-    """The store key of a ``(link, id)`` pair."""
-    return f"{key[0]}\x00{key[1]}"
+    def __len__(self) -> int:
+        return len(self._adverts)
 
+    def get(self, key: Key) -> Advertise | None:
+        return self._adverts.get(key)
 
-class CoreHooks:
-    """The Broker methods the routing mixins call (declared for the type checker only; the
-    Broker in broker/core.py defines them)."""
+    def lease_ends(self) -> Iterable[float]:
+        return self._expiry.values()
 
-    if TYPE_CHECKING:
+    def put(
+        self, key: Key, msg: Advertise, expires: float | None, to: Iterable[str]
+    ) -> list[Action]:
+        """Store ``msg`` under ``key`` with its lease end, and forward it on the links ``to``."""
+        self.restore(key, msg, expires)
+        if self._store is not None:
+            self._store.put("advertisements", skey(key), {"link": key[0], "message": msg.to_wire()})
+        return [self.forward(lk, key, msg) for lk in to]
 
-        def _profile(self, name: str) -> _Profile | None: ...
-        def _drop(
-            self,
-            reason: DropReason,
-            detail: str,
-            link: LinkInfo,
-            ref: str | None,
-            op: str | None = None,
-        ) -> list[Action]: ...
-        def _check(
-            self, scheme: BrokerScheme, msg: Any, link: LinkInfo, now: float, prior: Any
-        ) -> list[Action] | None: ...
-        def _ack(self, link: LinkInfo, msg: Any) -> list[Action]: ...
-        def _outgoing(
-            self, actions: list[Action], now: float, scheme: BrokerScheme | None = None
-        ) -> list[Action]: ...
-        def _persist(self, table: str, key: str, value: Mapping[str, Any]) -> None: ...
-        def _unpersist(self, table: str, key: str) -> None: ...
-        def _fwd_id(self, key: Key) -> str: ...
-        def _lease_advert(self, key: Key, msg: Advertise) -> None: ...
+    def restore(self, key: Key, msg: Advertise, expires: float | None) -> None:
+        """Hold ``msg`` under ``key`` (from the store: not written back)."""
+        self._adverts[key] = msg
+        if expires is None:
+            self._expiry.pop(key, None)
+        else:
+            self._expiry[key] = expires
 
+    def remove(self, key: Key, meta: Mapping[str, Any], to: Iterable[str]) -> list[Action]:
+        """Forget ``key`` and forward its withdrawal (with ``meta``) on the links ``to``."""
+        adv = self._adverts.pop(key)
+        self._expiry.pop(key, None)
+        if self._store is not None:
+            self._store.delete("advertisements", skey(key))
+        fid = forward_id(self._broker_id, key)
+        return [Forward(lk, Unadvertise(fid, adv.profile, meta)) for lk in to]
 
-class AdvertisementRouting(CoreHooks):
-    """Mixin of :class:`~pubguard.broker.core.Broker`: the advertise / unadvertise handlers."""
+    def forward(self, link_id: str, key: Key, adv: Advertise) -> Forward:
+        """``adv`` (stored under ``key``) as this broker forwards it on ``link_id``."""
+        fid = forward_id(self._broker_id, key)
+        return Forward(link_id, Advertise(fid, adv.profile, adv.filter, adv.meta))
 
-    links: dict[str, LinkInfo]
-    _advs: dict[Key, Advertise]
-    _adv_expiry: dict[Key, float]
-    counters: Counter[str]
+    def announce(self, link_id: str) -> list[Forward]:
+        """Every advertisement that did not come over ``link_id``, for a (re)connected broker
+        link: idempotent at the peer."""
+        return [self.forward(link_id, k, a) for k, a in self._adverts.items() if k[0] != link_id]
 
-    def _on_advertise(self, msg: Advertise, link: LinkInfo, now: float) -> list[Action]:
-        prof = self._profile(msg.profile)
-        if prof is None:
-            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
-        try:
-            prof.scheme.decode_filter(msg.filter)
-        except DECODE_ERRORS as exc:
-            return self._drop(DropReason.MALFORMED, why(exc), link, msg.adv_id, msg.op)
-        key = (link.link_id, msg.adv_id)
-        prior = self._advs.get(key)
-        refused = self._check(prof.scheme, msg, link, now, prior)
-        if refused is not None:
-            return refused
-        out: list[Action] = []
-        if prior != msg:
-            self._advs[key] = msg
-            self._lease_advert(key, msg)
-            self._persist("advertisements", skey(key), {"link": key[0], "message": msg.to_wire()})
-            for lk in self._broker_links(except_=link.link_id):
-                out.append(self._advertise_to(lk, key, msg))
-        return self._ack(link, msg) + self._outgoing(out, now)
+    def keys_of(self, link_id: str) -> list[Key]:
+        """The keys of the advertisements that came over ``link_id``."""
+        return [k for k in self._adverts if k[0] == link_id]
 
-    def _on_unadvertise(self, msg: Unadvertise, link: LinkInfo, now: float) -> list[Action]:
-        prof = self._profile(msg.profile)
-        if prof is None:
-            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
-        key = (link.link_id, msg.adv_id)
-        prior = self._advs.get(key)
-        if prior is None:
-            self.counters["unadvertise.unknown"] += 1
-            return self._ack(link, msg)
-        if prior.profile != msg.profile:
-            return self._drop(
-                DropReason.MALFORMED,
-                "profile differs from the advertisement",
-                link,
-                msg.adv_id,
-                msg.op,
-            )
-        refused = self._check(prof.scheme, msg, link, now, prior)
-        if refused is not None:
-            return refused
-        return self._ack(link, msg) + self._outgoing(
-            self._remove_adv(key, msg.meta, link.link_id), now
-        )
-
-    def _remove_adv(self, key: Key, meta: Mapping[str, Any], src: str) -> list[Action]:
-        adv = self._advs.pop(key)
-        self._adv_expiry.pop(key, None)
-        self._unpersist("advertisements", skey(key))
-        fid = self._fwd_id(key)
+    def lapsed(self, lapses: Callable[[str, str, float], bool]) -> list[Key]:
+        """The keys whose lease has lapsed: ``lapses(link, profile, lease_end)``."""
+        adverts = self._adverts
         return [
-            Forward(lk, Unadvertise(fid, adv.profile, meta))
-            for lk in self._broker_links(except_=src)
+            k
+            for k, t in self._expiry.items()
+            if k in adverts and lapses(k[0], adverts[k].profile, t)
         ]
 
-    def _advertise_to(self, link_id: str, key: Key, adv: Advertise) -> Forward:
-        return Forward(link_id, Advertise(self._fwd_id(key), adv.profile, adv.filter, adv.meta))
-
-    def _broker_links(self, except_: str) -> list[str]:
-        return sorted(
-            lk for lk, i in self.links.items() if i.kind is not LinkKind.CLIENT and lk != except_
-        )
+    def snapshot(self) -> dict[str, Any]:
+        """The stored advertisements by store key, sorted (``Broker.routing_snapshot``)."""
+        return {skey(k): a.to_wire() for k, a in sorted(self._adverts.items())}

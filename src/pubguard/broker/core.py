@@ -47,29 +47,51 @@ except duplicates, which are silent. Brokers get no error replies.
 ``handle_batch(messages, from_link, now)`` is ``handle`` for a batch from one link (what a
 transport reads at once): the same actions and state as one call per message, with runs of
 publications (plain, or of a profile whose matcher has ``match_batch``) admitted one by one and
-matched together (``pubguard.broker.publishing``).
+matched together.
+
+The publication path is three steps, kept separate so that ``handle_batch`` can admit a run one
+by one, match it together (the index's ``match_batch``, vectorised across events) and route it
+in arrival order, with exactly the actions and state of one ``handle`` per message: *admit*
+(profile known, event id not in the duplicate window, routing decodable by the scheme, the
+scheme's guards pass; then its id is recorded), *match* with the profile's index, and *route*
+(one ``DeliverTo`` per local client link naming all of its matching subscriptions, one
+``Forward`` per child broker link with a matching filter but the one it came from, and one to
+the parent unless it came from there). Cheap rejects first (the flood containment of
+eventguard.txt §4.7, Fig. 3): a publication still in wire form whose ``event_id`` is in the
+duplicate window, of a profile already in use, is dropped as ``duplicate`` *before* it is
+decoded (``_seen_wire``): a replayed copy costs a dict lookup instead of decoding and freezing
+its routing fields. The drop, its reason, detail and counters are those of the full path; only
+a duplicate that is also malformed counts as ``duplicate`` rather than ``malformed``. (A banned
+source is refused by the profile's guard, ``schemes/common/guard_check.py``, which needs the
+decoded message.)
+
+Collaborators
+-------------
+The ``Broker`` owns its state; what has a life of its own is a collaborator it owns:
+
+- per profile in use a :class:`~pubguard.broker.profiles.Profile`: the scheme, its matcher and
+  the upward :class:`~pubguard.broker.covering.ForwardSet`, with the scheme's optional hooks
+  read once;
+- the :class:`~pubguard.broker.dedup.DedupWindow` of recently seen event ids;
+- the :class:`~pubguard.broker.advertising.AdvertisementTable`;
+- the :class:`~pubguard.broker.catch_up.CatchUpRouter`: which links are down or catching up
+  and what a new key epoch's publications owe them.
+
+The subscriptions, their leases and the publication path are the state machine's own.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
-from pubguard.broker.advertising import DECODE_ERRORS, AdvertisementRouting, Key, why
-from pubguard.broker.advertising import skey as _skey
-from pubguard.broker.covering import ForwardSet, filter_anchors
+from pubguard.broker.advertising import AdvertisementTable
+from pubguard.broker.catch_up import CatchUpRouter
 from pubguard.broker.dedup import DEDUP_MAX_IDS, DEDUP_WINDOW_S, DedupWindow
-from pubguard.broker.publishing import (
-    CATCH_UP_MAX,
-    CATCH_UP_S,
-    PARK_MAX,
-    PublicationRouting,
-    _Admitted,
-)
+from pubguard.broker.profiles import DECODE_ERRORS, Key, Profile, forward_id, skey, why
 from pubguard.broker.state import BrokerState
 from pubguard.errors import (
     DropError,
@@ -89,7 +111,6 @@ from pubguard.schemes.base import (
     Matcher,
     SchemeRegistry,
 )
-from pubguard.schemes.plain import PlainScheme
 from pubguard.wire.messages import (
     KNOWN_OPS,
     MAX_DETAIL_LEN,
@@ -107,16 +128,10 @@ from pubguard.wire.messages import (
     decode_publish,
 )
 
-__all__ = [
-    "CATCH_UP_MAX",
-    "CATCH_UP_S",
-    "LEASE_SLACK",
-    "MAX_BROKER_ID_LEN",
-    "PARK_MAX",
-    "Broker",
-]
+__all__ = ["BATCH_MATCH_MIN", "LEASE_SLACK", "MAX_BROKER_ID_LEN", "Broker"]
 
 MAX_BROKER_ID_LEN: Final = 64
+BATCH_MATCH_MIN: Final = 32  # publications in a run before handle_batch uses match_batch
 _MESSAGE_TYPES = (
     Subscribe,
     Unsubscribe,
@@ -128,7 +143,6 @@ _MESSAGE_TYPES = (
     Error,
     Heartbeat,
 )
-_DECODE_ERRORS = DECODE_ERRORS
 _IN_KEY: Final = {op: f"in.{op}" for op in KNOWN_OPS}  # counter names, built once
 _NEVER: Final = float("inf")
 
@@ -145,30 +159,16 @@ class _Entry:
     held: bool = False
 
 
-class _Profile:
-    """Per-profile routing tables: the scheme, its matcher and the upward forward set, plus
-    whether the scheme's ``broker_check`` / ``outgoing`` hooks do anything (optional scheme
-    flags ``checks_messages`` / ``rewrites_outgoing``; absent means they do)."""
+@dataclass(slots=True)
+class _Admitted:
+    """A publication that passed the guards: its profile, matcher and decoded event."""
 
-    __slots__ = ("batches", "checks", "fwd", "matcher", "rewrites", "scheme")
-
-    def __init__(self, scheme: BrokerScheme) -> None:
-        self.scheme = scheme
-        self.matcher: Matcher = scheme.new_matcher()
-        # plain covering is Filter.covers, for which equality anchors narrow the scans
-        plain_covers = getattr(type(scheme), "covers", None) is PlainScheme.covers
-        self.fwd = ForwardSet(scheme.covers, filter_anchors if plain_covers else None)
-        self.checks = bool(getattr(scheme, "checks_messages", True))
-        self.rewrites = bool(getattr(scheme, "rewrites_outgoing", True))
-        # handle_batch admits a run's publications (guards included) before routing any of
-        # them: that is handle's outcome unless a later guard could see what an earlier
-        # outgoing did, so a profile with both hooks is never batched
-        plain = not self.checks and not self.rewrites
-        batch = getattr(self.matcher, "match_batch", None) is not None
-        self.batches = plain or (batch and not (self.checks and self.rewrites))
+    prof: Profile
+    matcher: Matcher
+    pe: Any
 
 
-class Broker(PublicationRouting, AdvertisementRouting):
+class Broker:
     """One routing node. See the module docstring for the protocol."""
 
     def __init__(
@@ -192,32 +192,36 @@ class Broker(PublicationRouting, AdvertisementRouting):
         self.parent: str | None = None
         self.drops: Counter[DropReason] = Counter()
         self.counters: Counter[str] = Counter()
-        self._profiles: dict[str, _Profile] = {}
+        self._profiles: dict[str, Profile] = {}  # the profiles in use (``_profile``)
         self._subs: dict[Key, _Entry] = {}
-        self._advs: dict[Key, Advertise] = {}
+        self._adverts = AdvertisementTable(broker_id, store)
         self._next_expiry = _NEVER  # the earliest lease end of any entry (expire's fast exit)
-        self._adv_expiry: dict[Key, float] = {}  # advertisements' lease ends
         self._dedup = DedupWindow(dedup_window, dedup_capacity)
-        # catch-up routing (``link_down`` / ``link_live``, PublicationRouting._catch_up): the
-        # broker links that are down (inf) or came back at a time, and per (link, profile) the
-        # newest key epoch of the subscriptions that came over it and how many it holds
-        self._recovering: dict[str, float] = {}
-        self._down_since: dict[str, float] = {}
-        self._dormant: set[str] = set()  # down for longer than every profile's horizon
-        self._caught: Counter[str] = Counter()  # publications caught up per link and outage
-        self._epochs: dict[tuple[str, str], int] = {}
-        self._sub_counts: Counter[tuple[str, str]] = Counter()
-        self._parked: dict[str, deque[tuple[Publish, Any, int]]] = {}  # client links'
-        # peers (child brokers, durable clients by authenticated name) never caught up to:
-        # the operator's choice for a subtree in a less trusted domain (docs/network.md)
         if isinstance(no_catch_up, str):
             raise ValidationError("no_catch_up is a collection of peer names, not one string")
-        self.no_catch_up: frozenset[str] = frozenset(no_catch_up)
+        # catch-up routing (``link_down`` / ``link_live``, ``CatchUpRouter.route``)
+        self._catch_up = CatchUpRouter(self._profiles, self.counters, frozenset(no_catch_up))
         # the guards' context of the last message without a prior entry (CheckContext is
         # frozen: a run of publications from one link at one time shares one)
         self._last_ctx = CheckContext(0.0, LinkInfo("-", LinkKind.CLIENT), broker_id)
         if store is not None:
             self._restore(store)
+
+    @property
+    def no_catch_up(self) -> frozenset[str]:
+        """Peers (child brokers, durable clients by authenticated name) never caught up to:
+        the operator's choice for a subtree in a less trusted domain (docs/network.md)."""
+        return self._catch_up.no_catch_up
+
+    @property
+    def _recovering(self) -> Mapping[str, float]:
+        """The links down (inf) or catching up since a time (for inspection)."""
+        return self._catch_up.recovering
+
+    @property
+    def _parked(self) -> Mapping[str, Any]:
+        """Publications parked per durable client link (for inspection)."""
+        return self._catch_up.parked
 
     # -- links ------------------------------------------------------------------------------
     def add_link(self, link_id: str, kind: LinkKind | str, peer: str | None = None) -> list[Action]:
@@ -247,9 +251,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             for name, prof in self._profiles.items():
                 for key in prof.fwd.forwarded:
                     out.append(self._forward_sub(name, key))  # type: ignore[arg-type]
-        for key, adv in self._advs.items():
-            if key[0] != link_id:
-                out.append(self._advertise_to(link_id, key, adv))
+        out += self._adverts.announce(link_id)
         return self._outgoing(out, 0.0)
 
     def link_down(self, link_id: str, now: float | None = None) -> None:
@@ -257,25 +259,16 @@ class Broker(PublicationRouting, AdvertisementRouting):
         (its messages wait in an outbox) at ``now``: until it is back and has caught up, the
         publications of a new key epoch of a profile whose subscriptions over it are older are
         routed to it as well, or parked for the client until its renewal comes, for at most
-        the profile's ``catch_up_horizon`` after ``now`` (``_catch_up``)."""
+        the profile's ``catch_up_horizon`` after ``now`` (``CatchUpRouter.route``)."""
         info = self.links.get(link_id)
         if info is None or info.kind is LinkKind.PARENT:
             return
-        if self._recovering.get(link_id) == _NEVER or link_id in self._dormant:
-            return  # down already
-        self._recovering[link_id] = _NEVER
-        self._down_since.pop(link_id, None)
-        self._caught.pop(link_id, None)
-        if now is not None:
-            self._down_since[link_id] = now
+        self._catch_up.link_down(link_id, now)
 
     def link_live(self, link_id: str, now: float) -> None:
         """A link that was down is connected again: it catches up for ``CATCH_UP_S`` (its
         peer re-sends what it queued meanwhile, renewals included)."""
-        if link_id in self._recovering or link_id in self._dormant:
-            self._dormant.discard(link_id)
-            self._recovering[link_id] = now
-            self._down_since.pop(link_id, None)
+        self._catch_up.link_live(link_id, now)
 
     def remove_link(self, link_id: str, now: float = 0.0) -> list[Action]:
         """Forget a link and everything that came over it (a non-durable client left)."""
@@ -283,16 +276,10 @@ class Broker(PublicationRouting, AdvertisementRouting):
         out: list[Action] = []
         for key in [k for k in self._subs if k[0] == link_id]:
             out += self._remove_sub(key, {})
-        for key in [k for k in self._advs if k[0] == link_id]:
-            out += self._remove_adv(key, {}, link_id)
+        for key in self._adverts.keys_of(link_id):
+            out += self._adverts.remove(key, {}, self._broker_links(except_=link_id))
         del self.links[link_id]
-        self._recovering.pop(link_id, None)
-        self._down_since.pop(link_id, None)
-        self._dormant.discard(link_id)
-        self._caught.pop(link_id, None)
-        self._parked.pop(link_id, None)
-        for lp in [lp for lp in self._epochs if lp[0] == link_id]:
-            del self._epochs[lp]
+        self._catch_up.forget_link(link_id)
         if self.parent == link_id:
             self.parent = None
         self._unpersist("links", link_id)
@@ -331,7 +318,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
         (default ``BATCH_MATCH_MIN``) of them, and routed in arrival order. Publications of plain profiles and of profiles whose
         matcher has ``match_batch`` (the token profiles: psguard.txt §3.1, one AES call per
         token over the batch's nonces) join runs, unless the profile has both guards and
-        outgoing rewrites (see ``_Profile``)."""
+        outgoing rewrites (see ``Profile``)."""
         link = self._link(from_link)
         out: list[Action] = []
         run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
@@ -399,6 +386,130 @@ class Broker(PublicationRouting, AdvertisementRouting):
                     DropReason.MALFORMED, f"unexpected {message.op}", link, message.ref, message.op
                 )
 
+    # -- publications -------------------------------------------------------------------------
+    def _seen_wire(self, message: Any, link: LinkInfo, now: float) -> list[Action] | None:
+        """The drop of a wire publication whose id is in the duplicate window, decided before
+        decoding it; None when the message needs the full path."""
+        if type(message) is not dict or message.get("op") != "publish":
+            return None
+        eid, prof = message.get("event_id"), message.get("profile")
+        if type(eid) is not str or type(prof) is not str or prof not in self._profiles:
+            return None
+        if not self._dedup.seen(eid, now):
+            return None
+        self.counters["in.publish"] += 1
+        return self._drop(DropReason.DUPLICATE, "seen event id", link, eid, "publish")
+
+    def _on_publish(
+        self, msg: Publish, link: LinkInfo, now: float, counted: bool = False
+    ) -> list[Action]:
+        adm = self._admit(msg, link, now, counted)
+        if isinstance(adm, list):
+            return adm
+        keys: set[Key] = adm.matcher.match(adm.pe)  # type: ignore[assignment]
+        return self._route(msg, link, adm, keys, now)
+
+    def _admit(
+        self, msg: Publish, link: LinkInfo, now: float, counted: bool = False
+    ) -> _Admitted | list[Action]:
+        """Everything before matching: profile, duplicate window, decoding, the guards."""
+        if not counted:
+            self.counters["in.publish"] += 1
+        prof = self._profiles.get(msg.profile) or self._profile(msg.profile)
+        if prof is None:
+            return self._drop(
+                DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.event_id, "publish"
+            )
+        if self._dedup.seen(msg.event_id, now):
+            return self._drop(DropReason.DUPLICATE, "seen event id", link, msg.event_id, "publish")
+        try:
+            pe = prof.scheme.decode_event(msg.routing)
+        except DECODE_ERRORS as exc:
+            return self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
+        if prof.checks:
+            refused = self._check(prof.scheme, msg, link, now, None)
+            if refused is not None:
+                return refused
+        self._dedup.record(msg.event_id, now)
+        return _Admitted(prof, prof.matcher, pe)
+
+    def _route(
+        self, msg: Publish, link: LinkInfo, adm: _Admitted, keys: set[Key], now: float
+    ) -> list[Action]:
+        """The actions for an admitted publication whose matching keys are ``keys``: see the
+        module docstring for why this is exactly once on a tree."""
+        out: list[Action] = []
+        src = link.link_id
+        delivered = 0
+        if len(keys) == 1:  # the common case (fan-out one): no grouping, no sorting
+            ((lk, sid),) = keys
+            if self.links[lk].kind is LinkKind.CLIENT:
+                if lk != src or self.echo:
+                    out.append(DeliverTo(lk, Deliver.trusted(msg, (sid,))))
+                    delivered = 1
+            elif lk != src:
+                out.append(Forward(lk, msg))
+        elif keys:
+            by_link: dict[str, list[str]] = {}
+            for lk, sid in keys:
+                sids = by_link.get(lk)
+                if sids is None:
+                    by_link[lk] = [sid]
+                else:
+                    sids.append(sid)
+            links = self.links
+            echo = self.echo
+            client = LinkKind.CLIENT
+            for lk in sorted(by_link) if len(by_link) > 1 else by_link:
+                if links[lk].kind is client:
+                    if lk != src or echo:
+                        sids = by_link[lk]
+                        if len(sids) > 1:
+                            sids.sort()
+                        out.append(DeliverTo(lk, Deliver.trusted(msg, tuple(sids))))
+                        delivered += 1
+                elif lk != src:
+                    out.append(Forward(lk, msg))
+        parent = self.parent
+        if parent is not None and parent != src:
+            out.append(Forward(parent, msg))
+        catch_up = self._catch_up
+        if catch_up.recovering:  # a broker link is down or catching up
+            catch_up.route(msg, adm.pe, src, out, now, self.links, parent)
+        counters = self.counters
+        counters["delivered"] += delivered
+        prof = adm.prof
+        if not prof.rewrites:
+            counters["sent"] += len(out)
+            return out
+        return self._outgoing(out, now, prof.scheme)
+
+    def _route_run(
+        self,
+        run: list[tuple[Publish, _Admitted | None, list[Action]]],
+        link: LinkInfo,
+        now: float,
+        out: list[Action],
+    ) -> None:
+        """Match a run of consecutive publications (together, per matcher) and append their
+        actions (or their drops) to ``out`` in arrival order."""
+        groups: dict[int, tuple[Matcher, list[int]]] = {}
+        for i, (_, adm, _) in enumerate(run):
+            if adm is not None:
+                groups.setdefault(id(adm.matcher), (adm.matcher, []))[1].append(i)
+        found: dict[int, set[Key]] = {}
+        for matcher, idx in groups.values():
+            pes = [run[i][1].pe for i in idx]  # type: ignore[union-attr]
+            batch = getattr(matcher, "match_batch", None)
+            # a matcher may name its own break-even run length (psguard's TokenMatcher: 8)
+            if batch is not None and len(idx) >= getattr(matcher, "batch_min", BATCH_MATCH_MIN):
+                results = batch(pes)
+            else:
+                results = [matcher.match(pe) for pe in pes]
+            found.update(zip(idx, results, strict=True))
+        for i, (msg, adm, dropped) in enumerate(run):
+            out += dropped if adm is None else self._route(msg, link, adm, found[i], now)
+
     # -- subscriptions ------------------------------------------------------------------------
     def _on_subscribe(self, msg: Subscribe, link: LinkInfo, now: float) -> list[Action]:
         if link.kind is LinkKind.PARENT:
@@ -410,7 +521,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.sub_id, msg.op)
         try:
             pf = prof.scheme.decode_filter(msg.filter)
-        except _DECODE_ERRORS as exc:
+        except DECODE_ERRORS as exc:
             return self._drop(DropReason.MALFORMED, why(exc), link, msg.sub_id, msg.op)
         key = (link.link_id, msg.sub_id)
         prior = self._subs.get(key)
@@ -422,10 +533,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             if prior is not None:
                 out += self._remove_sub(key, {})
             out += self._insert_sub(key, msg, pf, prof)
-            if self._parked and link.link_id in self._parked:  # a renewal after an outage
-                epoch = self._epochs.get((link.link_id, msg.profile))
-                if epoch is not None:
-                    out += self._unpark(link.link_id, msg.profile, epoch)
+            out += self._catch_up.renewed(link.link_id, msg.profile)  # after an outage
         return self._ack(link, msg) + self._outgoing(out, now)
 
     def _on_unsubscribe(self, msg: Unsubscribe, link: LinkInfo, now: float) -> list[Action]:
@@ -457,24 +565,23 @@ class Broker(PublicationRouting, AdvertisementRouting):
         if refused is not None:
             return refused
         out = self._remove_sub(key, msg.meta)
-        if not self._sub_counts[(link.link_id, msg.profile)]:  # withdrawn, not lapsed: no catch-up
-            self._epochs.pop((link.link_id, msg.profile), None)
+        self._catch_up.withdrawn(link.link_id, msg.profile)  # not lapsed: no catch-up
         return self._ack(link, msg) + self._outgoing(out, now)
 
-    def _insert_sub(self, key: Key, msg: Subscribe, pf: Any, prof: _Profile) -> list[Action]:
+    def _insert_sub(self, key: Key, msg: Subscribe, pf: Any, prof: Profile) -> list[Action]:
         self._subs[key] = self._entry(key[0], msg, pf, prof)
-        self._note_epoch(key[0], msg, prof)
+        self._catch_up.note_subscription(key[0], msg, prof.scheme)
         prof.matcher.add(key, pf)
-        self._persist("subscriptions", _skey(key), {"link": key[0], "message": msg.to_wire()})
+        self._persist("subscriptions", skey(key), {"link": key[0], "message": msg.to_wire()})
         added, removed = prof.fwd.insert(key, pf)
         return self._upward(msg.profile, added, removed, {})
 
     def _remove_sub(self, key: Key, meta: Mapping[str, Any]) -> list[Action]:
         entry = self._subs.pop(key)
-        self._sub_counts[(key[0], entry.profile)] -= 1
+        self._catch_up.note_removal(key[0], entry.profile)
         prof = self._profiles[entry.profile]
         prof.matcher.remove(key)
-        self._unpersist("subscriptions", _skey(key))
+        self._unpersist("subscriptions", skey(key))
         if entry.held:  # out of the forward set already
             return []
         added, removed = prof.fwd.remove(key)
@@ -489,34 +596,18 @@ class Broker(PublicationRouting, AdvertisementRouting):
         added, removed = self._profiles[entry.profile].fwd.remove(key)
         return self._upward(entry.profile, added, removed, {})
 
-    def _note_epoch(self, link_id: str, msg: Subscribe, prof: _Profile) -> None:
-        """Count the subscription under its link and profile, and keep the newest key epoch
-        its scheme reads from it (``filter_epoch``; None for a profile whose routing does not
-        change with the epoch). A lapsed one keeps its epoch (its link may be down across the
-        change); a withdrawal of the link's last one forgets it."""
-        lp = (link_id, msg.profile)
-        self._sub_counts[lp] += 1
-        read = getattr(prof.scheme, "filter_epoch", None)
-        if read is None:
-            return
-        try:
-            epoch = read(msg)
-        except _DECODE_ERRORS:
-            return
-        if epoch is not None and epoch > self._epochs.get(lp, -1):
-            self._epochs[lp] = epoch
-
-    def _entry(self, link_id: str, msg: Subscribe, pf: Any, prof: _Profile) -> _Entry:
+    def _entry(self, link_id: str, msg: Subscribe, pf: Any, prof: Profile) -> _Entry:
         return _Entry(msg.profile, pf, msg, self._lease(link_id, msg, prof.scheme))
 
-    def _lease(self, link_id: str, msg: Subscribe | Advertise, scheme: Any) -> float | None:
+    def _lease(
+        self, link_id: str, msg: Subscribe | Advertise, scheme: BrokerScheme
+    ) -> float | None:
         """When ``msg`` (stored from ``link_id``) lapses: the scheme's ``lease_end``, plus
         LEASE_SLACK for what another broker forwarded (it lapses it first and forwards what
         it covered, a renewal, before this copy goes: no gap in coverage); None: never."""
-        lease = getattr(scheme, "lease_end", None)
         try:
-            expires = lease(msg) if lease is not None else None
-        except _DECODE_ERRORS:  # checked by the scheme already; a stored one is trusted
+            expires = scheme.lease_end(msg)
+        except DECODE_ERRORS:  # checked by the scheme already; a stored one is trusted
             expires = None
         info = self.links.get(link_id)
         if expires is not None and info is not None and info.kind is not LinkKind.CLIENT:
@@ -525,22 +616,66 @@ class Broker(PublicationRouting, AdvertisementRouting):
             self._next_expiry = expires
         return expires
 
-    def _lease_advert(self, key: Key, msg: Advertise) -> None:
+    def _advert_lease(self, key: Key, msg: Advertise) -> float | None:
         prof = self._profile(msg.profile)
-        exp = None if prof is None else self._lease(key[0], msg, prof.scheme)
-        if exp is None:
-            self._adv_expiry.pop(key, None)
-        else:
-            self._adv_expiry[key] = exp
+        return None if prof is None else self._lease(key[0], msg, prof.scheme)
 
     def before_commit(self) -> None:
         """The driver is about to commit the transaction of a batch: schemes with state that
         must commit with it (``before_commit``: the replay state of narada and default) write
         it now."""
         for scheme in self.schemes:
-            hook = getattr(scheme, "before_commit", None)
-            if hook is not None:
-                hook()
+            scheme.before_commit()
+
+    # -- advertisements -------------------------------------------------------------------------
+    def _on_advertise(self, msg: Advertise, link: LinkInfo, now: float) -> list[Action]:
+        prof = self._profile(msg.profile)
+        if prof is None:
+            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
+        try:
+            prof.scheme.decode_filter(msg.filter)
+        except DECODE_ERRORS as exc:
+            return self._drop(DropReason.MALFORMED, why(exc), link, msg.adv_id, msg.op)
+        key = (link.link_id, msg.adv_id)
+        prior = self._adverts.get(key)
+        refused = self._check(prof.scheme, msg, link, now, prior)
+        if refused is not None:
+            return refused
+        out: list[Action] = []
+        if prior != msg:
+            expires = self._lease(key[0], msg, prof.scheme)
+            to = self._broker_links(except_=link.link_id)
+            out += self._adverts.put(key, msg, expires, to)
+        return self._ack(link, msg) + self._outgoing(out, now)
+
+    def _on_unadvertise(self, msg: Unadvertise, link: LinkInfo, now: float) -> list[Action]:
+        prof = self._profile(msg.profile)
+        if prof is None:
+            return self._drop(DropReason.UNKNOWN_TYPE, "unknown profile", link, msg.adv_id, msg.op)
+        key = (link.link_id, msg.adv_id)
+        prior = self._adverts.get(key)
+        if prior is None:
+            self.counters["unadvertise.unknown"] += 1
+            return self._ack(link, msg)
+        if prior.profile != msg.profile:
+            return self._drop(
+                DropReason.MALFORMED,
+                "profile differs from the advertisement",
+                link,
+                msg.adv_id,
+                msg.op,
+            )
+        refused = self._check(prof.scheme, msg, link, now, prior)
+        if refused is not None:
+            return refused
+        to = self._broker_links(except_=link.link_id)
+        return self._ack(link, msg) + self._outgoing(self._adverts.remove(key, msg.meta, to), now)
+
+    def _broker_links(self, except_: str) -> list[str]:
+        """The broker links but ``except_``, sorted: where advertisements are flooded."""
+        return sorted(
+            lk for lk, i in self.links.items() if i.kind is not LinkKind.CLIENT and lk != except_
+        )
 
     # -- leases ---------------------------------------------------------------------------------
     def expire(self, now: float) -> list[Action]:
@@ -553,22 +688,22 @@ class Broker(PublicationRouting, AdvertisementRouting):
         a permit that has run out (its own ``expire`` would remove it as well). The driver
         calls this periodically; it returns at once until the earliest lease ends.
 
-        Not while the entry's link is down or catching up (``_lapsed``): its renewal cannot
+        Not while the entry's link is down or catching up (``CatchUpRouter.lapsed``): its
+        renewal cannot
         get through then, so the lease is held open until the link has been back for
         ``CATCH_UP_S``, or while it is down for the scheme's ``catch_up_horizon`` past the
         lease. A soak found it: eventguard entries of a child lapsed at its parent during the
         child's outage, or at the publishers' broker while that one was down, and the events
         published meanwhile (valid, within ``max_delay``) were routed nowhere."""
-        for lk, up in list(self._recovering.items()):
-            if up != _NEVER and now - up > CATCH_UP_S:
-                self._caught_up(lk)
+        catch_up = self._catch_up
+        catch_up.tick(now)
         if now <= self._next_expiry:
             return []
         due: list[Key] = []
         hold: list[Key] = []
         for k, e in self._subs.items():
             if e.expires is not None and e.expires < now:
-                if self._lapsed(k[0], e.profile, e.expires, now):
+                if catch_up.lapsed(k[0], e.profile, e.expires, now):
                     due.append(k)
                 elif not e.held:
                     hold.append(k)
@@ -582,37 +717,18 @@ class Broker(PublicationRouting, AdvertisementRouting):
             out += self._remove_sub(key, {})
         self.counters["subscribe.expired"] += len(due)
         self.counters["subscribe.held"] += len(hold)
-        gone = [
-            k
-            for k, t in self._adv_expiry.items()
-            if k in self._advs and self._lapsed(k[0], self._advs[k].profile, t, now)
-        ]
+        gone = self._adverts.lapsed(lambda lk, profile, t: catch_up.lapsed(lk, profile, t, now))
         for key in gone:  # an advertisement's permit ran out the same way (eventguard §4.8)
-            del self._adv_expiry[key]
-            out += self._remove_adv(key, {}, key[0])
+            out += self._adverts.remove(key, {}, self._broker_links(except_=key[0]))
         self.counters["advertise.expired"] += len(gone)
         self._next_expiry = min(
             (
                 *(e.expires for e in self._subs.values() if e.expires is not None),
-                *self._adv_expiry.values(),
+                *self._adverts.lease_ends(),
             ),
             default=_NEVER,
         )
         return self._outgoing(out, now)
-
-    def _lapsed(self, link_id: str, profile: str, expires: float, now: float) -> bool:
-        """Whether an entry of ``link_id`` whose lease ends at ``expires`` lapses at ``now``
-        (see ``expire``: not while its link is down or catching up)."""
-        if expires >= now:
-            return False
-        up = _NEVER if link_id in self._dormant else self._recovering.get(link_id)
-        if up is None:
-            return True
-        if up == _NEVER:  # down: held open for the horizon past the lease
-            prof = self._profiles.get(profile)
-            horizon = getattr(prof.scheme, "catch_up_horizon", 0.0) if prof is not None else 0.0
-            return now > expires + horizon
-        return now - up > CATCH_UP_S  # back: its peer has re-sent its renewals by then
 
     def _upward(
         self, profile: str, added: list[Hashable], removed: list[Hashable], meta: Mapping[str, Any]
@@ -620,9 +736,9 @@ class Broker(PublicationRouting, AdvertisementRouting):
         """Subscribe the newly forwarded keys first, then unsubscribe the others, so the
         parent never has a gap in coverage."""
         for k in added:
-            self._persist("forwarded", _skey(k), {"profile": profile})  # type: ignore[arg-type]
+            self._persist("forwarded", skey(k), {"profile": profile})  # type: ignore[arg-type]
         for k in removed:
-            self._unpersist("forwarded", _skey(k))  # type: ignore[arg-type]
+            self._unpersist("forwarded", skey(k))  # type: ignore[arg-type]
         if self.parent is None:
             return []
         out: list[Action] = [self._forward_sub(profile, k) for k in added]  # type: ignore[arg-type]
@@ -630,26 +746,24 @@ class Broker(PublicationRouting, AdvertisementRouting):
             own = self._subs.get(k)  # type: ignore[call-overload]
             # the unsubscriber's meta goes with its own entry; evicted entries carry none
             m = meta if own is None else {}
-            out.append(Forward(self.parent, Unsubscribe(self._fwd_id(k), profile, m)))  # type: ignore[arg-type]
+            out.append(Forward(self.parent, Unsubscribe(forward_id(self.broker_id, k), profile, m)))  # type: ignore[arg-type]
         return out
 
     def _forward_sub(self, profile: str, key: Key) -> Forward:
         assert self.parent is not None
         m = self._subs[key].message
-        return Forward(self.parent, Subscribe(self._fwd_id(key), profile, m.filter, m.meta))
-
-    def _fwd_id(self, key: Key) -> str:
-        h = hashlib.blake2b(_skey(key).encode(), digest_size=10).hexdigest()
-        return f"{self.broker_id}~{h}"
+        return Forward(
+            self.parent, Subscribe(forward_id(self.broker_id, key), profile, m.filter, m.meta)
+        )
 
     # -- helpers ------------------------------------------------------------------------------
-    def _profile(self, name: str) -> _Profile | None:
+    def _profile(self, name: str) -> Profile | None:
         prof = self._profiles.get(name)
         if prof is None:
             scheme = self.schemes.get(name)
             if scheme is None:
                 return None
-            prof = self._profiles[name] = _Profile(scheme)
+            prof = self._profiles[name] = Profile(scheme)
         return prof
 
     def _check(
@@ -669,7 +783,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             reason = DropReason.FORGED
         except RevokedError:
             reason = DropReason.REVOKED
-        except _DECODE_ERRORS:
+        except DECODE_ERRORS:
             reason = DropReason.MALFORMED
         if reason is None:
             return None
@@ -736,13 +850,13 @@ class Broker(PublicationRouting, AdvertisementRouting):
         """A comparable picture of the whole routing state (tests, ``pubguard status``)."""
         return {
             "links": {k: (v.kind.value, v.peer) for k, v in sorted(self.links.items())},
-            "subscriptions": {_skey(k): e.message.to_wire() for k, e in sorted(self._subs.items())},
+            "subscriptions": {skey(k): e.message.to_wire() for k, e in sorted(self._subs.items())},
             "forwarded": {
-                name: sorted(_skey(k) for k in p.fwd.forwarded)  # type: ignore[arg-type]
+                name: sorted(skey(k) for k in p.fwd.forwarded)  # type: ignore[arg-type]
                 for name, p in sorted(self._profiles.items())
                 if p.fwd.forwarded
             },
-            "advertisements": {_skey(k): a.to_wire() for k, a in sorted(self._advs.items())},
+            "advertisements": self._adverts.snapshot(),
         }
 
     def status(self) -> dict[str, Any]:
@@ -753,7 +867,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             "links": {k: v.kind.value for k, v in sorted(self.links.items())},
             "subscriptions": len(self._subs),
             "forwarded": sum(len(p.fwd.forwarded) for p in self._profiles.values()),
-            "advertisements": len(self._advs),
+            "advertisements": len(self._adverts),
             "dedup_ids": len(self._dedup),
             "drops": {r.value: n for r, n in sorted(self.drops.items())},
             "counters": dict(sorted(self.counters.items())),
@@ -770,7 +884,7 @@ class Broker(PublicationRouting, AdvertisementRouting):
             if info.kind is LinkKind.PARENT:
                 self.parent = link_id
             if info.kind is not LinkKind.PARENT:
-                self._recovering[link_id] = _NEVER  # down until the driver reconnects it
+                self._catch_up.restored_down(link_id)  # down until the driver reconnects it
         per_profile: dict[str, list[tuple[Hashable, Any]]] = {}
         for _, v in store.items("subscriptions"):
             msg = decode_message(v["message"])
@@ -782,23 +896,23 @@ class Broker(PublicationRouting, AdvertisementRouting):
             key = (str(v["link"]), msg.sub_id)
             pf = prof.scheme.decode_filter(msg.filter)
             self._subs[key] = self._entry(key[0], msg, pf, prof)
-            self._note_epoch(key[0], msg, prof)
+            self._catch_up.note_subscription(key[0], msg, prof.scheme)
             prof.matcher.add(key, pf)
             per_profile.setdefault(msg.profile, []).append((key, pf))
         forwarded = {k for k, _ in store.items("forwarded")}
         for name, items in per_profile.items():
             extra = self._profiles[name].fwd.restore(
                 items,
-                [k for k, _ in items if _skey(k) in forwarded],  # type: ignore[arg-type]
+                [k for k, _ in items if skey(k) in forwarded],  # type: ignore[arg-type]
             )
             for k in extra:
-                store.put("forwarded", _skey(k), {"profile": name})  # type: ignore[arg-type]
+                store.put("forwarded", skey(k), {"profile": name})  # type: ignore[arg-type]
         for _, v in store.items("advertisements"):
             adv = decode_message(v["message"])
             if not isinstance(adv, Advertise):
                 raise StateError("stored advertisement is not an advertise message")
-            self._advs[(str(v["link"]), adv.adv_id)] = adv
-            self._lease_advert((str(v["link"]), adv.adv_id), adv)
+            key = (str(v["link"]), adv.adv_id)
+            self._adverts.restore(key, adv, self._advert_lease(key, adv))
 
 
 def _profile_of(m: Message) -> str:

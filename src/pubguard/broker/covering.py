@@ -24,9 +24,9 @@ a profile whose filters are opaque tokens simply gets less suppression.
 Finding a witness and finding the members to evict each scanned all of F, so inserting n
 filters none of which covers another (32 subscribers to 32 topics, or 10,000) cost O(n^2)
 ``covers`` calls. With ``anchors`` (the filter's equality constraints as ``(name, value)``
-pairs; :func:`filter_anchors` for model filters) the scans look only where a cover can be: an
-equality constraint ``a = v`` covers no constraint but ``a = v`` (``Constraint.covers``), so a
-member whose anchors include ``(a, v)`` can cover only a filter that has ``(a, v)`` too, and
+pairs: the scheme's ``BrokerScheme.filter_anchors``) the scans look only where a cover can be:
+an equality constraint ``a = v`` covers no constraint but ``a = v`` (``Constraint.covers``), so
+a member whose anchors include ``(a, v)`` can cover only a filter that has ``(a, v)`` too, and
 a filter with anchor ``(a, v)`` can cover only members that have it. Members of F are kept by
 one of their anchors (or with those without one), and candidates are tried in F's insertion
 order, so the result (which witness, which evictions, in what order) is exactly the full
@@ -40,24 +40,11 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from pubguard.matching.multimap import discard_member
-from pubguard.model.constraints import Op
-from pubguard.model.filters import Filter
 
-__all__ = ["ForwardSet", "filter_anchors"]
+__all__ = ["ForwardSet"]
 
 Covers = Callable[[Any, Any], bool]
 Anchors = Callable[[Any], "frozenset[tuple[str, Hashable]] | None"]
-
-
-def filter_anchors(f: Any) -> frozenset[tuple[str, Hashable]] | None:
-    """The ``(name, value)`` pairs of a model filter's equality constraints (None for anything
-    else, or an unhashable value: no narrowing)."""
-    if type(f) is not Filter:
-        return None
-    try:
-        return frozenset((c.name, c.value) for c in f.constraints if c.op is Op.EQ)
-    except TypeError:
-        return None
 
 
 class ForwardSet:

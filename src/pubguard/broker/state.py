@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The core keeps its routing state in memory and, when given a :class:`BrokerState`, writes every
 change through as it happens, so a broker restarted from the same store rebuilds exactly the
-routing state it had (issue 4, "Durability"). The store is a set of named tables of
+routing state it had. The store is a set of named tables of
 ``key -> JSON-like value`` kept in insertion order; the SQLite helper in ``pubguard.store``
 backs it on disk (the transport should wrap each ``handle`` call in one transaction).
 

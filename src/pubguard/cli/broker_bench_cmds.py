@@ -4,7 +4,7 @@ What it measures: one :class:`~pubguard.broker.core.Broker` serving the plain pr
 client links (the subscribers of ``bench network``) and a publisher link. ``N`` subscriptions
 ``sym = "s<i>"`` are spread over the 32 links and every publication carries one random symbol,
 so each event is delivered to exactly one subscription (the ``bench network`` workload, whose
-issue 4 goal is >= 20,000 events/s to 32 subscribers from one broker). Publications go in as
+goal is >= 20,000 events/s to 32 subscribers from one broker). Publications go in as
 wire dicts, as the transport hands them over, through ``handle`` (one call per message) and
 ``handle_batch`` (one call per ``--batch`` messages); the time is CPU time of this thread, best
 of ``--repeat`` runs, so other processes on the machine disturb it little.
@@ -36,9 +36,9 @@ __all__ = ["register", "run_broker_bench"]
 
 LINKS: Final = 32
 DEFAULT_SUBSCRIPTIONS: Final = (32, 256, 1024)
-GOAL_EPS: Final = 20_000  # issue 4: one broker routes >= 20,000 events/s to 32 subscribers
+GOAL_EPS: Final = 20_000  # goal: one broker routes >= 20,000 events/s to 32 subscribers
 PAPER_NOTE: Final = (
-    "issue 4 goal: one broker >= 20,000 events/s to 32 subscribers (loopback, end to end); "
+    "goal: one broker >= 20,000 events/s to 32 subscribers (loopback, end to end); "
     "EventGuard Fig. 11 plots basic Siena's maximum throughput per tree size (550 MHz PIII); "
     "Siena fast forwarding: about 10 ms per event for 1M subscriptions (vcaps.txt §4.2)"
 )

@@ -1,6 +1,6 @@
 """``pubguard demo`` (what ``make demo`` runs): the secure hospital network, then Spark.
 
-Part 1 (issue 5, item 5; :mod:`pubguard.ops.demo.hospital`): a five-broker cluster in three domains
+Part 1 (:mod:`pubguard.ops.demo.hospital`): a five-broker cluster in three domains
 (hospital, cloud, university) started from the embedded configuration, serving the ``default``
 and ``psguard`` profiles from public key material. A hospital publishes ``<topic, age,
 patientRecord>`` events (psguard.txt §1); a paediatric unit (ages 0-17), an oncology researcher
@@ -14,7 +14,7 @@ administrator revokes it at the key service while the network runs; every broker
 authority-signed revocation list within a poll, and the thief's publications are dropped as
 ``revoked`` at the first broker and reach no subscriber.
 
-Part 2 (issue 6, item 4): a Spark dissemination run (``local[*]`` by default) over a generated
+Part 2: a Spark dissemination run (``local[*]`` by default) over a generated
 psguard workload with :func:`pubguard.pipeline.run.run_pipeline`, printing the stage summary
 and a few opened deliveries beside the ciphertext the executors handled.
 
@@ -63,7 +63,7 @@ def hexcut(b: Any, n: int = 12) -> str:
 
 def _secrets(blob: Any) -> str:
     """A sealed-secrets field as ``name: ciphertext`` (names are the public schema)."""
-    from pubguard.schemes.psguard.scheme import decode_secrets
+    from pubguard.schemes.psguard.record import decode_secrets
 
     if not isinstance(blob, bytes):
         return "-"

@@ -43,7 +43,7 @@ NAKT_FOR_R: Final = 16_384  # smallest power of two >= 10^4 (the NAKT needs |R|/
 PAPER_KMC_KEYGEN_MS: Final = 2.91
 PAPER_KMC_TOKEN_MS: Final = 54.89
 PAPER_KMC_RETRIEVAL_MS: Final = 71.38
-GOAL_US: Final = 1000.0  # issue 3: token issue and OFT join/leave <= 1 ms
+GOAL_US: Final = 1000.0  # goal: token issue and OFT join/leave <= 1 ms
 
 
 # -- psguard-cost-ratio ------------------------------------------------------------------------

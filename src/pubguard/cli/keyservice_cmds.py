@@ -1,4 +1,4 @@
-"""``pubguard keyservice serve``: the EventGuard meta-service behind mutual TLS (issue 5).
+"""``pubguard keyservice serve``: the EventGuard meta-service behind mutual TLS.
 
 Example::
 
@@ -104,7 +104,8 @@ async def _serve(
     from pubguard.crypto import SecretBytes, random_bytes
     from pubguard.crypto.x509 import Role, server_ssl_context
     from pubguard.keys.ms import MetaService
-    from pubguard.net.keyservice.server import KeyServiceCore, KeyServiceServer
+    from pubguard.net.keyservice.core import KeyServiceCore
+    from pubguard.net.keyservice.server import KeyServiceServer
     from pubguard.net.tls import tls_password
     from pubguard.ops.pki import ClusterPki
 

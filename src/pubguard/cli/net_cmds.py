@@ -1,5 +1,5 @@
 """Network commands: ``broker``, ``cluster up|down|status``, ``publish``, ``subscribe``,
-``status`` and ``bench network`` (issue 4, items 5 and the benchmark).
+``status`` and ``bench network``.
 
 Examples::
 

@@ -1,5 +1,5 @@
 """``pubguard pipeline run|match|stream``, ``pubguard spark-cluster up|down|status`` and
-``pubguard bench pipeline`` (issue 6: dissemination on Spark)."""
+``pubguard bench pipeline`` (dissemination on Spark)."""
 
 from __future__ import annotations
 

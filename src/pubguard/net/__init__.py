@@ -1,6 +1,7 @@
-"""net layer: framing, mutual TLS links, the broker server, the client library, local clusters.
-
-See docs/network.md. Heavier modules (server, cluster, bench) are imported on use.
+"""The asyncio shell around the sans-IO cores: mutual-TLS connections, the client library
+(``net.client``), the broker process (``net.server``) and the key services
+(``net.keyservice``). Wire codecs live below it in :mod:`pubguard.wire`; local clusters,
+benches and demos above it in :mod:`pubguard.ops`. See docs/network.md.
 """
 
 from pubguard.net.client.client import Client, Delivery, Subscription, connect, parse_url
@@ -10,19 +11,14 @@ from pubguard.net.config import (
     load_broker_config,
     load_cluster_config,
 )
-from pubguard.wire.framing import MAX_FRAME_SIZE, WIRE_VERSION, FrameDecoder, encode_frame
 
 __all__ = [
-    "MAX_FRAME_SIZE",
-    "WIRE_VERSION",
     "BrokerConfig",
     "Client",
     "ClusterConfig",
     "Delivery",
-    "FrameDecoder",
     "Subscription",
     "connect",
-    "encode_frame",
     "load_broker_config",
     "load_cluster_config",
     "parse_url",

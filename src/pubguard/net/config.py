@@ -16,7 +16,7 @@ One broker (``broker.toml``)::
     no_catch_up = ["b3"]        # child brokers / durable clients never sent a new key epoch's
                                 # publications unmatched while down (docs/network.md, Key epochs)
     record = "state/b1/seen.msgpack"    # optional: log every message seen (a curious broker)
-    durable = true              # persist tables, outboxes and per-link state (issue 4, item 4)
+    durable = true              # persist tables, outboxes and per-link state
     max_queue = 10000           # frames per outgoing link before back-pressure / slow consumer
     heartbeat_interval = 2.0
     heartbeat_timeout = 10.0

@@ -3,8 +3,8 @@ the :class:`~pubguard.wire.framing.FrameDecoder` and the decoded envelopes to th
 
 Theory of operation
 -------------------
-Until issue 4's second performance pass every link was a ``StreamReader`` plus a task looping
-on ``await reader.read()``: each chunk that arrived cost a buffer copy, a future, a task
+A link read with a ``StreamReader`` and a task looping on ``await reader.read()`` would pay,
+for each chunk that arrived, a buffer copy, a future, a task
 wake-up and a coroutine resume on top of the TLS record, and with events fanned out to many
 links a chunk is usually one or two frames. :class:`FrameConnection` decodes in the transport's
 callback instead and calls the consumer (``on_frames``) synchronously, so a chunk costs one
@@ -16,7 +16,7 @@ which hands every later chunk's envelopes to ``on_frames`` and returns when the 
 the connection (or raises what ended it). An exception from the decoder (a malformed frame:
 :class:`~pubguard.errors.FrameError`) or from ``on_frames`` stops reading at once (later bytes
 are ignored) and is re-raised by :meth:`run`, where the owner logs it, writes its ``bye`` and
-closes: one bad link never disturbs the others (issue 4, item 2).
+closes: one bad link never disturbs the others.
 
 Writing: :meth:`write` is ``transport.write``; the transport calls ``pause_writing`` above its
 high-water mark and ``resume_writing`` below the low one, and :meth:`drain` waits while it is

@@ -1,4 +1,4 @@
-"""A local network of brokers on loopback, from a declared topology (issue 4, item 5).
+"""A local network of brokers on loopback, from a declared topology.
 
 ::
 
@@ -23,7 +23,9 @@ beside the TLS CA; every broker's ``keys`` points there. :meth:`LocalCluster.con
 ``profile=`` gives the client its keys from the bundle, or, with ``keyservice=True``, from the
 key-service process over mutual TLS (:mod:`pubguard.ops.keyservice_proc`: the EventGuard MS
 always; the PSGuard KDC / default authority when the cluster knows its
-:class:`~pubguard.net.keyservice.kdc.KdcConfig`, i.e. it made the bundle or got ``kdc=``).
+:class:`~pubguard.net.keyservice.kdc.KdcConfig`, i.e. it made the bundle or got ``kdc=``). The
+cluster keeps the :class:`~pubguard.ops.keyservice_proc.KeyServiceProcess` it started
+(:attr:`LocalCluster.keyservice`) and stops it with the brokers.
 Such a cluster also wires revocation: every broker polls the authority's signed revocation
 list from the key service (``[revocation] keyservice_file = "<state>/ms-key.json"``, every
 ``revocation_poll`` seconds; :mod:`pubguard.net.server.revocation`), so ``pubguard keyservice revoke``
@@ -57,19 +59,22 @@ from pubguard.net.config import (
 )
 from pubguard.net.keyservice.kdc import KdcConfig
 from pubguard.net.server.server import BrokerServer, read_port
-from pubguard.ops.keyservice_proc import keyservice_scheme
+from pubguard.ops.keyservice_proc import (
+    ENDPOINT_FILE,
+    KEYSERVICE,
+    KeyServiceProcess,
+    keyservice_scheme,
+)
 from pubguard.ops.keyservice_proc import start_keyservice as _start_keyservice
 from pubguard.ops.pki import DEFAULT_CLIENTS, ClusterPki
+from pubguard.ops.process import STOP_TIMEOUT, terminate
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 __all__ = ["LocalCluster", "cluster_status", "run_local_cluster", "stop_cluster"]
 
 START_TIMEOUT: Final = 30.0
-STOP_TIMEOUT: Final = 5.0
 CLUSTER_FILE: Final = "cluster.json"
-KEYSERVICE: Final = "keyservice"  # the key-service process and its TLS identity
 KEYS_FILE: Final = "broker-keys.json"  # in <state>/pki, beside the CA
-ENDPOINT_FILE: Final = "ms-key.json"  # the key service's public keys and address, in <state>
 #: the revocation list's max_age, in polls (a broker whose list is older reports it stale)
 MAX_AGE_POLLS: Final = 30
 RECORD_FILE: Final = "seen.msgpack"  # a recording broker's log, in <state>/<name>
@@ -110,12 +115,11 @@ class LocalCluster:
         self.servers: dict[str, BrokerServer] = {}
         self.ports: dict[str, int] = {}
         self._admin: dict[str, Client] = {}
-        self._keyservice = keyservice
-        self.keyservice_port: int | None = None
+        self._run_keyservice = keyservice
         self.kdc = kdc
         self.revocation_poll = revocation_poll
-        #: whether clients get psguard / default keys from the key service process
-        self.keyservice_kdc = False
+        #: the key-service process, once :meth:`start_keyservice` started it
+        self.keyservice: KeyServiceProcess | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -131,6 +135,16 @@ class LocalCluster:
 
     def record_path(self, name: str) -> Path:
         return self.broker_dir(name) / RECORD_FILE
+
+    @property
+    def keyservice_port(self) -> int | None:
+        """The key service's port, once it started."""
+        return self.keyservice.port if self.keyservice is not None else None
+
+    @property
+    def keyservice_kdc(self) -> bool:
+        """Whether clients get psguard / default keys from the key-service process."""
+        return self.keyservice is not None and self.keyservice.kdc
 
     @property
     def secure(self) -> bool:
@@ -159,7 +173,7 @@ class LocalCluster:
     @property
     def revocation_wired(self) -> bool:
         """Whether brokers poll the key service's revocation list (see the module docstring)."""
-        return self._keyservice and self.secure and self.kdc is not None
+        return self._run_keyservice and self.secure and self.kdc is not None
 
     def write_configs(self) -> None:
         """Issue certificates (first use) and write every broker's TOML file."""
@@ -219,16 +233,30 @@ class LocalCluster:
             self.ports[name] = await self._wait_port(name)
         self._write_cluster_file()
         await self.wait_connected()
-        if self._keyservice:
+        if self._run_keyservice:
             await self.start_keyservice()
 
     async def start_keyservice(self) -> int:
         """Run the bundle's key services as their own process behind mutual TLS (``pubguard
-        keyservice serve``, issue 5): the EventGuard MS, and the PSGuard KDC / default
-        authority when :attr:`kdc` is known; the bundle's clients then get their permits and
-        keys from it, each over a connection authenticated as that client. Secrets reach the
-        child through its environment only. Returns the port; :meth:`stop` ends the process."""
-        return await _start_keyservice(self)
+        keyservice serve``): the EventGuard MS, and the PSGuard KDC / default authority when
+        :attr:`kdc` is known; the bundle's clients then get their permits and keys from it,
+        each over a connection authenticated as that client. Secrets reach the child through
+        its environment only. Returns the port; :meth:`stop` ends the process."""
+        if KEYSERVICE in self.procs and self.procs[KEYSERVICE].poll() is None:
+            raise StateError("the key service is already running")
+        bundle = self.bundle  # first: it makes :attr:`kdc` when the cluster has none
+        ks = await _start_keyservice(
+            host=self.config.host,
+            state_dir=self.state_dir,
+            pki=self.pki,
+            bundle=bundle,
+            kdc=self.kdc,
+            detached=self.detached,
+        )
+        self.keyservice = ks
+        self.procs[KEYSERVICE] = ks.proc
+        bundle.ms_for = ks.client  # eventguard clients get their MS over the network
+        return ks.port
 
     async def _launch(self, name: str) -> None:
         port_file = self.broker_dir(name) / "port"
@@ -293,7 +321,7 @@ class LocalCluster:
             await server.close()
         self.servers.clear()
         for name in list(self.procs):
-            _terminate(self.procs.pop(name))
+            terminate(self.procs.pop(name))
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / CLUSTER_FILE).unlink()
 
@@ -338,7 +366,12 @@ class LocalCluster:
         the narada topics it needs a KMC token and key for)."""
         if profile is not None and profile != "plain" and "scheme" not in kw:
             kw["scheme"] = keyservice_scheme(
-                self, profile, identity, topics=topics, now=time.time()
+                self.bundle,
+                profile,
+                identity,
+                keyservice=self.keyservice,
+                topics=topics,
+                now=time.time(),
             )
             # an old generation lasts as long as the brokers' timestamp window
             kw.setdefault("renew_grace", self.bundle.max_delay)
@@ -400,19 +433,6 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise TransportError(f"network not quiescent after {timeout}s: {busy}")
             await asyncio.sleep(0.02)
-
-
-def _terminate(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 @contextlib.asynccontextmanager

@@ -1,22 +1,25 @@
-"""Run a :class:`~pubguard.ops.cluster.LocalCluster`'s key service as its own process and
-hand its clients the network proxies (issue 5, items 1-2).
+"""Run a local cluster's key service as its own process and hand its clients the network
+proxies.
 
 Theory of operation
 -------------------
-:func:`start_keyservice` starts ``pubguard keyservice serve`` as a child process with the
-cluster's TLS identity ``keyservice`` (role ``ms``). Secrets reach the child through its
-environment only: the EventGuard MS primary key (``PUBGUARD_MS_MASTER``) and, when the cluster
-knows its KDC (:class:`~pubguard.net.keyservice.kdc.KdcConfig`), the KDC master
+:func:`start_keyservice` starts ``pubguard keyservice serve`` as a child process with the TLS
+identity ``keyservice`` (role ``ms``) of the cluster's PKI. Secrets reach the child through
+its environment only: the EventGuard MS primary key (``PUBGUARD_MS_MASTER``) and, when the
+caller knows its KDC (:class:`~pubguard.net.keyservice.kdc.KdcConfig`), the KDC master
 (``PUBGUARD_KDC_MASTER``); the KDC's public policy goes to ``<state>/kdc-policy.json`` (0600).
 The child writes its public keys to ``<state>/ms-key.json``; they must equal the bundle's, or
-the start fails.
+the start fails (and the child is ended).
 
-Then every client the cluster makes gets its keys over mutual TLS, each over a connection
-authenticated as that client's certificate: eventguard through ``KeyBundle.ms_for`` (a
+It returns what it started, a :class:`KeyServiceProcess`, and changes nothing it was given:
+the caller (:class:`~pubguard.ops.cluster.LocalCluster`) keeps the process, stops it, and
+points its bundle's eventguard clients at :meth:`KeyServiceProcess.client`. Every client then
+gets its keys over mutual TLS, each over a connection authenticated as that client's
+certificate: eventguard through ``KeyBundle.ms_for`` (a
 :class:`~pubguard.net.keyservice.client.KeyServiceClient`), psguard and default through
 :func:`keyservice_scheme` (:class:`~pubguard.net.keyservice.kdc_client.RemoteKdc` and
 :class:`~pubguard.net.keyservice.kdc_client.RemoteAuthority`, which
-:class:`~pubguard.schemes.psguard.network.PSGuardClient` and
+:class:`~pubguard.schemes.psguard.client.PSGuardClient` and
 :class:`~pubguard.schemes.default.client.DefaultClient` use unchanged).
 """
 
@@ -25,29 +28,44 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
 
+from pubguard.crypto import VerifyKey
 from pubguard.crypto.secret import raw
 from pubguard.crypto.x509 import Role
 from pubguard.errors import StateError
 from pubguard.net.keyservice.client import KeyServiceClient
+from pubguard.net.keyservice.kdc import KdcConfig
 from pubguard.net.keyservice.kdc_client import RemoteAuthority, RemoteKdc
+from pubguard.ops.pki import ClusterPki
+from pubguard.ops.process import terminate
 from pubguard.schemes.base import ClientScheme
 from pubguard.schemes.default.client import DefaultClient
-from pubguard.schemes.psguard.network import PSGuardClient
+from pubguard.schemes.psguard.client import PSGuardClient
+from pubguard.schemes.registry import KeyBundle
 
-if TYPE_CHECKING:
-    from pubguard.ops.cluster import LocalCluster
+__all__ = [
+    "ENDPOINT_FILE",
+    "KDC_PROFILES",
+    "KEYSERVICE",
+    "POLICY_FILE",
+    "KeyServiceProcess",
+    "keyservice_scheme",
+    "start_keyservice",
+]
 
-__all__ = ["KDC_PROFILES", "POLICY_FILE", "keyservice_scheme", "start_keyservice"]
-
-KEYSERVICE: Final = "keyservice"
+KEYSERVICE: Final = "keyservice"  # the key-service process and its TLS identity
 POLICY_FILE: Final = "kdc-policy.json"
+ENDPOINT_FILE: Final = "ms-key.json"  # the key service's public keys and address, in <state>
+LOG_FILE: Final = "keyservice.log"
 START_TIMEOUT: Final = 30.0
 #: profiles whose clients get their keys from the KDC / authority
 KDC_PROFILES: Final = ("psguard", "psguard-paper", "default")
@@ -57,29 +75,58 @@ def _cert_name(identity: str) -> str:
     return identity.split("/", 1)[0]
 
 
-async def start_keyservice(cluster: LocalCluster) -> int:
-    """See the module docstring; returns the port."""
-    procs = cluster.procs
-    if KEYSERVICE in procs and procs[KEYSERVICE].poll() is None:
-        raise StateError("the key service is already running")
-    cluster.pki.identity(KEYSERVICE, Role.MS)  # issued here: the child needs no CA passphrase
-    state = cluster.state_dir
-    info = state / "ms-key.json"
+@dataclass(frozen=True, slots=True)
+class KeyServiceProcess:
+    """What :func:`start_keyservice` started: the child process, where it listens, whether it
+    serves the PSGuard KDC / default authority (``kdc``), and the client factory bound to it."""
+
+    proc: subprocess.Popen[bytes] = dataclasses.field(repr=False)
+    host: str
+    port: int
+    kdc: bool
+    ms_key: VerifyKey = dataclasses.field(repr=False)  # the MS public key, pinned in clients
+    pki: ClusterPki = dataclasses.field(repr=False)
+
+    def client(self, identity: str) -> KeyServiceClient:
+        """A key-service connection authenticated as ``identity``'s certificate (the name
+        before any ``/link`` suffix: the service serves keys in the caller's own name only);
+        usable as a bundle's ``ms_for``."""
+        return KeyServiceClient(
+            self.host,
+            self.port,
+            self.pki.client_context(_cert_name(identity)),
+            ms_key=self.ms_key,
+        )
+
+
+async def start_keyservice(
+    *,
+    host: str,
+    state_dir: Path,
+    pki: ClusterPki,
+    bundle: KeyBundle,
+    kdc: KdcConfig | None,
+    detached: bool = False,
+) -> KeyServiceProcess:
+    """Start the key service of ``bundle`` (and of ``kdc``, when given) on ``host``; its files
+    go to ``state_dir``. ``detached``: it outlives this process (otherwise it stops by itself
+    when this process exits). See the module docstring."""
+    pki.identity(KEYSERVICE, Role.MS)  # issued here: the child needs no CA passphrase
+    info = state_dir / ENDPOINT_FILE
     with contextlib.suppress(FileNotFoundError):
         info.unlink()
-    bundle, kdc = cluster.bundle, cluster.kdc
     ms = bundle.ms
     env = dict(os.environ)
     env["PUBGUARD_MS_MASTER"] = base64.b64encode(ms.export_master().reveal()).decode()
     extra: list[str] = []
     if kdc is not None:
         env["PUBGUARD_KDC_MASTER"] = base64.b64encode(raw(kdc.master)).decode()
-        kdc.save_policy(state / POLICY_FILE)
-        extra = ["--kdc-policy", str(state / POLICY_FILE)]
-    tie = [] if cluster.detached else ["--parent-pid", str(os.getpid())]
-    logf = state / "keyservice.log"
+        kdc.save_policy(state_dir / POLICY_FILE)
+        extra = ["--kdc-policy", str(state_dir / POLICY_FILE)]
+    tie = [] if detached else ["--parent-pid", str(os.getpid())]
+    logf = state_dir / LOG_FILE
     with logf.open("ab") as log:
-        procs[KEYSERVICE] = proc = subprocess.Popen(
+        proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -87,9 +134,9 @@ async def start_keyservice(cluster: LocalCluster) -> int:
                 "keyservice",
                 "serve",
                 "--state",
-                str(state),
+                str(state_dir),
                 "--host",
-                cluster.config.host,
+                host,
                 "--port",
                 "0",
                 "--epoch-length",
@@ -105,11 +152,27 @@ async def start_keyservice(cluster: LocalCluster) -> int:
             env=env,
             start_new_session=True,
         )
+    try:
+        data = await _wait_endpoint(info, proc, logf)
+        if base64.b64decode(data["ms_key"]) != ms.public_key.to_bytes():
+            raise StateError("the key service runs another MS key")
+        if kdc is not None:
+            ak = base64.b64decode(data.get("authority_key") or "")
+            if ak != bundle.authority.public_key.to_bytes():
+                raise StateError("the key service runs another KDC / authority than the bundle's")
+    except BaseException:
+        terminate(proc)  # not handed to anyone: ours to end
+        raise
+    return KeyServiceProcess(proc, host, int(data["port"]), kdc is not None, ms.public_key, pki)
+
+
+async def _wait_endpoint(info: Path, proc: subprocess.Popen[bytes], logf: Path) -> Any:
+    """The child's endpoint file once it is written; StateError if the child exits first or
+    does not write it within :data:`START_TIMEOUT`."""
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         try:
-            data = json.loads(info.read_text())
-            break
+            return json.loads(info.read_text())
         except (OSError, ValueError):
             if proc.poll() is not None:
                 raise StateError(
@@ -118,42 +181,25 @@ async def start_keyservice(cluster: LocalCluster) -> int:
             if time.monotonic() > deadline:
                 raise StateError("key service did not start") from None
             await asyncio.sleep(0.02)
-    if base64.b64decode(data["ms_key"]) != ms.public_key.to_bytes():
-        raise StateError("the key service runs another MS key")
-    if kdc is not None:
-        ak = base64.b64decode(data.get("authority_key") or "")
-        if ak != bundle.authority.public_key.to_bytes():
-            raise StateError("the key service runs another KDC / authority than the bundle's")
-    host, port = cluster.config.host, int(data["port"])
-    cluster.keyservice_port = port
-    cluster.keyservice_kdc = kdc is not None
-
-    def ms_for(identity: str) -> KeyServiceClient:
-        return KeyServiceClient(
-            host, port, cluster.pki.client_context(_cert_name(identity)), ms_key=ms.public_key
-        )
-
-    bundle.ms_for = ms_for
-    return port
 
 
 def keyservice_scheme(
-    cluster: LocalCluster, profile: str, identity: str, *, now: float, topics: tuple[str, ...] = ()
+    bundle: KeyBundle,
+    profile: str,
+    identity: str,
+    *,
+    keyservice: KeyServiceProcess | None,
+    now: float,
+    topics: tuple[str, ...] = (),
 ) -> ClientScheme:
-    """The client face of ``profile`` for ``identity``; psguard and default get their KDC /
-    authority as network proxies authenticated as ``identity``'s certificate (its name must be
-    the certificate's: the service serves keys in the caller's own name only)."""
-    bundle = cluster.bundle
+    """The client face of ``profile`` for ``identity`` from ``bundle``; with a ``keyservice``
+    that serves the KDC, psguard and default get their KDC / authority as network proxies
+    authenticated as ``identity``'s certificate (its name must be the certificate's: the
+    service serves keys in the caller's own name only)."""
     scheme = bundle.client(profile, identity, topics=topics, now=now)
-    if profile not in KDC_PROFILES or not cluster.keyservice_kdc:
+    if profile not in KDC_PROFILES or keyservice is None or not keyservice.kdc:
         return scheme
-    assert cluster.keyservice_port is not None
-    ks = KeyServiceClient(
-        cluster.config.host,
-        cluster.keyservice_port,
-        cluster.pki.client_context(_cert_name(identity)),
-        ms_key=bundle.ms.public_key,
-    )
+    ks = keyservice.client(identity)
     if isinstance(scheme, DefaultClient):
         auth = RemoteAuthority(ks, authority_key=bundle.authority.public_key)
         return DefaultClient(

@@ -20,10 +20,10 @@ commits with its batch, ``T(w)`` surviving epochs), and so do psguard and defaul
 outage spans an ahead renewal and the change that follows: their renewal cannot get past the
 broker that is down, so the brokers route the new epoch's publications to a link that is down
 or catching up, or park them for a client until its renewal comes (catch-up routing,
-``broker/publishing.py``). They still lose what an outage holds back for longer than
+``broker/catch_up.py``). They still lose what an outage holds back for longer than
 ``max_delay`` past the change. ``catch_up=False`` (``--no-catch-up``) lists each broker's
 child and subscribers in ``no_catch_up``, which shows what catch-up routing saves. The
-chaos soak that this module makes repeatable found four faults fixed in session 6; its
+chaos soak that this module makes repeatable found four faults, since fixed; its
 report names each lost range with the epoch change and the outage it follows.
 """
 

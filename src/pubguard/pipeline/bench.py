@@ -10,7 +10,7 @@ are forced to completion with the ``noop`` sink, after one warm-up. ``local[2]``
 subscription count and plots seconds against the number of matches and against
 events x subscriptions.
 
-Goals (issue 6): deterministic >= 50 % of the plaintext join's throughput, randomized >= 30 %,
+Goals: deterministic >= 50 % of the plaintext join's throughput, randomized >= 30 %,
 2 cores >= 1.7x one core. The paper's figure (psguard.txt §5.2.3): PSGuard's throughput is
 2.2 % below Siena's with key caching, on a broker network rather than Spark.
 """

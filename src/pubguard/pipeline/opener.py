@@ -1,7 +1,7 @@
 """Stage *open*: subscribers read their outbox and decrypt (trusted side, never on executors).
 
 Each delivery names the filter whose authorisation keys open it (psguard.txt §3.1 ``K(f)``);
-the subscriber's client (:class:`~pubguard.schemes.psguard.scheme.FilterKeys`) derives ``K(e)`` from
+the subscriber's client (:class:`~pubguard.schemes.psguard.authority.FilterKeys`) derives ``K(e)`` from
 them, opens the sealed secret attributes and payload, and re-checks its own plaintext filter
 (post-filter, exactness under least-count snapping). With a local (trusted) Spark session it
 runs in parallel on the session's cores; otherwise on the driver over Arrow record batches, so
@@ -20,7 +20,7 @@ from pubguard.errors import InvalidToken
 from pubguard.model import Filter
 from pubguard.pipeline.stages import TrustedContext
 from pubguard.pipeline.tables import atomic_replace
-from pubguard.schemes.psguard.scheme import FilterKeys
+from pubguard.schemes.psguard.authority import FilterKeys
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession

@@ -33,7 +33,7 @@ from pubguard.pipeline.tables import (
     read_manifest,
     write_manifest,
 )
-from pubguard.schemes.psguard.scheme import DEFAULT_MAX_DELAY_MS, MODES, PROFILE
+from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS, MODES, PROFILE
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession

@@ -1,6 +1,6 @@
 """The dissemination stages as pure ``DataFrame -> DataFrame`` functions.
 
-Theory of operation (issue 6; psguard.txt §3-§4.1). The chain is::
+Theory of operation (psguard.txt §3-§4.1). The chain is::
 
     plaintext events --protect--> protected events --validate--> --match--> deliveries
                                                                    --deliver--> OUT/outbox
@@ -44,10 +44,10 @@ from pubguard.pipeline.tables import (
     filters_schema,
     subscriptions_schema,
 )
-from pubguard.schemes.psguard.scheme import (
+from pubguard.schemes.psguard.authority import Authority
+from pubguard.schemes.psguard.publisher import Publisher
+from pubguard.schemes.psguard.record import (
     DEFAULT_MAX_DELAY_MS,
-    Authority,
-    Publisher,
     Schema,
     encode_secrets,
     signed_message,
@@ -348,7 +348,7 @@ def validate(
 
 def _decode_or_empty(blob: Any) -> tuple[tuple[str, bytes], ...]:
     from pubguard.errors import ValidationError
-    from pubguard.schemes.psguard.scheme import decode_secrets
+    from pubguard.schemes.psguard.record import decode_secrets
 
     try:
         return decode_secrets(bytes(blob))

@@ -34,7 +34,7 @@ from pubguard.errors import DropReason
 from pubguard.pipeline import stages as S
 from pubguard.pipeline.run import _read_parquet, spark_errors
 from pubguard.pipeline.tables import check_columns, events_schema, read_manifest
-from pubguard.schemes.psguard.scheme import DEFAULT_MAX_DELAY_MS
+from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS
 from pubguard.schemes.psguard.tokens import NONCE_BYTES, match_randomized
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -23,8 +23,8 @@ A scheme has two faces:
   :class:`~pubguard.errors.InvalidToken` when it cannot be opened.
 - optional ``unsubscribe_meta(filter, now=, rng=)`` / ``unadvertise_meta(...)``: the ``meta``
   an unsubscribe / unadvertise must carry (EventGuard's UST/UAT-backed MS permits,
-  eventguard.txt §4.5-4.6; Narada's security token). Profiles without it send empty meta.
-  Clients call :func:`withdrawal_meta`, which looks the hook up.
+  eventguard.txt §4.5-4.6; Narada's security token). Declared on :class:`ClientScheme`
+  with the default ``{}`` (empty meta), as are the client's other hooks (listed there).
 
 *Broker side* (:class:`BrokerScheme`), run by routing nodes that hold no content keys:
 
@@ -53,8 +53,12 @@ A scheme has two faces:
   ``rewrites_outgoing = False`` so the core skips the call on the publication fast path.
 - optional ``lease_end(message) -> float | None``: when a stored subscription's (or
   advertisement's) authority runs out (a permit of one key epoch, plus ``max_delay``); the
-  core forgets it then (``Broker.expire``). Absent or None: it lasts until withdrawn or its
-  link goes.
+  core forgets it then (``Broker.expire``). None (the default): it lasts until withdrawn or
+  its link goes.
+- optional ``filter_epoch`` / ``event_epoch`` / ``catch_up_horizon`` (catch-up routing across
+  a key epoch change, ``pubguard.broker.catch_up``), ``filter_anchors`` (covering's equality
+  anchors) and ``before_commit``: declared on :class:`BrokerScheme` with their defaults, which
+  a broker scheme inherits by declaring it as a base class.
 
 On the client side, a scheme whose subscriptions are bound to a key epoch offers
 ``epoch_end(now) -> float | None`` (when the epoch current at ``now`` ends, None if unknown)
@@ -83,6 +87,7 @@ from random import Random
 from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
 
 from pubguard.errors import DropReason, ValidationError
+from pubguard.model.constraints import Op
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 
@@ -100,6 +105,7 @@ __all__ = [
     "Scheme",
     "SchemeRegistry",
     "WireValue",
+    "equality_anchors",
     "forwarded_grace",
     "withdrawal_meta",
 ]
@@ -207,9 +213,21 @@ class LinearMatcher:
 
 @runtime_checkable
 class BrokerScheme(Protocol):
-    """What a routing node does for one profile (see the module docstring)."""
+    """What a routing node does for one profile (see the module docstring).
+
+    The methods without a body are required. The optional hooks below have their defaults
+    here, so a broker scheme declares ``BrokerScheme`` as a base class and overrides only what
+    it does; the core reads the flags once per profile, when the profile is first used
+    (``pubguard.broker.profiles.Profile``)."""
 
     profile: str
+
+    #: False when ``broker_check`` accepts everything: the core then skips the call and its
+    #: context on the publication path. (``Any``: a scheme may set it per class, per instance
+    #: or as a property derived from what it overrides.)
+    checks_messages: Any = True
+    #: False when ``outgoing`` is the identity: the core then skips the call.
+    rewrites_outgoing: Any = True
 
     def decode_filter(self, wire: Mapping[str, Any]) -> Any: ...
 
@@ -225,12 +243,101 @@ class BrokerScheme(Protocol):
 
     def outgoing(self, message: Any, ctx: CheckContext) -> Any | None: ...
 
+    def filter_anchors(self, pf: Any) -> frozenset[tuple[str, Hashable]] | None:
+        """The ``(name, value)`` pairs a decoded filter's covers must share (the broker's
+        ``ForwardSet`` looks for covers only among filters with them), or None: no narrowing.
+        The default: the equality constraints of a model :class:`Filter` (``a = v`` covers no
+        constraint but ``a = v``: :meth:`Filter.covers`, the plain profile's covering), None
+        for anything else (tokens, opaque filters). Only a scheme covering model filters more
+        loosely than :meth:`Filter.covers` returns None here; it would otherwise get less
+        suppression, never a wrong one (every cover is still checked with ``covers``)."""
+        return equality_anchors(pf)
+
+    def lease_end(self, message: Any) -> float | None:
+        """When a stored subscription's (or advertisement's) authority runs out (a permit of
+        one key epoch, plus ``max_delay``): the core forgets it then (``Broker.expire``).
+        None, the default: it lasts until withdrawn or its link goes."""
+        return None
+
+    def filter_epoch(self, message: Any) -> int | None:
+        """The key epoch a subscription's filter belongs to, for a profile whose routing
+        changes with the epoch (psguard.txt §3.2: tokens); None, the default, for the others.
+        With ``event_epoch`` it drives the core's catch-up routing (``pubguard.broker.catch_up``)."""
+        return None
+
+    def event_epoch(self, message: Any) -> int | None:
+        """The key epoch a publication's routing belongs to (see ``filter_epoch``); None, the
+        default: no catch-up routing for it."""
+        return None
+
+    @property
+    def catch_up_horizon(self) -> float:
+        """Seconds a down link is routed a new epoch's publications (its timestamp window:
+        later they would arrive stale); 0.0, the default."""
+        return 0.0
+
+    def before_commit(self) -> None:
+        """Write state that must commit with the driver's transaction of a batch (the replay
+        state of narada and default); nothing, the default (``Broker.before_commit``)."""
+        return None
+
+    #: True when :meth:`revoke` refuses a publisher key's publications from then on (eventguard,
+    #: psguard, default: the authority-signed revocation list, ``schemes.common.revocation_list``)
+    revokes_publishers: bool = False
+
+    def revoke(self, publisher_key: Any) -> None:
+        """Refuse this publisher key's publications from now on; nothing, the default (plain has
+        no publisher keys; narada revokes by CRL serial in its own guard)."""
+        return None
+
+
+def equality_anchors(f: Any) -> frozenset[tuple[str, Hashable]] | None:
+    """The ``(name, value)`` pairs of a model filter's equality constraints (None for anything
+    else, or an unhashable value: no narrowing); ``BrokerScheme.filter_anchors``'s default."""
+    if type(f) is not Filter:
+        return None
+    try:
+        return frozenset((c.name, c.value) for c in f.constraints if c.op is Op.EQ)
+    except TypeError:
+        return None
+
 
 @runtime_checkable
 class ClientScheme(Protocol):
-    """What a publisher / subscriber does for one profile (see the module docstring)."""
+    """What a publisher / subscriber does for one profile (see the module docstring).
+
+    Besides the four required methods, a client scheme may override these hooks; a client
+    scheme class declares ``ClientScheme`` as an explicit base to inherit their defaults
+    (``pubguard.net.client`` calls them unconditionally, never probing for them):
+
+    - ``unsubscribe_meta`` / ``unadvertise_meta``: the withdrawal proof (default ``{}``).
+    - ``merkle_batches``: ``prepare_event`` / ``sign_prepared`` / ``protect_events`` sign
+      one Merkle root per batch (psguard, default, eventguard); the defaults protect each
+      event alone, and the client batches only for a scheme that says True.
+    - ``key_service_due(event, now)`` / ``open_due(routing, meta, now=)``: protecting or
+      opening this one asks the key service first (eventguard.txt §4.8: the first event of
+      a new epoch renews a grant); ``blocks_on_io``: that key service is remote, so the
+      client runs such calls (and the withdrawal proofs) in a worker thread.
+    - ``permit_lapsed(meta, now=)``: a queued subscribe / advertise permit ran out, so the
+      client does not resend it after an outage (a broker would count a strike).
+    - ``epoch_end(now)`` / ``renews_ahead`` / ``leased_subscriptions`` /
+      ``next_epoch_window``: key-epoch renewal (``pubguard.net.client.renewal``); a scheme
+      with ``renews_subscriptions`` False (the default) is never renewed.
+    """
 
     profile: str
+
+    #: subscriptions are bound to a key epoch and renewed once per epoch (``epoch_end``)
+    renews_subscriptions: bool = False
+    #: ``protect_filter(f, now=<a time in the next epoch>)`` works before that epoch begins
+    renews_ahead: bool = False
+    #: brokers forget an old generation when its permit runs out: nothing to withdraw
+    leased_subscriptions: bool = False
+    #: seconds before an epoch begins that the key service serves its keys (an ahead renewal
+    #: cannot be built earlier); 0 when it serves only the current epoch
+    next_epoch_window: float = 0.0
+    #: prepare_event / sign_prepared / protect_events sign one Merkle root per batch
+    merkle_batches: bool = False
 
     def protect_filter(
         self, f: Filter, *, now: float, rng: Random | None = None
@@ -254,6 +361,63 @@ class ClientScheme(Protocol):
         now: float,
     ) -> Event: ...
 
+    def unsubscribe_meta(
+        self, f: Filter, *, now: float, rng: Random | None = None
+    ) -> Mapping[str, Any]:
+        """The proof an unsubscribe carries (none by default)."""
+        return {}
+
+    def unadvertise_meta(
+        self, f: Filter, *, now: float, rng: Random | None = None
+    ) -> Mapping[str, Any]:
+        """The proof an unadvertise carries (none by default)."""
+        return {}
+
+    def protect_events(
+        self, events: list[Event], *, now: float, rng: Random | None = None
+    ) -> list[ProtectedEvent]:
+        """Several events protected at once (by default each alone)."""
+        return [self.protect_event(e, now=now, rng=rng) for e in events]
+
+    def prepare_event(self, event: Event, *, now: float, rng: Random | None = None) -> Any:
+        """The first half of ``protect_event``: everything but the signature (by default
+        nothing: ``sign_prepared`` protects the event)."""
+        return event
+
+    def sign_prepared(
+        self, prepared: list[Any], *, now: float, rng: Random | None = None
+    ) -> list[ProtectedEvent]:
+        """The second half: sign a batch of prepared events (by default each alone)."""
+        return [self.protect_event(e, now=now, rng=rng) for e in prepared]
+
+    @property
+    def blocks_on_io(self) -> bool:
+        """Whether the key service calls block on the network (a remote key service): the
+        client then makes them in a worker thread, not on its event loop (none, by default)."""
+        return False
+
+    @property
+    def key_service(self) -> object | None:
+        """The key service this client fetches keys, tokens or permits from (in process, or its
+        network proxy such as ``RemoteKdc``); None, the default (plain has none)."""
+        return None
+
+    def key_service_due(self, event: Event, now: float) -> bool:
+        """Whether protecting ``event`` asks the key service first (never, by default)."""
+        return False
+
+    def open_due(self, routing: Mapping[str, Any], meta: Mapping[str, Any], *, now: float) -> bool:
+        """Whether opening this delivery asks the key service first (never, by default)."""
+        return False
+
+    def permit_lapsed(self, meta: Mapping[str, Any], *, now: float) -> bool:
+        """Whether a subscribe / advertise ``meta``'s permit ran out (none do, by default)."""
+        return False
+
+    def epoch_end(self, now: float) -> float | None:
+        """When the key epoch current at ``now`` ends; None if unknown (the default)."""
+        return None
+
 
 class Scheme(BrokerScheme, ClientScheme, Protocol):
     """A profile implementing both faces (the plain profile does)."""
@@ -268,7 +432,7 @@ class SchemeRegistry:
             self.register(s)
 
     def register(self, scheme: BrokerScheme) -> None:
-        name = getattr(scheme, "profile", None)
+        name = scheme.profile  # required by the protocol; checked, as it keys the dispatch
         if not isinstance(name, str) or not name:
             raise ValidationError("a scheme needs a non-empty 'profile' name")
         if name in self._schemes:
@@ -290,13 +454,16 @@ class SchemeRegistry:
 
 
 def withdrawal_meta(
-    scheme: object, hook: str, f: Filter | None, *, now: float, rng: Random | None = None
+    scheme: ClientScheme, hook: str, f: Filter | None, *, now: float, rng: Random | None = None
 ) -> dict[str, Any]:
     """The ``meta`` for an unsubscribe (``hook="unsubscribe_meta"``) or unadvertise
-    (``"unadvertise_meta"``): the scheme's optional hook, or ``{}`` when it has none."""
-    if hook not in ("unsubscribe_meta", "unadvertise_meta"):
+    (``"unadvertise_meta"``): the scheme's hook (``{}`` by default, and without a filter)."""
+    if hook == "unsubscribe_meta":
+        fn = scheme.unsubscribe_meta
+    elif hook == "unadvertise_meta":
+        fn = scheme.unadvertise_meta
+    else:
         raise ValidationError(f"unknown withdrawal hook {hook!r}")
-    fn = getattr(scheme, hook, None)
-    if fn is None or f is None:
+    if f is None:
         return {}
     return dict(fn(f, now=now, rng=rng))

@@ -6,7 +6,7 @@ Brokers see everything (eventguard.txt §2.1, the reference pub-sub model): a su
 wire filter is its constraint list ``{"constraints": [[name, op, value], ...]}``, a
 publication's ``routing`` is the plaintext attribute map and its ``body`` the payload. Brokers
 match with the filter index, cover with :meth:`Filter.covers` and check nothing. Every secure
-profile is measured against this one (issue 4, "Performance").
+profile is measured against this one (docs/profiles.md, "Performance").
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ from pubguard.errors import DropReason, ValidationError
 from pubguard.model.codec import constraint_from_json
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
-from pubguard.schemes.base import CheckContext, Matcher, ProtectedEvent, ProtectedFilter
+from pubguard.schemes.base import (
+    BrokerScheme,
+    CheckContext,
+    ClientScheme,
+    Matcher,
+    ProtectedEvent,
+    ProtectedFilter,
+)
 
 __all__ = ["PLAIN", "PlainScheme", "new_event_id"]
 
@@ -51,7 +58,7 @@ def filter_from_wire(wire: Mapping[str, Any]) -> Filter:
     return Filter(tuple(constraint_from_json(list(c) if isinstance(c, tuple) else c) for c in cs))
 
 
-class PlainScheme:
+class PlainScheme(BrokerScheme, ClientScheme):
     """Both faces of the plain profile. Stateless; one instance can serve every role."""
 
     profile = PLAIN

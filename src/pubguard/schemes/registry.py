@@ -42,7 +42,8 @@ from pubguard.keys.kmc import KMC, Authorize, RegisterTopic, Rights
 from pubguard.keys.ms import MetaService
 from pubguard.model import AttributeSpec, EventType, Filter
 from pubguard.schemes.base import BrokerScheme, ClientScheme, SchemeRegistry
-from pubguard.schemes.common.guards import DEFAULT_MAX_DELAY, ReplayState
+from pubguard.schemes.common.guards import DEFAULT_MAX_DELAY
+from pubguard.schemes.common.replay import ReplayState
 from pubguard.schemes.default.broker import DefaultBroker
 from pubguard.schemes.default.client import DefaultAuthority, DefaultClient
 from pubguard.schemes.eventguard.broker import EventGuardBroker
@@ -50,8 +51,10 @@ from pubguard.schemes.eventguard.client import EventGuardClient, MetaServiceLike
 from pubguard.schemes.narada.broker import NaradaBroker
 from pubguard.schemes.narada.client import NaradaClient
 from pubguard.schemes.plain import PlainScheme
-from pubguard.schemes.psguard.network import PSGuardBroker, PSGuardClient, PSGuardKeyService
-from pubguard.schemes.psguard.scheme import Schema
+from pubguard.schemes.psguard.broker import PSGuardBroker
+from pubguard.schemes.psguard.client import PSGuardClient
+from pubguard.schemes.psguard.keyservice import PSGuardKeyService
+from pubguard.schemes.psguard.record import Schema
 from pubguard.store import Database
 
 __all__ = [

@@ -379,7 +379,9 @@ def _result(
         flood_sent=flood_sent,
         flood_handled=sum(sim.flood_handled[b] for b in honest),
         flood_delivered=flood_delivered,
-        refused_by_subscribers=sum(getattr(c.scheme, "rejected", 0) for c in subs),
+        refused_by_subscribers=sum(
+            c.scheme.rejected for c in subs if isinstance(c.scheme, CountingSubscriber)
+        ),
         reached=reached,
         reach_by_hop={h: reach[h] for h in sorted(by_hop)},
         brokers_by_hop=dict(sorted(by_hop.items())),

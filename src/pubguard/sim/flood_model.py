@@ -16,7 +16,7 @@ broker is the legitimate one (on a tree it always arrives first); identifiers st
 ``FLOOD_PREFIX`` and later copies are flood messages.
 
 The cheap cost matches what the core does: a replayed publication (its id in the duplicate
-window) is dropped before it is decoded (``broker/publishing.py``, ``_seen_wire``), and a
+window) is dropped before it is decoded (``Broker._seen_wire`` in ``broker/core.py``), and a
 banned source is refused by the guard before any signature check (``schemes/common/guard_check.py``).
 """
 

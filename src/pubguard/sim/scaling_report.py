@@ -62,16 +62,15 @@ PAPER: Final[dict[str, dict[str, Any]]] = {
     },
     "eventguard-merkle": {
         "paper": "eventguard.txt §6.2.2 measured one ElGamal signature per publication; "
-        "amortised (Merkle-root) signing is ours; issue 5 goal: drop <= 10%",
+        "amortised (Merkle-root) signing is ours; goal: drop <= 10%",
         "goal_throughput_drop_pct": 10.0,
     },
     "default-merkle": {
-        "paper": "no paper (the composed profile, Merkle-root signatures); "
-        "issue 5 goal: drop <= 10%",
+        "paper": "no paper (the composed profile, Merkle-root signatures); goal: drop <= 10%",
         "goal_throughput_drop_pct": 10.0,
     },
     "default": {
-        "paper": "no paper (the composed profile); issue 5 goal: drop <= 10%",
+        "paper": "no paper (the composed profile); goal: drop <= 10%",
         "goal_throughput_drop_pct": 10.0,
     },
     "narada": {

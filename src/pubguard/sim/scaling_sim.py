@@ -301,11 +301,11 @@ class ScalingSim(Simulator):
         fill only when the publisher falls behind, so a light load is still single-signed."""
         c, clock, waiting = self.clients[node], self.clock, self.procs[node].waiting
         items = [payload]
-        while len(items) < self.publisher_batch and waiting and hasattr(c.scheme, "protect_events"):
+        while len(items) < self.publisher_batch and waiting and c.scheme.merkle_batches:
             items.append(waiting.popleft()[1])
         events = [e for e, _ in items]
         t0 = clock()
-        batch_protect = getattr(c.scheme, "protect_events", None)
+        batch_protect = c.scheme.protect_events if c.scheme.merkle_batches else None
         if len(events) > 1 and batch_protect is not None:
             pes = batch_protect(events, now=t, rng=self.rng)
         else:

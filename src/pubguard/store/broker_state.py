@@ -1,4 +1,4 @@
-"""Durable state of one broker: what must survive ``kill -9`` (issue 4, item 4).
+"""Durable state of one broker: what must survive ``kill -9``.
 
 Theory of operation
 -------------------

@@ -14,7 +14,7 @@ whose leaves are ``None``, ``bool``, ``int`` (64-bit), ``float``, ``str``, ``byt
 maps (:func:`check_wire` states the rule; the message codec bounds nesting to 16). Anything else
 (a truncated body, trailing bytes, an ext type, a timestamp, a non-str key, too big) raises
 :class:`~pubguard.errors.FrameError`: the transport then closes *that* link with the reason
-logged and keeps serving the others (issue 4, item 2).
+logged and keeps serving the others.
 
 :class:`FrameDecoder` is sans-IO in the h11 style: feed it bytes as they arrive, get complete
 decoded maps out; it never blocks and buffers at most one frame. A batch frame (``mb``,

@@ -1,5 +1,5 @@
 """Client.publish signs the publications of one event-loop iteration under one Merkle root
-(issue 5, amortised signing without the caller batching), over real broker processes.
+(amortised signing without the caller batching), over real broker processes.
 
 A two-broker chain (publisher on ``b0``, subscriber on ``b1``, mutual TLS) serving psguard,
 default and eventguard. Events published back to back arrive verified, opened and in order;

@@ -32,7 +32,8 @@ from pubguard.net.client.client import WITHDRAW_TIMEOUT, Client, connect
 from pubguard.net.client.withdrawal import blocks_on_io
 from pubguard.net.config import BrokerConfig, TlsFiles
 from pubguard.net.keyservice.client import KeyServiceClient
-from pubguard.net.keyservice.server import KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice.core import KeyServiceCore
+from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.net.server.server import BrokerServer
 from pubguard.ops.pki import ClusterPki
 from pubguard.schemes.default.broker import DefaultBroker

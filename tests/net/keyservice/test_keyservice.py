@@ -35,7 +35,9 @@ from pubguard.errors import (
 from pubguard.keys.ms import MetaService, SubscriptionGrant, SubscriptionPermit
 from pubguard.model import Event
 from pubguard.net.keyservice.client import KeyServiceClient
-from pubguard.net.keyservice.server import ERROR_CODES, KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice.core import KeyServiceCore
+from pubguard.net.keyservice.protocol import ERROR_CODES
+from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.ops.pki import ClusterPki
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes.eventguard.broker import EventGuardBroker

@@ -12,7 +12,8 @@ from pubguard.cli.main import cli
 from pubguard.crypto import SecretBytes
 from pubguard.crypto.x509 import Role, server_ssl_context
 from pubguard.keys.ms import MetaService
-from pubguard.net.keyservice.server import KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice.core import KeyServiceCore
+from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.ops.pki import ClusterPki
 
 

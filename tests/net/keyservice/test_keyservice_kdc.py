@@ -23,13 +23,15 @@ from pubguard.errors import DropError, DropReason, InvalidToken, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
 from pubguard.net.keyservice.client import KeyServiceClient
+from pubguard.net.keyservice.core import KeyServiceCore
 from pubguard.net.keyservice.kdc import KdcConfig, KdcService
 from pubguard.net.keyservice.kdc_client import RemoteAuthority, RemoteKdc
-from pubguard.net.keyservice.server import ERROR_CODES, KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice.protocol import ERROR_CODES
+from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.ops.pki import ClusterPki
 from pubguard.schemes.default.broker import AuthorityPermit
 from pubguard.schemes.default.client import DefaultClient
-from pubguard.schemes.psguard.network import PSGuardClient
+from pubguard.schemes.psguard.client import PSGuardClient
 from pubguard.schemes.registry import HOSPITAL
 
 MASTER = random.Random(2026).randbytes(32)  # the canary master secret

@@ -9,8 +9,8 @@ import random
 import sqlite3
 
 from pubguard.crypto import SecretBytes, SigningKey
+from pubguard.net.keyservice.core import KeyServiceCore
 from pubguard.net.keyservice.kdc import KdcConfig, KdcService
-from pubguard.net.keyservice.server import KeyServiceCore
 from pubguard.schemes.common.revocation_list import RevocationFeed, SignedRevocations
 from pubguard.schemes.registry import HOSPITAL
 

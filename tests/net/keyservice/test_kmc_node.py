@@ -31,13 +31,14 @@ from pubguard.keys.kmc import Authorize, RegisterTopic, Rights
 from pubguard.model import Event
 from pubguard.net.config import parse_cluster_config
 from pubguard.net.keyservice.client import KeyServiceClient
+from pubguard.net.keyservice.core import KeyServiceCore
 from pubguard.net.keyservice.kmc_node import (
     KmcNode,
     discover_kmc_topic,
     fetch_topic_key,
     new_reply_topic,
 )
-from pubguard.net.keyservice.server import KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.narada.client import KmcScheme, NaradaClient
 from pubguard.schemes.registry import KeyBundle

@@ -25,8 +25,9 @@ from pubguard.errors import DropError, DropReason
 from pubguard.model import Event
 from pubguard.net.config import parse_cluster_config
 from pubguard.net.keyservice.client import KeyServiceClient
+from pubguard.net.keyservice.core import KeyServiceCore
 from pubguard.net.keyservice.kdc import KdcConfig, KdcService
-from pubguard.net.keyservice.server import KeyServiceCore, KeyServiceServer
+from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL
 

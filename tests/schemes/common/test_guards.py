@@ -15,7 +15,6 @@ from pubguard.schemes.common.guards import (
     SignedRootVerifier,
     StrikeCounter,
     TimestampWindow,
-    TokenCache,
     TTLCache,
     pack_fields,
 )
@@ -27,6 +26,7 @@ from pubguard.schemes.common.merkle import (
     signed_root,
     unpack_path,
 )
+from pubguard.schemes.common.replay import TokenCache
 
 leaves_st = st.lists(st.binary(min_size=0, max_size=40), min_size=1, max_size=70)
 

@@ -101,7 +101,7 @@ def test_batch_costs_one_verification_per_broker(world: World) -> None:
     pes = world.pub.protect_events(events, now=NOW + 1, rng=random.Random(2))
     assert len({pe.meta["sig"] for pe in pes}) == 1 and pes[3].meta["mn"] == 16
     before = {b: s.roots.verifications for b, s in world.schemes.items()}
-    from pubguard.broker import Publish
+    from pubguard.wire.messages import Publish
 
     for pe in pes:
         world.sim.send_raw(
@@ -162,7 +162,7 @@ def test_unsubscribe_stops_delivery_and_withdrawal_is_signed(world: World) -> No
     world.sim.publish("hospital", ev(25, eid="before"), at=NOW + 1)
     world.sim.run()
     young = world.sim.clients["young"]
-    from pubguard.broker import Unsubscribe
+    from pubguard.wire.messages import Unsubscribe
 
     meta = young.scheme.unsubscribe_meta(Filter.parse(YOUNG), now=NOW + 2)
     world.sim._send_from_client(young, Unsubscribe(sid, DEFAULT, meta), NOW + 2)
@@ -175,7 +175,7 @@ def test_unsubscribe_stops_delivery_and_withdrawal_is_signed(world: World) -> No
 
 def test_altering_the_batch_size_is_forged(world: World) -> None:
     """Review finding: ``mn`` travelled unsigned (16 -> 15 keeps leaf 5's path shape)."""
-    from pubguard.broker import Publish
+    from pubguard.wire.messages import Publish
 
     pes = world.pub.protect_events(
         [ev(21, eid=f"n{i}") for i in range(16)], now=NOW + 1, rng=random.Random(4)
@@ -199,7 +199,7 @@ def test_a_batch_prepared_across_an_epoch_change_carries_each_records_own_permit
     """The net client prepares each publication as it is published and signs the batch on the
     next loop iteration: records stamped in epoch e and signed in e+1 keep e's permit (the
     brokers check the permit's epoch against the record's; CI found one lost this way)."""
-    from pubguard.broker import Publish
+    from pubguard.wire.messages import Publish
 
     keys = world.auth.keys
     end = keys.origin + (keys.epoch_at(NOW) + 1) * keys.epoch_length

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from pubguard.broker import Publish, Subscribe, Unsubscribe
 from pubguard.crypto import SigningKey
 from pubguard.crypto.x509 import CertificateAuthority, Role
 from pubguard.errors import DropReason
 from pubguard.model import Filter
-from pubguard.schemes.common.guards import ReplayState
+from pubguard.schemes.common.replay import ReplayState
 from pubguard.schemes.default.broker import DEFAULT, AuthorityPermit, DefaultBroker
 from pubguard.schemes.default.client import DefaultClient
 from pubguard.store import Database
+from pubguard.wire.messages import Publish, Subscribe, Unsubscribe
 from tests.schemes.attack_tools import neighbours
 from tests.schemes.default.test_default import NOW, YOUNG, World, authority
 from tests.schemes.psguard.test_psguard_net import ev

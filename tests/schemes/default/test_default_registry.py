@@ -92,8 +92,8 @@ def test_revocation_reaches_brokers_through_broker_keys(tmp_path) -> None:
     pe = client.protect_event(event(), now=NOW)
     b.revoke("hospital")
     broker = make_broker_scheme("default", b.broker_keys(), now=NOW, db=Database(tmp_path / "r.db"))
-    from pubguard.broker import Publish
     from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
+    from pubguard.wire.messages import Publish
 
     msg = Publish(pe.event_id, "default", pe.routing, pe.body, pe.meta)
     ctx = CheckContext(NOW, LinkInfo("c", LinkKind.CLIENT), "a")

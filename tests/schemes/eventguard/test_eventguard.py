@@ -7,16 +7,17 @@ import random
 
 import pytest
 
-from pubguard.broker import Unsubscribe
 from pubguard.crypto import SecretBytes
 from pubguard.errors import DropReason, InvalidToken, StateError, ValidationError
 from pubguard.keys.ms import MetaService, decode_permit
 from pubguard.model import Event, Filter
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes import SchemeRegistry
-from pubguard.schemes.eventguard.broker import EVENTGUARD, EventGuardBroker, make_scheme
+from pubguard.schemes.eventguard.broker import EventGuardBroker, make_scheme
 from pubguard.schemes.eventguard.client import EventGuardClient
+from pubguard.schemes.eventguard.wire import EVENTGUARD
 from pubguard.sim.engine import Simulator
+from pubguard.wire.messages import Unsubscribe
 from tests.schemes.attack_tools import scan, tap
 
 EPOCH = 1000.0

@@ -6,22 +6,22 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pubguard.broker import Subscribe, Unsubscribe
 from pubguard.crypto import SigningKey
 from pubguard.errors import DropReason
 from pubguard.model import Event, Filter
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes.common.merkle import merkle_root, signed_root
-from pubguard.schemes.eventguard.broker import (
+from pubguard.schemes.eventguard.broker import EventGuardBroker
+from pubguard.schemes.eventguard.client import EventGuardClient
+from pubguard.schemes.eventguard.wire import (
     EVENTGUARD,
     ROOT_TAG,
-    EventGuardBroker,
     leaf_digest,
     pack_tokens,
     parse_publication,
 )
-from pubguard.schemes.eventguard.client import EventGuardClient
 from pubguard.sim.engine import Simulator
+from pubguard.wire.messages import Subscribe, Unsubscribe
 from tests.schemes.attack_tools import neighbours, tap
 from tests.schemes.eventguard.test_eventguard import TOPIC, _publish_wire, make_ms
 

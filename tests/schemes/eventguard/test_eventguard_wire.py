@@ -1,4 +1,4 @@
-"""EventGuard's packed wire values (issue 5, Performance): tokens, wrapped keys, permits and the
+"""EventGuard's packed wire values: tokens, wrapped keys, permits and the
 Merkle path each travel as one bytes value, so routing and meta are flat maps the broker core
 freezes on its fast path. Packing round-trips; anything malformed is a ValidationError
 (MALFORMED at the broker), never a crash or a silent truncation."""
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pubguard.errors import ValidationError
-from pubguard.schemes.eventguard.broker import (
+from pubguard.schemes.eventguard.wire import (
     MAX_TOPICS,
     TOKEN_BYTES,
     pack_items,

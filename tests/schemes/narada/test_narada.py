@@ -16,7 +16,7 @@ from pubguard.keys.kmc import KMC, Authorize, RegisterTopic, Rights
 from pubguard.model import Event
 from pubguard.overlay.tree import tree_from_edges
 from pubguard.schemes import SchemeRegistry
-from pubguard.schemes.common.guards import ReplayState
+from pubguard.schemes.common.replay import ReplayState
 from pubguard.schemes.narada.broker import NARADA, NaradaBroker, make_scheme
 from pubguard.schemes.narada.client import NaradaClient
 from pubguard.sim.engine import Simulator

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pubguard.broker import Subscribe, Unsubscribe
 from pubguard.crypto import SigningKey
 from pubguard.errors import DropReason, RevokedError
 from pubguard.model import Event, Filter
 from pubguard.schemes.narada.broker import NARADA, NaradaBroker, signed_digest
+from pubguard.wire.messages import Subscribe, Unsubscribe
 from tests.schemes.narada.test_narada import NOW, OTHER, TOPIC, build_pki, client, make_sim
 
 F = Filter.parse(f'topic = "{TOPIC}"')

@@ -15,10 +15,10 @@ from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model import AttributeSpec, Event, EventType, Filter
-from pubguard.schemes.psguard.scheme import (
+from pubguard.schemes.psguard.authority import Authority
+from pubguard.schemes.psguard.publisher import Publisher
+from pubguard.schemes.psguard.record import (
     MODES,
-    Authority,
-    Publisher,
     Schema,
     broker_match,
     check_record,

@@ -1,4 +1,4 @@
-"""psguard with amortised signing (issue 5, Performance): a publisher signs one Merkle root over a
+"""psguard with amortised signing: a publisher signs one Merkle root over a
 batch of records, a broker verifies one signature per batch and caches the root; every kind of
 tampering is still FORGED at the broker and refused by a subscriber that knows the publisher.
 Also: the token index's batched AES path (numpy) agrees with single-event matching."""
@@ -16,14 +16,12 @@ from pubguard.errors import DropReason, InvalidToken
 from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Event, EventType, Filter
 from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
-from pubguard.schemes.psguard.network import (
-    ROOT_TAG,
-    PSGuardBroker,
-    PSGuardClient,
-    PSGuardKeyService,
-    TokenMatcher,
-)
-from pubguard.schemes.psguard.scheme import Schema
+from pubguard.schemes.psguard.broker import PSGuardBroker
+from pubguard.schemes.psguard.client import PSGuardClient
+from pubguard.schemes.psguard.keyservice import PSGuardKeyService
+from pubguard.schemes.psguard.match import TokenMatcher
+from pubguard.schemes.psguard.record import Schema
+from pubguard.schemes.psguard.wire import ROOT_TAG
 from pubguard.wire.messages import Publish
 
 PATIENT = EventType(

@@ -1,4 +1,4 @@
-"""The broker's fast path (issue 5, Performance) computes what the record path computes:
+"""The broker's fast path computes what the record path computes:
 ``signed_from_wire`` gives ``record_from_wire(...).message()`` and refuses the same malformed
 publications, for single-signed and batch-signed records with and without secrets."""
 
@@ -12,8 +12,9 @@ from pubguard.crypto import SigningKey
 from pubguard.errors import ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Event, EventType
-from pubguard.schemes.psguard.network import PSGuardClient, PSGuardKeyService
-from pubguard.schemes.psguard.scheme import Schema
+from pubguard.schemes.psguard.client import PSGuardClient
+from pubguard.schemes.psguard.keyservice import PSGuardKeyService
+from pubguard.schemes.psguard.record import Schema
 from pubguard.schemes.psguard.wire import parse_routing, record_from_wire, signed_from_wire
 
 PATIENT = EventType(

@@ -18,7 +18,9 @@ from pubguard.errors import InvalidToken, ValidationError
 from pubguard.keys.cache import LruCache
 from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Event, EventType, Filter
-from pubguard.schemes.psguard.scheme import Authority, Publisher, Schema
+from pubguard.schemes.psguard.authority import Authority
+from pubguard.schemes.psguard.publisher import Publisher
+from pubguard.schemes.psguard.record import Schema
 from pubguard.schemes.psguard.tokens import randomize
 
 T = EventType(
@@ -176,7 +178,8 @@ def test_randomize_with_kept_contexts_equals_fresh() -> None:
 
 def test_client_drops_its_publisher_cache_at_an_epoch_change() -> None:
     """PSGuardClient builds one Publisher (and key cache) per epoch; the old one goes."""
-    from pubguard.schemes.psguard.network import PSGuardClient, PSGuardKeyService
+    from pubguard.schemes.psguard.client import PSGuardClient
+    from pubguard.schemes.psguard.keyservice import PSGuardKeyService
 
     ks = PSGuardKeyService(KDC_, SCHEMA, epoch_length=100.0)
     c = PSGuardClient("p", ks, signing_key=SK)

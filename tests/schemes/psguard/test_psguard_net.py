@@ -16,18 +16,13 @@ from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Event, EventType, Filter
 from pubguard.overlay.tree import ary_tree
 from pubguard.schemes import BrokerScheme, ClientScheme, LinearMatcher, SchemeRegistry
-from pubguard.schemes.psguard.network import (
-    PSGUARD,
-    PSGuardBroker,
-    PSGuardClient,
-    PSGuardKeyService,
-    TokenMatcher,
-    make_scheme,
-    parse_filter,
-    parse_routing,
-    record_from_wire,
-)
-from pubguard.schemes.psguard.scheme import Schema
+from pubguard.schemes.psguard.broker import PSGuardBroker, make_scheme
+from pubguard.schemes.psguard.client import PSGuardClient
+from pubguard.schemes.psguard.keyservice import PSGuardKeyService
+from pubguard.schemes.psguard.match import TokenMatcher
+from pubguard.schemes.psguard.record import PROFILE as PSGUARD
+from pubguard.schemes.psguard.record import Schema
+from pubguard.schemes.psguard.wire import parse_filter, parse_routing, record_from_wire
 from pubguard.sim.engine import Simulator
 from tests.schemes.attack_tools import scan, tap
 
@@ -370,7 +365,7 @@ def test_end_to_end_on_a_broker_tree(world):
     assert (leaves[0], DropReason.FORGED, "forged") in drops
     assert (leaves[0], DropReason.STALE, "stale") not in drops  # published 'now': fresh
     stale = sim.clients["hospital"].scheme.protect_event(ev(25, eid="old"), now=NOW, rng=rng())
-    from pubguard.broker import Publish
+    from pubguard.wire.messages import Publish
 
     raw = Publish(stale.event_id, PSGUARD, stale.routing, stale.body, stale.meta).to_wire()
     sim.send_raw("hospital", leaves[0], raw, at=NOW + 1000)

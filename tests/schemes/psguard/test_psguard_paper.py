@@ -17,13 +17,10 @@ from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Event, EventType, Filter
 from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
-from pubguard.schemes.psguard.network import (
-    PSGUARD_PAPER,
-    PSGuardBroker,
-    PSGuardClient,
-    PSGuardKeyService,
-)
-from pubguard.schemes.psguard.scheme import Schema
+from pubguard.schemes.psguard.broker import PSGuardBroker
+from pubguard.schemes.psguard.client import PSGuardClient
+from pubguard.schemes.psguard.keyservice import PSGuardKeyService
+from pubguard.schemes.psguard.record import PSGUARD_PAPER, Schema
 from pubguard.schemes.registry import PROFILES, BrokerKeys, build_registry
 from pubguard.wire.messages import Publish, Subscribe
 
@@ -36,7 +33,7 @@ PATIENT = EventType(
     ),
 )
 NOW = 1_000.0
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "profiles.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "profiles.md"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ A :class:`Client` owns one link to one broker and speaks the envelope of ``envel
 every subscribe / unsubscribe / advertise / publish is a reliable message with a sequence
 number, kept until the broker acknowledges it (cumulative ``a``). At most ``window`` messages
 are unacknowledged; ``publish`` awaits credit beyond that and awaits the socket's drain, so a
-fast publisher is slowed instead of buffering without bound (issue 4, back-pressure).
+fast publisher is slowed instead of buffering without bound (back-pressure).
 
 Deliveries arrive as reliable messages too; the client acknowledges them after putting them on
 the subscriptions' bounded queues. A full queue drops the delivery and the next read of that
@@ -24,11 +24,17 @@ When the link fails (EOF, TLS error, no frame for ``heartbeat_timeout``) the cli
 with exponential back-off. If the broker *resumed* the session (a durable client, or a broker
 that persisted this link) the client resends what the broker had not processed; otherwise it
 re-subscribes every live subscription and resends unacknowledged publications (the broker's
-de-dup window drops any that had in fact been processed). The connection half (handshake,
-resumption, reconnection, read loop, heartbeats) lives in :mod:`pubguard.net.client.link`.
+de-dup window drops any that had in fact been processed).
 
-Batch signing without the caller batching (issue 5, amortised signing). With a scheme that
-signs Merkle roots (``prepare_event`` / ``sign_prepared``: psguard, default, eventguard) and
+A :class:`Client` owns three collaborators and hands each what it needs, never itself: its
+:class:`~pubguard.net.client.link.ClientLink` (the connection: handshake, resumption,
+reconnection, read loop, heartbeats, the reliable channel and the hand-over of deliveries),
+its :class:`~pubguard.net.client.renewal.SubscriptionRenewal` (key-epoch renewal) and its
+:class:`~pubguard.net.client.signing.BatchSigner` (Merkle batches of publications). The
+client keeps the live subscriptions and advertisements, credit and the public API.
+
+Batch signing without the caller batching (amortised signing). With a scheme that
+signs Merkle roots (its ``merkle_batches`` hook: psguard, default, eventguard) and
 ``batch_sign`` on (the default for those schemes), :meth:`Client.publish` protects the event
 at once (encryption, tokens, typed errors for a bad event) but leaves it unsigned in a pending
 batch; the batch is signed under one Merkle root and queued when the event loop next runs the
@@ -50,7 +56,7 @@ import secrets
 import ssl as _ssl
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -63,21 +69,16 @@ from pubguard.errors import (
 )
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
-from pubguard.net.client.link import ClientLink
+from pubguard.net.client.link import ClientLink, Queued
 from pubguard.net.client.renewal import GENERATION_SEP, SubscriptionRenewal
+from pubguard.net.client.signing import BatchSigner
 from pubguard.net.client.subscription import Delivery, Handler, Subscription
-from pubguard.net.client.withdrawal import blocks_on_io, withdrawal_meta_off_loop
+from pubguard.net.client.withdrawal import withdrawal_meta_off_loop
 from pubguard.net.conn import FrameConnection
 from pubguard.schemes.base import ClientScheme, ProtectedEvent
 from pubguard.schemes.plain import PlainScheme, new_event_id
 from pubguard.wire import envelope
-from pubguard.wire.framing import (
-    MAX_FRAME_SIZE,
-    encode_frame,
-    encode_message_frame,
-    encode_run,
-    pack,
-)
+from pubguard.wire.framing import MAX_FRAME_SIZE, encode_frame
 from pubguard.wire.messages import (
     Advertise,
     Error,
@@ -117,7 +118,7 @@ def parse_url(url: str) -> tuple[bool, str, int]:
     return u.scheme == "tls", u.hostname, u.port
 
 
-class Client(ClientLink, SubscriptionRenewal):
+class Client:
     """One client link to one broker. Create with :func:`connect`."""
 
     def __init__(
@@ -148,9 +149,7 @@ class Client(ClientLink, SubscriptionRenewal):
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.reconnect = reconnect
-        signs = callable(getattr(self.scheme, "prepare_event", None)) and callable(
-            getattr(self.scheme, "sign_prepared", None)
-        )
+        signs = self.scheme.merkle_batches
         if batch_sign and not signs:
             raise ValidationError(
                 f"profile {self.scheme.profile!r} does not sign Merkle batches (batch_sign)"
@@ -161,45 +160,97 @@ class Client(ClientLink, SubscriptionRenewal):
         #: seconds after its key epoch ends that a renewed subscription's old generation is
         #: retired (pubguard.net.client.renewal)
         self.renew_grace = float(renew_grace)
-        self._batch: list[tuple[Any, str]] = []  # (prepared event, profile), unsigned
-        self._batch_scheduled = False
-        self.batches = 0  # Merkle batches signed by publish() (batch_sign)
         self.session = secrets.token_hex(8)
-        self.broker_name: str | None = None
-        self.errors: deque[Error] = deque(maxlen=100)
-        self.reconnects = 0
-        self.delivers = 0  # Deliver messages received (before subscription routing)
         self._subs: dict[str, Subscription] = {}
         self._adverts: dict[str, Filter] = {}
-        self._unacked: OrderedDict[int, dict[str, Any]] = OrderedDict()
-        self._tx_next = 1
-        self._rx_seq = 0
-        self._acked_rx = 0  # the highest delivery sequence acknowledged to the broker
-        self._ack_timer: asyncio.TimerHandle | None = None
         self._ids = itertools.count(1)
-        self._writer: FrameConnection | None = None
-        self._out: list[bytes] = []  # packed messages queued this iteration, consecutive
-        self._out_first = 0  # the sequence number of _out[0]
-        self._flush_scheduled = False
-        self._pending_frames: list[dict[str, Any]] = []  # decoded after the broker's hello
-        self._connected = asyncio.Event()
-        self._credit = asyncio.Event()
-        self._credit.set()
-        self._status: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._closing = False
-        self._last_rx = time.monotonic()
+        self._link = ClientLink(
+            host,
+            port,
+            ssl=ssl,
+            identity=identity,
+            session=self.session,
+            durable=durable,
+            scheme=self.scheme,
+            window=window,
+            reconnect=reconnect,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            subs=self._subs,
+            fresh_session_msgs=self._fresh_session_msgs,
+        )
+        self._renewal = SubscriptionRenewal(
+            self.scheme,
+            identity=identity,
+            renew_grace=self.renew_grace,
+            subs=self._subs,
+            adverts=self._adverts,
+            send=self._send,
+            closing=self._is_closing,
+        )
+        self._signer = BatchSigner(self.scheme, max_batch)
         self._task: asyncio.Task[None] | None = None
         self._hb_task: asyncio.Task[None] | None = None
         self._renew_task: asyncio.Task[None] | None = None
 
+    # -- what the collaborators count and hold ---------------------------------------------
+
+    @property
+    def broker_name(self) -> str | None:
+        return self._link.broker_name
+
+    @property
+    def errors(self) -> deque[Error]:
+        """The broker's last error replies (drops of this client's messages)."""
+        return self._link.errors
+
+    @property
+    def reconnects(self) -> int:
+        return self._link.reconnects
+
+    @property
+    def delivers(self) -> int:
+        """Deliver messages received (before subscription routing)."""
+        return self._link.delivers
+
+    @property
+    def renewals(self) -> int:
+        """Subscription generations sent by key-epoch renewals."""
+        return self._renewal.renewals
+
+    @property
+    def batches(self) -> int:
+        """Merkle batches signed by publish() (batch_sign)."""
+        return self._signer.batches
+
+    @property
+    def _unacked(self) -> OrderedDict[int, Queued]:
+        return self._link.unacked
+
+    @property
+    def _writer(self) -> FrameConnection | None:
+        return self._link.writer
+
+    @property
+    def _held(self) -> deque[Any] | None:
+        return self._link.held
+
+    @property
+    def _closing(self) -> bool:
+        return self._link.closing
+
+    def _is_closing(self) -> bool:
+        return self._link.closing
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def _start(self) -> Client:
-        await self._handshake()
-        self._task = asyncio.get_running_loop().create_task(self._supervise())
-        self._hb_task = asyncio.get_running_loop().create_task(self._heartbeats())
-        if self._renewal_hooks() is not None:
-            self._renew_task = asyncio.get_running_loop().create_task(self._renewals())
+        await self._link.handshake()
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._link.supervise())
+        self._hb_task = loop.create_task(self._link.heartbeats())
+        if self._renewal.active:
+            self._renew_task = loop.create_task(self._renewal.run())
         return self
 
     async def __aenter__(self) -> Client:
@@ -210,29 +261,30 @@ class Client(ClientLink, SubscriptionRenewal):
 
     @property
     def is_connected(self) -> bool:
-        return self._writer is not None
+        return self._link.writer is not None
 
     async def close(self) -> None:
         """Close the link; pending subscriptions end their iteration."""
-        if self._closing:
+        link = self._link
+        if link.closing:
             return
         with contextlib.suppress(Exception):
             self._sign_batch()
-            if not self.durable and self._writer is not None:
+            if not self.durable and link.writer is not None:
                 await asyncio.wait_for(self._withdraw_all(), WITHDRAW_TIMEOUT)
-        self._closing = True
+        link.closing = True
         with contextlib.suppress(Exception):
-            if self._writer is not None and self._unacked:
+            if link.writer is not None and link.unacked:
                 await self.flush(timeout=1.0)
-        for t in (self._renew_task, self._hb_task, self._task, self._held_task):
+        for t in (self._renew_task, self._hb_task, self._task, link.held_task):
             if t is not None:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-        w = self._writer
+        w = link.writer
         with contextlib.suppress(Exception):
-            self._send_ack()  # what was handled is acknowledged before the bye
-        self._drop_connection()
+            link.send_ack()  # what was handled is acknowledged before the bye
+        link.drop_connection()
         if w is not None:
             with contextlib.suppress(Exception):
                 w.write(encode_frame(envelope.bye("client closing")))
@@ -242,8 +294,8 @@ class Client(ClientLink, SubscriptionRenewal):
             s._close()
             if s._task is not None:
                 s._task.cancel()
-        self._credit.set()
-        for f in self._status.values():
+        link.credit.set()
+        for f in link.status_waiters.values():
             if not f.done():
                 f.set_exception(TransportError("client closed"))
 
@@ -278,62 +330,52 @@ class Client(ClientLink, SubscriptionRenewal):
         pe = await self._off_loop_if_due(self.scheme.protect_event, ev)
         msg = publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta)
         await self._send(msg)
-        return pe.event_id
+        return pe.event_id  # type: ignore[no-any-return]
 
     async def _publish_batched(self, ev: Event, prof: str) -> str:
         """publish() with ``batch_sign``: prepare now, sign with the loop iteration's batch."""
         await self._await_credit()
         if ev.id is None:
             ev = Event(ev.attrs, id=new_event_id(), type=ev.type, payload=ev.payload)
-        prepared = await self._off_loop_if_due(self.scheme.prepare_event, ev)  # type: ignore[attr-defined]
+        prepared = await self._off_loop_if_due(self.scheme.prepare_event, ev)
         if _rough_size(ev) > MAX_FRAME_SIZE // 4:  # alone, so a FrameError reaches the caller
             self._sign_batch()
-            (pe,) = self.scheme.sign_prepared([prepared], now=time.time())  # type: ignore[attr-defined]
+            (pe,) = self.scheme.sign_prepared([prepared], now=time.time())
             await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
-            return pe.event_id  # type: ignore[no-any-return]
-        self._batch.append((prepared, prof))
-        if len(self._batch) >= self.max_batch:
+            return pe.event_id
+        signer = self._signer
+        if signer.add(prepared, prof):
             self._sign_batch()
-        elif not self._batch_scheduled:
-            self._batch_scheduled = True
+        elif not signer.scheduled:
+            signer.scheduled = True
             asyncio.get_running_loop().call_soon(self._sign_batch)
-        w = self._writer
+        w = self._link.writer
         if w is not None and w.write_buffer_size() > HIGH_WATER:
             with contextlib.suppress(ConnectionError):
                 await w.drain()
         assert ev.id is not None
         return ev.id
 
-    async def _off_loop_if_due(self, protect: Any, ev: Event) -> Any:
+    async def _off_loop_if_due(self, protect: Callable[..., Any], ev: Event) -> Any:
         """``protect(ev, now=now)``; in a worker thread when it is about to ask a remote MS
         (an eventguard publisher's first publication of a new epoch renews its grant, §4.8),
         as renewals and withdrawals are (net/client/withdrawal.py)."""
         now = time.time()
-        due = getattr(self.scheme, "key_service_due", None)
-        if due is not None and blocks_on_io(self.scheme) and due(ev, now):
+        if self.scheme.blocks_on_io and self.scheme.key_service_due(ev, now):
             return await asyncio.to_thread(protect, ev, now=now)
         return protect(ev, now=now)
 
     def _sign_batch(self) -> None:
         """Sign the pending publications (one Merkle root per run of one profile) and queue
         them in order; called from the loop, at ``max_batch``, and before any other message."""
-        if not self._batch:  # the common case on every send: nothing pending, nothing to do
+        if not self._signer.pending:  # the common case on every send: nothing pending
             return
-        self._batch_scheduled = False
-        pending, self._batch = self._batch, []
-        now = time.time()
-        sign = self.scheme.sign_prepared  # type: ignore[attr-defined]
-        for prof, run in itertools.groupby(pending, key=lambda p: p[1]):
-            items = [p for p, _ in run]
-            self.batches += 1
-            for pe in sign(items, now=now):
-                try:
-                    self._enqueue(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
-                except PubguardError as exc:  # (too large: sizes are checked in publish)
-                    log.warning(
-                        "client %s: publication %s not sent: %s", self.identity, pe.event_id, exc
-                    )
-        self._flush_out()
+        for event_id, msg in self._signer.take(time.time()):
+            try:
+                self._link.enqueue(msg)
+            except PubguardError as exc:  # (too large: sizes are checked in publish)
+                log.warning("client %s: publication %s not sent: %s", self.identity, event_id, exc)
+        self._link.flush_out()
 
     async def publish_protected(self, pe: ProtectedEvent, *, profile: str | None = None) -> str:
         """Send an event protected earlier by this client's scheme (a publisher may protect
@@ -343,14 +385,13 @@ class Client(ClientLink, SubscriptionRenewal):
         return pe.event_id
 
     async def publish_batch(self, events: list[Event], *, profile: str | None = None) -> list[str]:
-        """Publish several events; a profile with ``protect_events`` signs one Merkle root over
-        the batch (amortised signing, issue 5), others protect each event alone."""
-        batch = getattr(self.scheme, "protect_events", None)
-        if batch is None or len(events) < 2 or self.batch_sign:
+        """Publish several events; a profile that signs Merkle batches (``merkle_batches``)
+        signs one root over the batch (amortised signing), others protect each event alone."""
+        if not self.scheme.merkle_batches or len(events) < 2 or self.batch_sign:
             return [await self.publish(e, profile=profile) for e in events]
         prof = profile or self.scheme.profile
         ids = []
-        for pe in batch(events, now=time.time()):
+        for pe in self.scheme.protect_events(events, now=time.time()):
             await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
             ids.append(pe.event_id)
         return ids
@@ -370,7 +411,7 @@ class Client(ClientLink, SubscriptionRenewal):
             raise ValidationError(f"a subscription id may not contain {GENERATION_SEP!r}")
         if sid in self._subs:
             raise StateError(f"subscription {sid!r} already exists on this client")
-        sub = Subscription(self, sid, f, handler, max_pending)
+        sub = Subscription(self.unsubscribe, sid, f, handler, max_pending)
         try:
             msg = self._subscribe_msg(sub)  # may be refused by the key service (DropError)
         except BaseException:
@@ -378,7 +419,7 @@ class Client(ClientLink, SubscriptionRenewal):
             raise
         self._subs[sid] = sub
         await self._send(msg)
-        await self._after_subscribe(sub)
+        await self._renewal.after_subscribe(sub)
         return sub
 
     async def unsubscribe(self, sub: Subscription) -> None:
@@ -390,7 +431,7 @@ class Client(ClientLink, SubscriptionRenewal):
             self.scheme, "unsubscribe_meta", sub.filter, now=time.time()
         )
         await self._send(Unsubscribe(sub.wire_id, self.scheme.profile, meta).to_wire())
-        await self._retire(sub)  # a generation of the last epoch still in its grace
+        await self._renewal.retire(sub)  # a generation of the last epoch still in its grace
 
     async def advertise(self, filter: str | Filter, *, adv_id: str | None = None) -> str:
         f = Filter.parse(filter) if isinstance(filter, str) else filter
@@ -410,31 +451,31 @@ class Client(ClientLink, SubscriptionRenewal):
     async def flush(self, timeout: float | None = 10.0) -> None:
         """Wait until the broker has acknowledged everything sent so far."""
         self._sign_batch()
-        target = self._tx_next - 1
+        link = self._link
+        target = link.chan.tx_next - 1
 
         async def _wait() -> None:
-            while self._unacked and next(iter(self._unacked)) <= target:
-                self._credit.clear()
-                if self._closing:
+            while not link.chan.acked_through(target):
+                if link.closing:
                     raise TransportError("client closed")
-                await self._credit.wait()
+                await link.wait_credit()
 
         await asyncio.wait_for(_wait(), timeout)
 
     async def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The broker's status report (links, tables, queues, drop counters)."""
-        await asyncio.wait_for(self._connected.wait(), timeout)
+        link = self._link
+        await asyncio.wait_for(link.connected.wait(), timeout)
         q = next(self._ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._status[q] = fut
+        link.status_waiters[q] = fut
         try:
-            self._write(envelope.status_request(q))
+            link.write_control(envelope.status_request(q))
             return await asyncio.wait_for(fut, timeout)
         finally:
-            self._status.pop(q, None)
+            link.status_waiters.pop(q, None)
 
     # -- sending ---------------------------------------------------------------------------
-
     async def _fresh_session_msgs(self) -> list[dict[str, Any]]:
         """Every live subscription and advertisement again, for a broker that does not know
         this session; built in a worker thread when the scheme calls a remote MS (one call
@@ -456,14 +497,10 @@ class Client(ClientLink, SubscriptionRenewal):
             return msgs, refused
 
         try:
-            msgs, refused = await asyncio.to_thread(build) if blocks_on_io(self.scheme) else build()
+            msgs, refused = await asyncio.to_thread(build) if self.scheme.blocks_on_io else build()
         except (PubguardError, OSError) as exc:  # the key service unreachable: try again
             raise TransportError(f"cannot re-subscribe: {exc}") from exc
-        for (
-            kind,
-            ident,
-            err,
-        ) in refused:  # as a refused renewal (pubguard.net.client.renewal): it ends
+        for kind, ident, err in refused:  # as a refused renewal (net/client/renewal.py): it ends
             log.warning(
                 "client %s: %s %s refused by the key service on a fresh session (%s): it ends",
                 self.identity,
@@ -507,60 +544,25 @@ class Client(ClientLink, SubscriptionRenewal):
     async def _await_credit(self) -> None:
         """Wait until one more message fits in the window beside those in flight and the
         pending batch (which is signed and sent first: only then can it be acknowledged)."""
-        while len(self._unacked) + len(self._batch) >= self.window:
-            if self._closing:
+        link = self._link
+        while link.chan.in_flight + len(self._signer) >= self.window:
+            if link.closing:
                 raise TransportError("client closed")
-            if self._batch:
+            if self._signer.pending:
                 self._sign_batch()
                 continue
-            self._credit.clear()
-            await self._credit.wait()
-        if self._closing:
+            await link.wait_credit()
+        if link.closing:
             raise TransportError("client closed")
 
     async def _send(self, msg: dict[str, Any]) -> None:
         await self._await_credit()
         self._sign_batch()  # publications published before this message go out before it
-        self._enqueue(msg)
-        w = self._writer
+        self._link.enqueue(msg)
+        w = self._link.writer
         if w is not None and w.write_buffer_size() > HIGH_WATER:
             with contextlib.suppress(ConnectionError):
                 await w.drain()
-
-    def _enqueue(self, msg: dict[str, Any]) -> None:
-        """Give ``msg`` the next sequence number and queue its frame for this iteration."""
-        packed = pack(msg)  # FrameError here, before the message takes a sequence number
-        if len(packed) > MAX_FRAME_SIZE - 64:
-            encode_message_frame(self._tx_next, packed)  # raises unless its frame fits
-        seq = self._tx_next
-        self._tx_next += 1
-        self._unacked[seq] = msg
-        w = self._writer
-        if w is not None:
-            if not self._out:
-                self._out_first = seq
-            self._out.append(packed)
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush_out)
-            if len(self._out) >= 256:
-                self._flush_out()
-
-    def _flush_out(self) -> None:
-        """Write the frames queued in this loop iteration with one call (fewer syscalls)."""
-        self._flush_scheduled = False
-        if self._out:
-            out, self._out = self._out, []
-            w = self._writer
-            if w is not None:  # consecutive messages as batch frames (envelope.py, ``mb``)
-                w.write(b"".join(encode_run(self._out_first, out, envelope.MAX_BATCH)))
-
-    def _write(self, env: dict[str, Any]) -> None:
-        w = self._writer
-        if w is None:
-            raise TransportError("not connected")
-        self._flush_out()  # keep order with queued reliable frames
-        w.write(encode_frame(env))
 
 
 def _rough_size(ev: Event) -> int:

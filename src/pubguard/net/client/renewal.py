@@ -6,16 +6,17 @@ A psguard or default subscription is a set of tokens (and, for default, a subscr
 of one key epoch, and an eventguard subscription rests on an MS permit of one epoch. When the
 epoch changes, publishers tag their events with the new epoch's tokens and keys, so a
 subscription that is not renewed stops matching (psguard, default), or lapses with its
-permit (eventguard, default: the brokers forget it, ``Broker.expire``). This mixin of
-:class:`~pubguard.net.client.client.Client` renews every live subscription once per epoch, without a
-gap:
+permit (eventguard, default: the brokers forget it, ``Broker.expire``). The
+:class:`SubscriptionRenewal` a :class:`~pubguard.net.client.client.Client` owns renews every live
+subscription once per epoch, without a gap:
 
 - Each :class:`~pubguard.net.client.subscription.Subscription` has *generations*: the broker knows
   generation ``g`` as ``<id>@<g>`` (the first as ``<id>``). A delivery naming several
   generations of one subscription is handed over once.
 - A scheme that ``renews_ahead`` (psguard, default: the KDC serves the next epoch's keys up
-  to ``EPOCH_SKEW`` before it begins) gets the next generation built for the next epoch
-  ``RENEW_LEAD`` seconds before the current one ends. Both generations are routed across the
+  to ``EPOCH_SKEW`` before it begins: the scheme's ``next_epoch_window``) gets the next
+  generation built for the next epoch that long before the current one ends, less
+  ``CLOCK_ALLOWANCE``. Both generations are routed across the
   boundary: the old epoch's events in flight match the old one, the new epoch's the new one.
 - Otherwise (eventguard: the MS grants the current epoch only, and ``T(w)`` survives epochs,
   so the old generation keeps routing the new epoch's events) the next generation is asked
@@ -31,8 +32,10 @@ gap:
   revoked) ends the subscription: its iteration stops, and the reason is logged. Other
   failures (the key service unreachable) are retried every ``RENEW_RETRY`` seconds.
 
-The schemes' hooks (``epoch_end``, ``renews_ahead``, ``leased_subscriptions``) are described in
-:mod:`pubguard.schemes.base`. A scheme without ``epoch_end`` (plain, narada) is never renewed.
+The schemes' hooks (``renews_subscriptions``, ``epoch_end``, ``renews_ahead``,
+``next_epoch_window``, ``leased_subscriptions``, ``blocks_on_io``) are declared with their
+defaults on :class:`~pubguard.schemes.base.ClientScheme`. A scheme that does not renew
+subscriptions (plain, narada) gets no renewal task.
 """
 
 from __future__ import annotations
@@ -41,11 +44,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.errors import DropError, PubguardError
-from pubguard.net.client.withdrawal import blocks_on_io
-from pubguard.schemes.psguard.keyservice import NEXT_EPOCH_WINDOW
 from pubguard.wire.messages import Advertise, Subscribe, Unsubscribe
 
 if TYPE_CHECKING:
@@ -53,17 +55,23 @@ if TYPE_CHECKING:
     from pubguard.net.client.subscription import Subscription
     from pubguard.schemes.base import ClientScheme
 
-__all__ = ["GENERATION_SEP", "RENEW_AFTER", "RENEW_LEAD", "RENEW_RETRY", "SubscriptionRenewal"]
+__all__ = [
+    "CLOCK_ALLOWANCE",
+    "GENERATION_SEP",
+    "RENEW_AFTER",
+    "RENEW_RETRY",
+    "SubscriptionRenewal",
+]
 
 log = logging.getLogger("pubguard.net.client")
 
 GENERATION_SEP: Final = "@"  # <sub id>@<generation> on the wire (user ids may not hold it)
-#: seconds before an epoch ends that an ahead renewal is sent: as early as the key service
-#: serves the next epoch (NEXT_EPOCH_WINDOW) less a 15 s clock allowance. Earlier is better:
-#: the renewal must reach the brokers above before the change, and one down then holds it
-#: back (``pubguard cluster soak``); it costs a revocation nothing, since any client may
-#: fetch the next epoch's keys NEXT_EPOCH_WINDOW ahead anyway.
-RENEW_LEAD: Final = NEXT_EPOCH_WINDOW - 15.0
+#: an ahead renewal is sent as early as the key service serves the next epoch (the scheme's
+#: ``next_epoch_window`` before it begins) less this many seconds for clock differences.
+#: Earlier is better: the renewal must reach the brokers above before the change, and one
+#: down then holds it back (``pubguard cluster soak``); it costs a revocation nothing, since
+#: any client may fetch the next epoch's keys that far ahead anyway.
+CLOCK_ALLOWANCE: Final = 15.0
 RENEW_AFTER: Final = 0.5  # seconds after an epoch ends that an MS renewal is asked for
 RENEW_RETRY: Final = 2.0  # seconds between attempts when the key service cannot be reached
 RENEW_IDLE: Final = 5.0  # seconds between looks while no subscription needs renewing
@@ -81,40 +89,47 @@ def sub_id_of(wid: str) -> str:
 
 
 class SubscriptionRenewal:
-    """The renewal task of a :class:`~pubguard.net.client.client.Client` (see the module doc)."""
+    """The renewal task of a :class:`~pubguard.net.client.client.Client` (see the module doc).
 
-    if TYPE_CHECKING:
-        scheme: ClientScheme
-        identity: str
-        renew_grace: float
-        _subs: dict[str, Subscription]
-        _adverts: dict[str, Filter]
-        _closing: bool
+    It shares the client's live ``subs`` and ``adverts`` (it renews them, and ends those the
+    key service refuses), sends through ``send`` (the client's credit-respecting send) and
+    stops when ``closing()`` says so."""
 
-        async def _send(self, msg: dict[str, Any]) -> None: ...
+    def __init__(
+        self,
+        scheme: ClientScheme,
+        *,
+        identity: str,
+        renew_grace: float,
+        subs: dict[str, Subscription],
+        adverts: dict[str, Filter],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+        closing: Callable[[], bool],
+    ) -> None:
+        self.scheme, self.identity, self.renew_grace = scheme, identity, renew_grace
+        self._subs, self._adverts = subs, adverts
+        self._send, self._closing = send, closing
+        #: the epoch end the subscriptions have been renewed past (ahead renewals: until
+        #: then a new subscription is given the next epoch's generation at once)
+        self._renewed_through = float("-inf")
+        self._renew_wake: asyncio.Event | None = None  # set by a new subscription
+        self.renewals = 0  # generations sent by renewals
 
-    #: the epoch end the subscriptions have been renewed past (ahead renewals: until then
-    #: a new subscription is given the next epoch's generation at once)
-    _renewed_through: float = float("-inf")
-    _renew_wake: asyncio.Event | None = None  # set by a new subscription
-    renewals = 0  # generations sent by renewals
+    @property
+    def active(self) -> bool:
+        """Whether the scheme's subscriptions are renewed at all."""
+        return self.scheme.renews_subscriptions
 
-    def _renewal_hooks(self) -> tuple[Any, bool, bool] | None:
-        ends = getattr(self.scheme, "epoch_end", None)
-        if not callable(ends):
-            return None
-        ahead = bool(getattr(self.scheme, "renews_ahead", False))
-        return ends, ahead, bool(getattr(self.scheme, "leased_subscriptions", False))
-
-    async def _renewals(self) -> None:
-        hooks = self._renewal_hooks()
-        if hooks is None:
+    async def run(self) -> None:
+        if not self.active:
             return
-        ends, ahead, _ = hooks
+        ends = self.scheme.epoch_end
+        ahead = self.scheme.renews_ahead
+        lead = max(0.0, self.scheme.next_epoch_window - CLOCK_ALLOWANCE)
         wake = self._renew_wake = asyncio.Event()
         retire: set[asyncio.Task[None]] = set()
         try:
-            while not self._closing:
+            while not self._closing():
                 now = time.time()
                 try:
                     end = ends(max(now, self._renewed_through + _NEXT))
@@ -130,14 +145,15 @@ class SubscriptionRenewal:
                 if end <= self._renewed_through:  # done; its grants are not renewed yet
                     await asyncio.sleep(RENEW_RETRY)
                     continue
-                if ahead:  # RENEW_LEAD before the end, at most a quarter of an epoch
-                    span = ends(end + _NEXT) - end
-                    at = end - min(RENEW_LEAD, span / 4)
+                if ahead:  # the lead before the end, at most a quarter of an epoch
+                    nxt = ends(end + _NEXT)
+                    span = (nxt if nxt is not None else end) - end
+                    at = end - min(lead, span / 4)
                 else:
                     at = end + RENEW_AFTER
                 if at > now:
                     await asyncio.sleep(at - now)
-                    if self._closing:
+                    if self._closing():
                         return
                     if ahead and ends(max(time.time(), self._renewed_through + _NEXT)) != end:
                         continue  # the clock jumped: look again
@@ -160,7 +176,7 @@ class SubscriptionRenewal:
     async def _protect(self, method: Any, f: Filter, now: float) -> Any:
         """``method(f, now=now)``; in a worker thread when it calls a remote MS (eventguard),
         so the loop is not stalled (as the withdrawal permits, net/client/withdrawal.py)."""
-        if blocks_on_io(self.scheme):
+        if self.scheme.blocks_on_io:
             return await asyncio.to_thread(method, f, now=now)
         return method(f, now=now)
 
@@ -209,14 +225,13 @@ class SubscriptionRenewal:
         await self._send(Subscribe(sub.wire_id, self.scheme.profile, pf.filter, pf.meta).to_wire())
         return True
 
-    async def _after_subscribe(self, sub: Subscription) -> None:
+    async def after_subscribe(self, sub: Subscription) -> None:
         """A subscription made after an ahead renewal, before the epoch ends, gets the next
         epoch's generation at once (like the others)."""
         if self._renew_wake is not None:
             self._renew_wake.set()
         through = self._renewed_through
-        hooks = self._renewal_hooks()
-        if hooks is not None and hooks[1] and time.time() < through:
+        if self.active and self.scheme.renews_ahead and time.time() < through:
             await self._renew_one(sub, through, through + _NEXT)
 
     async def _readvertise_at(self, at: float) -> None:
@@ -236,13 +251,12 @@ class SubscriptionRenewal:
     async def _retire_at(self, at: float) -> None:
         await asyncio.sleep(max(0.0, at - time.time()))
         for sub in list(self._subs.values()):
-            await self._retire(sub, before=at - self.renew_grace)
+            await self.retire(sub, before=at - self.renew_grace)
 
-    async def _retire(self, sub: Subscription, *, before: float = float("inf")) -> None:
+    async def retire(self, sub: Subscription, *, before: float = float("inf")) -> None:
         """Forget ``sub``'s old generations whose epoch ended by ``before``; withdraw them
         unless the brokers expire them (a psguard withdrawal needs no proof)."""
-        hooks = self._renewal_hooks()
-        leased = hooks is not None and hooks[2]
+        leased = self.active and self.scheme.leased_subscriptions
         keep = [(w, end) for w, end in sub.old if end > before]
         gone = [w for w, end in sub.old if end <= before]
         sub.old = keep

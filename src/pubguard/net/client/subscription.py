@@ -12,20 +12,19 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from pubguard.errors import SlowConsumerError
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 
-if TYPE_CHECKING:
-    from pubguard.net.client.client import Client
-
-__all__ = ["Delivery", "Handler", "Subscription"]
+__all__ = ["Delivery", "Handler", "Subscription", "Withdraw"]
 
 log = logging.getLogger("pubguard.net.client")
 
 Handler = Callable[["Delivery"], Awaitable[None] | None]
+#: how a subscription withdraws itself (its client's ``unsubscribe``)
+Withdraw = Callable[["Subscription"], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +39,18 @@ _CLOSED: Final = object()
 
 
 class Subscription:
-    """A live subscription: ``async for delivery in sub``, ``await sub.unsubscribe()``."""
+    """A live subscription: ``async for delivery in sub``, ``await sub.unsubscribe()``
+    (``withdraw``: the client's unsubscribe)."""
 
     def __init__(
-        self, client: Client, sub_id: str, filter: Filter, handler: Handler | None, max_pending: int
+        self,
+        withdraw: Withdraw,
+        sub_id: str,
+        filter: Filter,
+        handler: Handler | None,
+        max_pending: int,
     ) -> None:
-        self.client, self.id, self.filter = client, sub_id, filter
+        self._withdraw, self.id, self.filter = withdraw, sub_id, filter
         # key-epoch renewal (pubguard.net.client.renewal): the current generation's id at the brokers,
         # the time it was built for, the epoch end it was renewed past, and the old
         # generations (id, end of their epoch) not yet retired
@@ -131,4 +136,4 @@ class Subscription:
                 log.exception("subscription %s: handler failed", self.id)
 
     async def unsubscribe(self) -> None:
-        await self.client.unsubscribe(self)
+        await self._withdraw(self)

@@ -11,7 +11,8 @@ on the loop, a dead MS would stall every coroutine, and ``Client.close()``'s
 ``asyncio.wait_for(..., WITHDRAW_TIMEOUT)`` could not cut it short (nothing is awaited).
 
 :func:`withdrawal_meta_off_loop` therefore runs such a hook in a worker thread
-(``asyncio.to_thread``): a dead MS stalls only that thread, and a cancelled wait abandons it
+(``asyncio.to_thread``) when the scheme's ``blocks_on_io`` hook says its key service is
+remote: a dead MS stalls only that thread, and a cancelled wait abandons it
 (the thread ends at the key service client's own timeout). Hooks run one at a time per scheme
 (a ``threading.Lock``), because they pop the scheme's grant lists; the key service client is
 itself thread-safe, one request at a time. Every other profile's hook is CPU only (a
@@ -28,8 +29,7 @@ import weakref
 from typing import Any, Final
 
 from pubguard.model.filters import Filter
-from pubguard.net.keyservice.client import KeyServiceClient
-from pubguard.schemes.base import withdrawal_meta
+from pubguard.schemes.base import ClientScheme, withdrawal_meta
 
 __all__ = ["blocks_on_io", "withdrawal_meta_off_loop"]
 
@@ -37,14 +37,14 @@ __all__ = ["blocks_on_io", "withdrawal_meta_off_loop"]
 _LOCKS: Final[weakref.WeakKeyDictionary[object, threading.Lock]] = weakref.WeakKeyDictionary()
 
 
-def blocks_on_io(scheme: object) -> bool:
-    """Whether ``scheme``'s withdrawal hooks make a blocking network call (EventGuard with a
-    remote meta-service)."""
-    return isinstance(getattr(scheme, "ms", None), KeyServiceClient)
+def blocks_on_io(scheme: ClientScheme) -> bool:
+    """Whether ``scheme``'s withdrawal hooks make a blocking network call (its declared
+    ``blocks_on_io`` hook: EventGuard with a remote meta-service)."""
+    return scheme.blocks_on_io
 
 
 async def withdrawal_meta_off_loop(
-    scheme: object, hook: str, f: Filter | None, *, now: float
+    scheme: ClientScheme, hook: str, f: Filter | None, *, now: float
 ) -> dict[str, Any]:
     """``withdrawal_meta(scheme, hook, f, now=now)``, in a worker thread when the hook blocks
     on the network (:func:`blocks_on_io`), else on the caller's thread."""

@@ -1,6 +1,6 @@
-"""The blocking client of the key services (:mod:`pubguard.net.keyservice.server`): a remote
-EventGuard meta-service behind the ``MetaServiceLike`` protocol, and a narada topic discovery
-node.
+"""The blocking client of the key services (:mod:`pubguard.net.keyservice.core` behind
+:mod:`pubguard.net.keyservice.server`): a remote EventGuard meta-service behind the
+``MetaServiceLike`` protocol, and a narada topic discovery node.
 
 Theory of operation
 -------------------
@@ -46,11 +46,12 @@ from pubguard.keys.ms import (
     UnsubscriptionPermit,
     decode_permit,
 )
-from pubguard.net.keyservice.server import CALL_TIMEOUT
 from pubguard.net.tls import peer_identity
 from pubguard.wire.framing import FrameDecoder, encode_frame
 
-__all__ = ["KeyServiceClient"]
+__all__ = ["CALL_TIMEOUT", "KeyServiceClient"]
+
+CALL_TIMEOUT: Final = 10.0  # seconds a connect, send or receive of one call may block
 
 _ERRORS: Final[dict[str, Callable[[str], PubguardError]]] = {
     "invalid_token": lambda m: InvalidToken(),

@@ -1,4 +1,4 @@
-"""The PSGuard KDC and the default profile's authority as key-service ops (issue 5, item 1).
+"""The PSGuard KDC and the default profile's authority as key-service ops.
 
 Theory of operation
 -------------------
@@ -6,7 +6,7 @@ psguard.txt §3 has a key distribution centre hand subscribers the authorisation
 of the filters they may use and publishers the topic keys ``K(w)`` of the topics they publish
 on; the default profile's :class:`~pubguard.schemes.default.client.DefaultAuthority` is that
 KDC plus a permit signer. :class:`KdcService` hosts both inside the key-service process
-(:class:`~pubguard.net.keyservice.server.KeyServiceCore` dispatches the ``kdc_*`` and
+(:class:`~pubguard.net.keyservice.core.KeyServiceCore` dispatches the ``kdc_*`` and
 ``authority_*`` ops here); :mod:`pubguard.net.keyservice.kdc_client` is the client side.
 
 What each op gives, to whom (the caller is always the verified certificate's CN, ``peer``;
@@ -38,7 +38,7 @@ certificate whose role is not ``client``: a broker, even under an open policy, g
 - ``authority_revocations {}``: the revocation list signed by the authority with its serial
   and issue time (:class:`~pubguard.schemes.common.revocation_list.SignedRevocations`), for any
   authenticated caller; brokers poll it (:mod:`pubguard.net.server.revocation`). A revoked identity
-  gets nothing else from the service (``revoked``; :class:`~pubguard.net.keyservice.server.KeyServiceCore`).
+  gets nothing else from the service (``revoked``; :class:`~pubguard.net.keyservice.core.KeyServiceCore`).
 
 Epochs (psguard.txt §3.2): keys are served for the previous, the current and, within
 :data:`EPOCH_SKEW` seconds of its start, the next epoch only, so a subscriber whose rights are
@@ -48,11 +48,12 @@ responses carry derived keys only, and no key reaches a log or a repr.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random as _random
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -62,14 +63,15 @@ from pubguard.crypto.x509 import Role
 from pubguard.errors import ConfigError, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import EventType, Filter
+from pubguard.net.keyservice.protocol import Caller, Op, Refused, field
 from pubguard.net.keyservice.revocation import RevocationRegistry
-from pubguard.net.keyservice.server import _field, _Refused
 from pubguard.schemes.default.broker import filter_digest
 from pubguard.schemes.default.client import DefaultAuthority
-from pubguard.schemes.psguard.keyservice import NEXT_EPOCH_WINDOW
+from pubguard.schemes.psguard.authority import FilterKeys
+from pubguard.schemes.psguard.keyservice import DEFAULT_EPOCH_LENGTH, NEXT_EPOCH_WINDOW
 from pubguard.schemes.psguard.keytree import spec_tree
-from pubguard.schemes.psguard.network import DEFAULT_EPOCH_LENGTH, filter_to_wire, parse_filter
-from pubguard.schemes.psguard.scheme import FilterKeys, ProtectedFilterRows, Schema
+from pubguard.schemes.psguard.record import ProtectedFilterRows, Schema
+from pubguard.schemes.psguard.wire import filter_to_wire, parse_filter
 
 __all__ = ["EPOCH_SKEW", "KdcConfig", "KdcService", "keys_to_wire", "rows_to_wire"]
 
@@ -84,12 +86,12 @@ MAX_FILTER_TEXT: Final = 4096
 class KdcConfig:
     """What a KDC / authority is made of: the master secret and the public policy.
 
-    ``subscribers`` / ``publishers``: as :class:`~pubguard.schemes.psguard.network.PSGuardKeyService`
+    ``subscribers`` / ``publishers``: as :class:`~pubguard.schemes.psguard.keyservice.PSGuardKeyService`
     (None: allow all). ``admins``: certificate CNs allowed to revoke (none by default).
     :meth:`policy_json` / :meth:`from_policy` carry everything but the master (which travels
     only through a child's environment)."""
 
-    master: SecretBytes = field(repr=False)
+    master: SecretBytes = dataclasses.field(repr=False)
     types: tuple[EventType, ...]
     # normalised on construction to name -> tuple of Filter / of scopes
     subscribers: Mapping[str, Iterable[Filter | str]] | None = None
@@ -259,7 +261,7 @@ class KdcService:
     def __repr__(self) -> str:
         return f"KdcService(types={sorted(self.keys.schema.types)})"
 
-    def ops(self) -> dict[str, Any]:
+    def ops(self) -> dict[str, Op]:
         return {
             "kdc_authorise": self.authorise,
             "kdc_publisher": self.publisher,
@@ -282,20 +284,20 @@ class KdcService:
 
     # -- checks ------------------------------------------------------------------------------
     @staticmethod
-    def _subject(req: dict[str, Any], peer: str, role: Any) -> None:
-        if role != Role.CLIENT.value:
+    def _subject(req: dict[str, Any], caller: Caller) -> None:
+        if caller.role != Role.CLIENT.value:
             # brokers route on tokens and must never hold K(f) or K(w) (psguard.txt §2)
-            raise _Refused("unauthorised", "keys and permits are for client certificates only")
-        if _field(req, "subject", str) != peer:
-            raise _Refused("unauthorised", "keys can be requested only in one's own name")
+            raise Refused("unauthorised", "keys and permits are for client certificates only")
+        if field(req, "subject", str) != caller.name:
+            raise Refused("unauthorised", "keys can be requested only in one's own name")
 
     def _epoch(self, req: dict[str, Any], now: float) -> int:
-        e = _field(req, "epoch", int)
+        e = field(req, "epoch", int)
         cur = self.keys.epoch_at(now)
         if not cur - 1 <= e <= self.keys.epoch_at(now + EPOCH_SKEW):
             # psguard.txt §3.2: no keys of epochs that have not begun (a withdrawn right must
             # not be stocked up on) nor of old ones
-            raise _Refused("invalid", f"epoch {e} is not served now (current {cur})")
+            raise Refused("invalid", f"epoch {e} is not served now (current {cur})")
         return e  # type: ignore[no-any-return]
 
     def _scopes(self, peer: str) -> tuple[str, ...] | None:
@@ -303,29 +305,23 @@ class KdcService:
             return None
         s = self._pubs.get(peer)
         if s is None:
-            raise _Refused("unauthorised", "the policy does not let the caller publish")
+            raise Refused("unauthorised", "the policy does not let the caller publish")
         return s
 
     # -- psguard.txt §3: the KDC ---------------------------------------------------------------
     def authorise(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: Any,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
-        self._subject(req, peer, role)
-        text = _field(req, "filter", str)
+        self._subject(req, caller)
+        text = field(req, "filter", str)
         if len(text) > MAX_FILTER_TEXT:
-            raise _Refused("malformed", "filter text too long")
-        f = Filter.parse(text, id=_field(req, "fid", str))
+            raise Refused("malformed", "filter text too long")
+        f = Filter.parse(text, id=field(req, "fid", str))
         epoch = self._epoch(req, now)
-        if not self.keys.allowed(peer, f):
-            raise _Refused("unauthorised", "the policy does not let the caller subscribe to this")
-        rows, fk = self.keys.authorise(peer, f, epoch=epoch)
-        self._remember(peer, filter_digest(parse_filter(filter_to_wire(rows))))
+        if not self.keys.allowed(caller.name, f):
+            raise Refused("unauthorised", "the policy does not let the caller subscribe to this")
+        rows, fk = self.keys.authorise(caller.name, f, epoch=epoch)
+        self._remember(caller.name, filter_digest(parse_filter(filter_to_wire(rows))))
         return {
             "rows": rows_to_wire(rows),
             "keys": keys_to_wire(fk, self.keys.schema),
@@ -333,33 +329,21 @@ class KdcService:
         }
 
     def publisher(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: Any,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
-        self._subject(req, peer, role)
+        self._subject(req, caller)
         self._epoch(req, now)
-        s = self._scopes(peer)
+        s = self._scopes(caller.name)
         return {"scopes": None if s is None else list(s)}
 
     def scope(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: Any,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
-        self._subject(req, peer, role)
-        w = _field(req, "scope", str)
-        s = self._scopes(peer)
+        self._subject(req, caller)
+        w = field(req, "scope", str)
+        s = self._scopes(caller.name)
         if s is not None and w not in s:
-            raise _Refused("unauthorised", "the policy does not let the caller publish on this")
+            raise Refused("unauthorised", "the policy does not let the caller publish on this")
         kdc = self._kdc.for_epoch(self._epoch(req, now))
         # psguard.txt §3.1: the publisher holds K(w) and derives every tree below it
         return {"key": raw(kdc.topic_key(w)), "token": kdc.topic_token(w)}
@@ -372,55 +356,39 @@ class KdcService:
             self._issued.popitem(last=False)
 
     def publish_permit(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: _random.Random | None,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
-        self._subject(req, peer, role)
-        key = VerifyKey.from_bytes(_field(req, "key", bytes))
+        self._subject(req, caller)
+        key = VerifyKey.from_bytes(field(req, "key", bytes))
         asked = req.get("serial", 0)
         if type(asked) is not int:
-            raise _Refused("malformed", "field 'serial' must be int")
-        if asked and asked != serial:
-            raise _Refused("unauthorised", "the serial is not the caller's certificate's")
-        p = self.authority.publish_permit(peer, key, now=now, serial=serial or 0, rng=rng)
-        self.note_key(peer, key.to_bytes(), now)
+            raise Refused("malformed", "field 'serial' must be int")
+        if asked and asked != caller.serial:
+            raise Refused("unauthorised", "the serial is not the caller's certificate's")
+        p = self.authority.publish_permit(
+            caller.name, key, now=now, serial=caller.serial or 0, rng=rng
+        )
+        self.note_key(caller.name, key.to_bytes(), now)
         return {"permit": p.encode()}
 
     def subscribe_permit(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: _random.Random | None,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
-        self._subject(req, peer, role)
-        key = VerifyKey.from_bytes(_field(req, "key", bytes))
-        digest = _field(req, "digest", bytes)
-        if (peer, digest) not in self._issued:
-            raise _Refused("unauthorised", "no token set with this digest was issued to the caller")
+        self._subject(req, caller)
+        key = VerifyKey.from_bytes(field(req, "key", bytes))
+        digest = field(req, "digest", bytes)
+        if (caller.name, digest) not in self._issued:
+            raise Refused("unauthorised", "no token set with this digest was issued to the caller")
         at = now
         if "epoch" in req:  # the next epoch's permit, shortly before it begins (as its keys)
             e = self._epoch(req, now)
             at = max(now, self.keys.origin + e * self.keys.epoch_length)
-        p = self.authority.subscribe_permit(peer, key, digest, now=at, rng=rng)
-        self.note_key(peer, key.to_bytes(), now)
+        p = self.authority.subscribe_permit(caller.name, key, digest, now=at, rng=rng)
+        self.note_key(caller.name, key.to_bytes(), now)
         return {"permit": p.encode()}
 
     def revoked(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: Any,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
         return {"keys": sorted(self.authority.revoked)}
 
@@ -434,25 +402,19 @@ class KdcService:
         self.authority.revoked.update(self.revocations.keys)
 
     def revoke(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: Any,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
-        if role != Role.CLIENT.value or peer not in self.config.admins:
-            raise _Refused("unauthorised", "only an administrator named by the policy may revoke")
+        if caller.role != Role.CLIENT.value or caller.name not in self.config.admins:
+            raise Refused("unauthorised", "only an administrator named by the policy may revoke")
         ident, key = req.get("identity"), req.get("key")
         if (ident is None) == (key is None):
-            raise _Refused("malformed", "give exactly one of 'identity' and 'key'")
+            raise Refused("malformed", "give exactly one of 'identity' and 'key'")
         if ident is not None:
-            changed = self.revocations.revoke(_field(req, "identity", str), by=peer, now=now)
+            changed = self.revocations.revoke(field(req, "identity", str), by=caller.name, now=now)
         else:
-            k = _field(req, "key", bytes)
+            k = field(req, "key", bytes)
             if len(k) != 32:
-                raise _Refused("invalid", "a key is a 32-byte Ed25519 public key")
+                raise Refused("invalid", "a key is a 32-byte Ed25519 public key")
             changed = self.revocations.revoke_key(k, now=now)
         self.authority.revoked.update(self.revocations.keys)
         return {
@@ -462,12 +424,6 @@ class KdcService:
         }
 
     def revocation_list(
-        self,
-        req: dict[str, Any],
-        peer: str,
-        role: Any,
-        now: float,
-        rng: Any,
-        serial: int | None = None,
+        self, req: dict[str, Any], caller: Caller, now: float, rng: _random.Random | None
     ) -> dict[str, Any]:
         return {"list": self.revocations.signed(now).encode()}

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 :class:`RemoteKdc` has the interface of
-:class:`~pubguard.schemes.psguard.network.PSGuardKeyService` that
-:class:`~pubguard.schemes.psguard.network.PSGuardClient` uses (``schema``, ``epoch_at``,
+:class:`~pubguard.schemes.psguard.keyservice.PSGuardKeyService` that
+:class:`~pubguard.schemes.psguard.client.PSGuardClient` uses (``schema``, ``epoch_at``,
 ``authorise``, ``publisher``), and :class:`RemoteAuthority` the interface of
 :class:`~pubguard.schemes.default.client.DefaultAuthority` that
 :class:`~pubguard.schemes.default.client.DefaultClient` uses (``keys``, ``schema``,
@@ -13,10 +13,10 @@ Theory of operation
 unchanged. Both ride on one :class:`~pubguard.net.keyservice.client.KeyServiceClient`
 connection (mutual TLS: the service knows the caller from its certificate).
 
-- ``authorise`` rebuilds the routing tokens and the :class:`~pubguard.schemes.psguard.scheme.FilterKeys`
+- ``authorise`` rebuilds the routing tokens and the :class:`~pubguard.schemes.psguard.authority.FilterKeys`
   from the ``kdc_authorise`` answer (psguard.txt §3.1); roots of unconstrained attributes come
   with it, so opening a delivery never calls the network.
-- ``publisher`` returns a :class:`~pubguard.schemes.psguard.scheme.Publisher` over a KDC stand-in that
+- ``publisher`` returns a :class:`~pubguard.schemes.psguard.publisher.Publisher` over a KDC stand-in that
   fetches, per scope and epoch, only ``K_e(w)`` and ``T_e(w)`` (``kdc_scope``) and builds the
   key trees below ``K_e(w)`` locally (psguard.txt §3.1: the publisher derives every event key
   from the topic key).
@@ -38,13 +38,9 @@ from pubguard.keys.kdc import KDC, TopicKeys
 from pubguard.model import EventType, Filter
 from pubguard.net.keyservice.client import KeyServiceClient
 from pubguard.schemes.default.broker import PUBLISH, SUBSCRIBE, AuthorityPermit
-from pubguard.schemes.psguard.scheme import (
-    FilterKeys,
-    ProtectedFilterRows,
-    Publisher,
-    Schema,
-    _ScopeKeys,
-)
+from pubguard.schemes.psguard.authority import FilterKeys, ScopeKeys
+from pubguard.schemes.psguard.publisher import Publisher
+from pubguard.schemes.psguard.record import ProtectedFilterRows, Schema
 from pubguard.schemes.psguard.tokens import NodeGrant
 
 __all__ = ["REVOKED_TTL", "RemoteAuthority", "RemoteKdc"]
@@ -96,7 +92,7 @@ class _Roots:
         return r
 
 
-def _scope_keys(d: Any) -> tuple[str, _ScopeKeys]:
+def _scope_keys(d: Any) -> tuple[str, ScopeKeys]:
     if type(d) is not dict:
         raise _bad("scope keys")
     keys: dict[str, list[tuple[NodeGrant, SecretBytes]]] = {}
@@ -117,7 +113,7 @@ def _scope_keys(d: Any) -> tuple[str, _ScopeKeys]:
         tree, a, k = _l(item, "root", 3)
         roots[(_s(tree, "tree"), _s(a, "attribute"))] = _b(k, "root", _KEY)
     sk = SecretBytes(_b(d.get("s"), "scope key", _KEY))
-    return _s(d.get("w"), "scope"), _ScopeKeys(sk, keys, agg, _Roots(roots))
+    return _s(d.get("w"), "scope"), ScopeKeys(sk, keys, agg, _Roots(roots))
 
 
 def _rows(fid: str, v: Any) -> ProtectedFilterRows:

@@ -1,13 +1,21 @@
-"""The broker server's batch processing: reliable messages from the links' inboxes through the
-sans-IO core, in one SQLite transaction per batch (a mixin of
-:class:`~pubguard.net.server.server.BrokerServer`).
+"""The broker server's batch processor: reliable messages from the links' inboxes through the
+sans-IO core, in one SQLite transaction per batch.
 
 Theory of operation
 -------------------
+:class:`BatchProcessor` is a collaborator owned by
+:class:`~pubguard.net.server.server.BrokerServer`. It is handed what it works on: the core, the
+store (None for a broker without state), the server's links by id, a callback that hangs up a
+link's connection, and the server's transport counters. It owns the rest: the back-pressure
+state (which links are congested), the scheduling of the next batch, and the curious broker's
+record of incoming messages (``record = ...``).
+
 A batch runs in one transaction: the core writes its routing tables through, new outgoing
-frames of durable links go to their outboxes and each source link's ``rx_seq`` is recorded;
-only after the commit are frames written and the batch acknowledged
-(``store/broker_state.py``). Hence ``kill -9`` loses no acknowledged message.
+frames of durable links go to their outboxes, each source link's ``rx_seq`` is recorded and
+the schemes' replay state (narada-secure-delivery.txt §V-B) is committed with it
+(``Broker.before_commit``); only after the commit are frames written and the batch
+acknowledged (``store/broker_state.py``). Hence ``kill -9`` loses no acknowledged message, and
+a restarted broker neither loses a routing entry nor reopens a replay window.
 
 A link's new messages go to the core in chunks of at most ``CHUNK`` (``Broker.handle_batch``:
 the actions of one ``handle`` per message, with runs of publications matched together, e.g.
@@ -15,9 +23,13 @@ one AES call per PSGuard token over a chunk's nonces, psguard.txt §3.1); the ac
 applied in order and congestion is checked between chunks.
 
 Back-pressure: while a broker link's queue exceeds ``max_queue`` it is *congested* and only
-its own inbox is processed (in a tree its messages never produce output towards it); a client
-link over ``max_queue`` is a slow consumer (a non-durable one is disconnected, a durable one
-loses the excess deliveries as ``overload`` drops). See :mod:`pubguard.net.server.server`.
+its own inbox is processed (in a tree its messages never produce output towards it, so no wait
+cycle can form); messages from other links wait in their inboxes, bounded by the peers'
+windows, which holds back their acknowledgements and so slows the publishers. A link leaves the
+congested set when acknowledgements bring its queue down to half of ``max_queue``. A client
+link over ``max_queue`` is a slow consumer: a non-durable one is hung up, a durable one loses
+the excess deliveries as ``overload`` drops (counted), so one slow subscriber cannot grow the
+broker's memory without bound (eventguard.txt §2.2: a subscriber may flood; STYLE.md 7).
 """
 
 from __future__ import annotations
@@ -27,60 +39,119 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import IO, Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
 
 import msgpack
 
-from pubguard.broker.actions import DeliverTo, Drop, Forward, Reply
+from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
 from pubguard.broker.core import Broker
-from pubguard.errors import DropReason, FrameError, PubguardError
-from pubguard.net.config import BrokerConfig
+from pubguard.errors import DropReason, FrameError
 from pubguard.net.server.links import Link
 from pubguard.store.broker_state import BrokerStore
 from pubguard.wire import envelope
 from pubguard.wire.framing import pack
 from pubguard.wire.messages import Ack, Deliver, Publish
 
-__all__ = ["BATCH", "CHUNK", "BatchProcessing"]
+__all__ = ["BATCH", "CHUNK", "BatchProcessor"]
 
 log = logging.getLogger("pubguard.net.server")
 
 BATCH: Final = 512  # reliable messages processed per link per batch
 CHUNK: Final = 64  # messages of one link handed to the core's handle_batch at once
 
+#: hangs up a link's connection with a reason (``bye``, then close): the server's to do, as the
+#: connection belongs to the task serving it
+HangUp = Callable[[Link, str], None]
 
-class BatchProcessing:
-    """Inbox processing, action application and flushing for a broker server."""
 
-    # provided by BrokerServer
-    name: str
-    config: BrokerConfig
-    core: Broker
-    store: BrokerStore | None
-    links: dict[str, Link]
-    stats: Counter[str]
-    _congested: set[str]
-    _scheduled: bool
-    _closing: bool
-    _record: IO[bytes] | None
-    _spawn: Callable[[Any], None]
+class BatchProcessor:
+    """Runs batches of the links' inboxes through ``core`` and applies the actions (see the
+    module docstring).
 
-    def _schedule(self) -> None:
+    ``links``: the server's links by id (read here, never changed); ``hang_up``: closes a
+    link's connection (its peer reconnects and resends from our ``rx_seq``); ``stats``: the
+    server's transport counters (``duplicate_frames``, ``closed.<error>``); ``observe``: sees
+    every list of actions before it is applied (the server logs ``revoked`` drops there);
+    ``record``: a file to append every incoming message to, as it arrived."""
+
+    def __init__(
+        self,
+        name: str,
+        core: Broker,
+        store: BrokerStore | None,
+        links: Mapping[str, Link],
+        *,
+        max_queue: int,
+        hang_up: HangUp,
+        stats: Counter[str],
+        observe: Callable[[Sequence[Action]], None] | None = None,
+        record: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.core = core
+        self.store = store
+        self.links = links
+        self.max_queue = max_queue
+        self.stats = stats
+        self._hang_up = hang_up
+        self._observe = observe
+        self._record = record.open("ab") if record is not None else None
+        self._congested: set[str] = set()
+        self._scheduled = False
+        self._stopped = False
+
+    # -- back-pressure ---------------------------------------------------------------------
+
+    @property
+    def congested(self) -> frozenset[str]:
+        """The broker links whose queue is over ``max_queue`` (only their inboxes run)."""
+        return frozenset(self._congested)
+
+    def acked(self, link: Link) -> None:
+        """``link``'s queue shrank (an acknowledgement): below half of ``max_queue`` a congested
+        link is released and the inboxes held back for it are scheduled."""
+        if link.link_id in self._congested and link.depth <= self.max_queue // 2:
+            self._congested.discard(link.link_id)
+            self.schedule()
+
+    def forget(self, link_id: str) -> None:
+        """The link is gone: it holds nothing back any more."""
+        self._congested.discard(link_id)
+
+    def _allowed(self, link: Link) -> bool:
+        c = self._congested
+        return not c or (len(c) == 1 and link.link_id in c)
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Run a batch soon (once, however often this is called before it runs)."""
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._run_scheduled)
 
     def _run_scheduled(self) -> None:
         self._scheduled = False
-        if not self._closing:
-            self._process()
+        if not self._stopped:
+            self.process()
 
-    def _allowed(self, link: Link) -> bool:
-        c = self._congested
-        return not c or (len(c) == 1 and link.link_id in c)
+    def stop(self) -> None:
+        """The server is closing: no scheduled batch runs any more."""
+        self._stopped = True
 
-    def _process(self) -> None:
+    def close(self) -> None:
+        """Close the record and forget the store (its owner, the server, closes it)."""
+        self._stopped = True
+        self.store = None
+        if self._record is not None:
+            self._record.close()
+            self._record = None
+
+    # -- one batch -------------------------------------------------------------------------
+
+    def process(self) -> None:
         """Process the inboxes that back-pressure allows, in one transaction."""
         ready = [lk for lk in self.links.values() if lk.inbox and lk.writer and self._allowed(lk)]
         if not ready:
@@ -111,9 +182,9 @@ class BatchProcessing:
                             self._record_message(link.link_id, env["m"])
                         msgs.append(env["m"])
                     if msgs:
-                        self._apply(self.core.handle_batch(msgs, link.link_id, now))
+                        self.apply(self.core.handle_batch(msgs, link.link_id, now))
                 if bad is not None:
-                    self._close_link(link, bad)
+                    self._reject(link, bad)
                 if n:
                     acks.append(link)
                     if self.store is not None and link.durable:
@@ -124,7 +195,7 @@ class BatchProcessing:
         for link in acks:
             link.send_control(envelope.ack(link.rx_seq))
         if any(lk.inbox and lk.writer and self._allowed(lk) for lk in self.links.values()):
-            self._schedule()
+            self.schedule()
 
     def _record_message(self, link_id: str, m: Any) -> None:
         """A curious broker's log: every message exactly as it arrived (``record = ...``)."""
@@ -133,8 +204,10 @@ class BatchProcessing:
             self._record.write(msgpack.packb([link_id, m], use_bin_type=True))
             self._record.flush()
 
-    def _apply(self, actions: list[Any]) -> None:
+    def apply(self, actions: Sequence[Action]) -> None:
         """Queue the core's send actions on their links; log drops."""
+        if self._observe is not None:
+            self._observe(actions)
         events: dict[int, bytes] = {}  # one packed form per publication in these actions
         for a in actions:
             if isinstance(a, Drop):
@@ -153,31 +226,26 @@ class BatchProcessing:
             link = self.links.get(a.link)
             if link is None:
                 continue
-            if isinstance(a, DeliverTo | Reply) and link.depth >= self.config.max_queue:
+            if isinstance(a, DeliverTo | Reply) and link.depth >= self.max_queue:
                 self.core.drops[DropReason.OVERLOAD] += 1
                 if not link.durable and link.writer is not None and not link.slow:
                     link.slow = True
                     log.warning("broker %s: %s is a slow consumer", self.name, a.link)
-                    self._spawn(self._kick(link))
+                    # hung up from the event loop, after this batch of actions is applied
+                    asyncio.get_running_loop().call_soon(self._hang_up, link, "slow consumer")
                 continue
             link.enqueue_packed(_packed(a.message, events))
-            if isinstance(a, Forward) and link.depth > self.config.max_queue:
+            if isinstance(a, Forward) and link.depth > self.max_queue:
                 self._congested.add(link.link_id)
 
-    def _close_link(self, link: Link, exc: PubguardError) -> None:
+    def _reject(self, link: Link, exc: FrameError) -> None:
         """Close one link's connection (it reconnects and resends from our ``rx_seq``)."""
         log.warning("broker %s: closing link %s: %s", self.name, link.link_id, exc)
         self.stats["closed." + type(exc).__name__] += 1
         link.inbox.clear()
-        link.send_control(envelope.bye(str(exc)))
-        if link.writer is not None:
-            link.writer.close()
+        self._hang_up(link, str(exc))
 
-    async def _kick(self, link: Link) -> None:
-        w = link.writer
-        if w is not None:
-            link.send_control(envelope.bye("slow consumer"))
-            w.close()
+    # -- persistence and sending -----------------------------------------------------------
 
     def _persist_new(self) -> None:
         for link in self.links.values():
@@ -187,8 +255,9 @@ class BatchProcessing:
                     self.store.outbox_add((link.link_id, s, f) for s, f in new)
                     self.store.set_tx(link.link_id, link.tx_next)
 
-    def _flush_batch(self) -> None:
-        """Persist and send what state changes outside ``_process`` queued."""
+    def flush(self) -> None:
+        """Persist and send what state changes outside :meth:`process` queued (a link added
+        or removed, a lease ended): in a transaction of their own, with the replay state."""
         if self.store is not None:
             with self.store.batch():
                 self._persist_new()

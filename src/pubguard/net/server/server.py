@@ -30,8 +30,21 @@ revocation list (:mod:`pubguard.net.server.revocation`) and revokes newly listed
 while it runs; publications dropped as ``revoked`` are logged (the first per link, then every
 :data:`REVOKED_LOG_EVERY` th) and counted in the status.
 
-Batch processing and back-pressure live in :mod:`pubguard.net.server.batching`, the parent dialler
-and heartbeats in :mod:`pubguard.net.server.parent_link` (mixins of :class:`BrokerServer`).
+Collaborators
+-------------
+The server is the state machine of the process; it owns its collaborators and hands each one
+what it works on, explicitly (no mixins sharing ``self``):
+
+- :class:`~pubguard.net.server.batching.BatchProcessor`: the batches, their transaction,
+  the actions' application to the links and the back-pressure state;
+- :class:`~pubguard.net.server.parent_link.ParentConnector`: dials and redials the parent and
+  runs the ``hello`` exchange, reporting to the server through callbacks;
+- :class:`~pubguard.net.server.upkeep.Upkeep`: lease expiry and heartbeats;
+- :class:`~pubguard.net.server.revocation.RevocationWatcher`: the live revocation list;
+- :class:`RevokedDrops`: the log of ``revoked`` drops.
+
+The server keeps the links (``links``), accepts connections and their ``hello``, and routes
+frames to the link's inbox or the batch processor.
 """
 
 from __future__ import annotations
@@ -48,16 +61,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pubguard.broker.actions import Drop
+from pubguard.broker.actions import Action, Drop
 from pubguard.broker.core import Broker
 from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
 from pubguard.net import gc_tuning
 from pubguard.net.config import BrokerConfig
 from pubguard.net.conn import FrameConnection, PeerClosed
-from pubguard.net.server.batching import BatchProcessing
+from pubguard.net.server.batching import BatchProcessor
 from pubguard.net.server.links import BROKER_WINDOW, Link
-from pubguard.net.server.parent_link import HANDSHAKE_TIMEOUT, ParentLink
+from pubguard.net.server.parent_link import ParentConnector, read_hello
 from pubguard.net.server.revocation import RevocationWatcher
+from pubguard.net.server.upkeep import Upkeep
 from pubguard.net.tls import peer_identity
 from pubguard.schemes.base import LinkKind, SchemeRegistry
 from pubguard.schemes.common.replay import ReplayState
@@ -69,16 +83,19 @@ from pubguard.store.sqlite import Database
 from pubguard.wire import envelope
 from pubguard.wire.framing import encode_frame
 
-__all__ = ["HANDSHAKE_TIMEOUT", "REVOKED_LOG_EVERY", "BrokerServer", "run_broker", "schemes_for"]
+__all__ = [
+    "REVOKED_LOG_EVERY",
+    "BrokerServer",
+    "RevokedDrops",
+    "read_port",
+    "run_broker",
+    "schemes_for",
+]
 
 log = logging.getLogger(__name__)
 
 #: a link's ``revoked`` drops are logged for the first and then every this many
 REVOKED_LOG_EVERY = 100
-
-
-class _PeerClosed(Exception):
-    """The peer ended the link in an orderly way (EOF or ``bye``)."""
 
 
 def schemes_for(
@@ -114,8 +131,41 @@ def _peer_identity(writer: FrameConnection) -> tuple[str | None, str | None]:
     return peer_identity(writer.get_extra_info("ssl_object"))
 
 
-class BrokerServer(BatchProcessing, ParentLink):
-    """One broker process (or an in-process broker for demos and tests)."""
+class RevokedDrops:
+    """Logs the publications dropped as ``revoked``: the first per link, then every
+    :data:`REVOKED_LOG_EVERY` th, so an operator sees a revoked identity still publishing
+    (narada-secure-delivery.txt §IV-H1: every message is checked against the revocation list)
+    without a log line per message. Sees every list of actions the batch processor applies."""
+
+    def __init__(self, name: str, core: Broker) -> None:
+        self.name = name
+        self.core = core
+        self.seen = 0
+        self.by_link: Counter[str] = Counter()
+
+    def observe(self, actions: Sequence[Action]) -> None:
+        n = self.core.drops.get(DropReason.REVOKED, 0)
+        if n == self.seen:
+            return  # only when these actions dropped something as revoked
+        self.seen = n
+        for a in actions:
+            if isinstance(a, Drop) and a.reason is DropReason.REVOKED:
+                k = self.by_link[a.link]
+                self.by_link[a.link] += 1
+                if k % REVOKED_LOG_EVERY == 0:
+                    log.warning(
+                        "broker %s: dropped %s %s from %s: revoked (%d so far)",
+                        self.name,
+                        a.op or "message",
+                        a.message_id,
+                        a.link,
+                        k + 1,
+                    )
+
+
+class BrokerServer:
+    """One broker process (or an in-process broker for demos and tests); see the module
+    docstring for what it owns."""
 
     def __init__(
         self,
@@ -147,24 +197,53 @@ class BrokerServer(BatchProcessing, ParentLink):
             store=self.store,
             no_catch_up=config.no_catch_up,
         )
-        self._record = config.record.open("ab") if config.record is not None else None
         self.links: dict[str, Link] = {}
         self.stats: Counter[str] = Counter()
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._congested: set[str] = set()
-        self._scheduled = False
         self._closing = False
         self.session = secrets.token_hex(8)
+        self.batches = BatchProcessor(
+            self.name,
+            self.core,
+            self.store,
+            self.links,
+            max_queue=config.max_queue,
+            hang_up=self._hang_up,
+            stats=self.stats,
+            observe=RevokedDrops(self.name, self.core).observe,
+            record=config.record,
+        )
+        self.upkeep = Upkeep(
+            self.name,
+            self.core,
+            self.links,
+            self.batches,
+            heartbeat_interval=config.heartbeat_interval,
+            heartbeat_timeout=config.heartbeat_timeout,
+        )
         self.revocation: RevocationWatcher | None = None
-        self._revoked_seen = 0
-        self._revoked_by_link: Counter[str] = Counter()
         if config.revocation is not None:
-            self._watch_revocations()
+            self.revocation = self._watch_revocations()
         self._restore()
+        self.parent: ParentConnector | None = None
+        if config.parent is not None:
+            self.parent = ParentConnector(
+                self.name,
+                self.session,
+                config.parent,
+                self.links[f"b:{config.parent.name}"],
+                self.ssl_client,
+                on_reset=self._parent_reset,
+                on_up=self._link_up,
+                serve=self._read_loop,
+                on_down=self._link_down,
+            )
 
-    def _watch_revocations(self) -> None:
+    def _watch_revocations(self) -> RevocationWatcher:
+        """The live revocation list of ``[revocation]`` (narada-secure-delivery.txt §IV-A,
+        §IV-H1), with the list kept from before a restart already applied."""
         cfg = self.config
         assert cfg.revocation is not None and cfg.keys is not None
         ak = BrokerKeys.load(cfg.keys).authority_key
@@ -173,7 +252,7 @@ class BrokerServer(BatchProcessing, ParentLink):
                 "[revocation] needs the authority key in the broker keys", key="revocation"
             )
         feed = RevocationFeed(ak, max_age=cfg.revocation.max_age)
-        self.revocation = RevocationWatcher(
+        watcher = RevocationWatcher(
             self.name,
             cfg.revocation,
             feed,
@@ -181,26 +260,8 @@ class BrokerServer(BatchProcessing, ParentLink):
             self.ssl_client,
             state_dir=cfg.state_dir,
         )
-        self.revocation.restore()
-
-    def _apply(self, actions: list[Any]) -> None:
-        n = self.core.drops.get(DropReason.REVOKED, 0)
-        if n != self._revoked_seen:  # only when this batch dropped something as revoked
-            self._revoked_seen = n
-            for a in actions:
-                if isinstance(a, Drop) and a.reason is DropReason.REVOKED:
-                    k = self._revoked_by_link[a.link]
-                    self._revoked_by_link[a.link] += 1
-                    if k % REVOKED_LOG_EVERY == 0:
-                        log.warning(
-                            "broker %s: dropped %s %s from %s: revoked (%d so far)",
-                            self.name,
-                            a.op or "message",
-                            a.message_id,
-                            a.link,
-                            k + 1,
-                        )
-        super()._apply(actions)
+        watcher.restore()
+        return watcher
 
     # -- state -----------------------------------------------------------------------------
 
@@ -230,12 +291,12 @@ class BrokerServer(BatchProcessing, ParentLink):
             lid = f"b:{parent.name}"
             if lid not in self.links:
                 self._new_link(lid, LinkKind.PARENT.value, parent.name, None)
-                self._apply(self.core.add_link(lid, LinkKind.PARENT, parent.name))
+                self.batches.apply(self.core.add_link(lid, LinkKind.PARENT, parent.name))
         for link_id in stale:
-            self._apply(self.core.remove_link(link_id, time.time()))
+            self.batches.apply(self.core.remove_link(link_id, time.time()))
             if st is not None:
                 st.forget_link(link_id)
-        self._flush_batch()
+        self.batches.flush()
 
     def _new_link(
         self,
@@ -288,11 +349,11 @@ class BrokerServer(BatchProcessing, ParentLink):
         tmp = cfg.state_dir / "port.tmp"
         tmp.write_text(str(self.port))
         os.replace(tmp, cfg.state_dir / "port")
-        self._spawn(self._heartbeats())
+        self._spawn(self.upkeep.run())
         if self.revocation is not None:
             self._spawn(self.revocation.run())
-        if cfg.parent is not None:
-            self._spawn(self._dial_parent())
+        if self.parent is not None:
+            self._spawn(self.parent.run())
         log.info("broker %s listening on %s:%d", self.name, cfg.host, self.port)
         return self.port
 
@@ -307,6 +368,9 @@ class BrokerServer(BatchProcessing, ParentLink):
 
     async def close(self) -> None:
         self._closing = True
+        self.batches.stop()
+        if self.parent is not None:
+            self.parent.stop()
         if self._server is not None:
             self._server.close()
         for t in list(self._tasks):
@@ -323,12 +387,10 @@ class BrokerServer(BatchProcessing, ParentLink):
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
+        self.batches.close()
         if self.store is not None:
             self.store.close()
             self.store = None
-        if self._record is not None:
-            self._record.close()
-            self._record = None
 
     # -- connections -----------------------------------------------------------------------
 
@@ -340,7 +402,7 @@ class BrokerServer(BatchProcessing, ParentLink):
         peer = writer.get_extra_info("peername")
         link: Link | None = None
         try:
-            hello, rest = await self._read_hello(writer)
+            hello, rest = await read_hello(writer)
             link, resumed = self._accept_hello(hello, writer)
             writer.write(
                 encode_frame(
@@ -355,8 +417,7 @@ class BrokerServer(BatchProcessing, ParentLink):
                 )
             )
             if link.kind == LinkKind.CHILD.value and not resumed:
-                self._apply(self.core.link_up(link.link_id))
-                self._flush_batch()
+                self._link_up(link)
             self.core.link_live(link.link_id, time.time())
             # the peer's rx counts only for a resumed session; a new link starts from 1
             link.attach(writer, hello["rx"] if resumed else 0)
@@ -367,7 +428,7 @@ class BrokerServer(BatchProcessing, ParentLink):
             log.warning("broker %s: closing link %s: %s", self.name, who, exc)
             with contextlib.suppress(Exception):
                 writer.write(encode_frame(envelope.bye(str(exc))))
-        except (_PeerClosed, TimeoutError, OSError, _ssl.SSLError) as exc:
+        except (TimeoutError, OSError, _ssl.SSLError) as exc:  # OSError: PeerClosed, a bye too
             log.info("broker %s: connection %s ended: %s", self.name, peer, exc)
         except asyncio.CancelledError:
             pass
@@ -375,17 +436,6 @@ class BrokerServer(BatchProcessing, ParentLink):
             if link is not None and link.writer is writer:
                 self._link_down(link)
             writer.close()
-
-    async def _read_hello(
-        self, conn: FrameConnection
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        try:
-            frames = await conn.next_frames(HANDSHAKE_TIMEOUT)
-        except PeerClosed:
-            raise TransportError("peer closed before hello") from None
-        if envelope.check_envelope(frames[0]) != "hello":
-            raise FrameError("the first frame must be hello")
-        return frames[0], frames[1:]
 
     def _accept_hello(self, hello: dict[str, Any], writer: FrameConnection) -> tuple[Link, bool]:
         name, role = hello["name"], hello["role"]
@@ -422,21 +472,26 @@ class BrokerServer(BatchProcessing, ParentLink):
             link = self._new_link(
                 lid, kind.value, name, None, durable=durable or role == "broker", session=session
             )
-            self._apply(self.core.add_link(lid, kind, name))
+            self.batches.apply(self.core.add_link(lid, kind, name))
         if self.store is not None and link.durable:
             self.store.put_link(LinkRow(lid, link.kind, session, True, link.rx_seq, link.tx_next))
-        self._flush_batch()
+        self.batches.flush()
         return link, resumed
 
     def _drop_link(self, link: Link) -> None:
         """Forget a link and everything that came over it."""
         self.links.pop(link.link_id, None)
-        self._congested.discard(link.link_id)
+        self.batches.forget(link.link_id)
         if link.link_id in self.core.links:
-            self._apply(self.core.remove_link(link.link_id, time.time()))
+            self.batches.apply(self.core.remove_link(link.link_id, time.time()))
         if self.store is not None:
             self.store.forget_link(link.link_id)
-        self._flush_batch()
+        self.batches.flush()
+
+    def _link_up(self, link: Link) -> None:
+        """A broker link's peer did not resume our session: send our routing state again."""
+        self.batches.apply(self.core.link_up(link.link_id))
+        self.batches.flush()
 
     def _link_down(self, link: Link) -> None:
         link.detach()
@@ -448,7 +503,7 @@ class BrokerServer(BatchProcessing, ParentLink):
         self, link: Link, conn: FrameConnection, frames: list[dict[str, Any]]
     ) -> None:
         """Serve the link until its connection ends: every chunk's envelopes go to
-        :meth:`_on_frames` from the transport's callback (``io_conn.py``)."""
+        :meth:`_on_frames` from the transport's callback (``net/conn.py``)."""
         await conn.run(lambda fs: self._on_frames(link, fs), frames)
 
     def _on_frames(self, link: Link, frames: list[dict[str, Any]]) -> None:
@@ -462,13 +517,13 @@ class BrokerServer(BatchProcessing, ParentLink):
             elif t == "st?":
                 link.send_control(envelope.status_reply(env["q"], self.status()))
             elif t == "bye":
-                raise _PeerClosed(f"peer said bye: {env['reason']}")
+                raise PeerClosed(f"peer said bye: {env['reason']}")
             elif t == "hello":
                 raise FrameError("unexpected second hello")
         if len(link.inbox) > 2 * BROKER_WINDOW:
             raise FrameError(f"peer overran its window ({len(link.inbox)} unprocessed)")
         if link.inbox:
-            self._process()
+            self.batches.process()
         if link.slow:
             raise TransportError("slow consumer")
 
@@ -477,58 +532,24 @@ class BrokerServer(BatchProcessing, ParentLink):
             raise FrameError(f"ack {upto} for a frame never sent")
         if link.on_ack(upto) and self.store is not None and link.durable:
             self.store.outbox_ack(link.link_id, upto)
-        if link.link_id in self._congested and link.depth <= self.config.max_queue // 2:
-            self._congested.discard(link.link_id)
-            self._schedule()
+        self.batches.acked(link)
 
-    # -- the parent link (dialled and redialled by ParentLink) -------------------------------
+    def _hang_up(self, link: Link, reason: str) -> None:
+        """Say ``bye`` with ``reason`` and close the link's connection (the batch processor's
+        way to end a link: a bad frame, a slow consumer); the serving task sees it end."""
+        w = link.writer
+        if w is not None:
+            link.send_control(envelope.bye(reason))
+            w.close()
 
-    async def _parent_session(self, link: Link, writer: FrameConnection) -> bool:
-        """``hello`` both ways on a fresh connection to the parent, then its read loop until the
-        connection ends; True if the exchange succeeded (the dialler resets its back-off)."""
-        p = self.config.parent
-        assert p is not None
-        lid = link.link_id
-        greeted = False
-        try:
-            writer.write(
-                encode_frame(
-                    envelope.hello(
-                        self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq
-                    )
-                )
+    # -- the parent link (dialled and redialled by the ParentConnector) ----------------------
+
+    def _parent_reset(self, link: Link) -> None:
+        """The parent is a new process: its session is persisted, our ``rx_seq`` starts over."""
+        if self.store is not None:
+            self.store.put_link(
+                LinkRow(link.link_id, link.kind, link.session, True, 0, link.tx_next)
             )
-            hello, rest = await self._read_hello(writer)
-            cn, _ = _peer_identity(writer)
-            if hello["name"] != p.name or (self.ssl_client is not None and cn != p.name):
-                raise TransportError(f"expected parent {p.name!r}, got {hello['name']!r}")
-            if hello["session"] != link.session:
-                link.rx_seq = 0  # the parent's sequence numbers restarted
-                link.session = hello["session"]
-                if self.store is not None:
-                    self.store.put_link(
-                        LinkRow(lid, link.kind, link.session, True, 0, link.tx_next)
-                    )
-            link.attach(writer, hello["rx"])
-            if not hello.get("resumed", False):
-                self._apply(self.core.link_up(lid))
-                self._flush_batch()
-            greeted = True
-            await self._read_loop(link, writer, rest)
-        except (
-            _PeerClosed,
-            TimeoutError,
-            FrameError,
-            TransportError,
-            OSError,
-            _ssl.SSLError,
-        ) as exc:
-            log.info("broker %s: parent link lost: %s", self.name, exc)
-        finally:
-            if link.writer is writer:
-                self._link_down(link)
-            writer.close()
-        return greeted
 
     # -- status ----------------------------------------------------------------------------
 
@@ -541,7 +562,7 @@ class BrokerServer(BatchProcessing, ParentLink):
         # in flight on live links (what the bench watches); parked = kept for absent peers
         st["queue"] = sum(lk.depth + len(lk.inbox) for lk in self.links.values() if lk.writer)
         st["parked"] = sum(lk.depth for lk in self.links.values() if not lk.writer)
-        st["congested"] = sorted(self._congested)
+        st["congested"] = sorted(self.batches.congested)
         st["transport"] = dict(self.stats)
         st["profiles"] = list(self.config.served)
         st["domain"] = self.config.domain

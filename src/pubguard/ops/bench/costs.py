@@ -148,7 +148,7 @@ def _valid_setup(
         warm = 2 * batch
         rng = random.Random(seed)
         evs = [bench_event(attribute, 0, rng, 16, id=f"v{i}") for i in range(n + warm)]
-        protect = getattr(client, "protect_events", None)
+        protect = client.protect_events if client.merkle_batches else None
         pes: list[Any] = []
         for i in range(0, len(evs), batch):
             chunk = evs[i : i + batch]
@@ -282,7 +282,7 @@ def _core_setup(
             bench_event(attribute, rng.randrange(subscribers), rng, 16, id=f"c{i}")
             for i in range(n)
         ]
-        protect = getattr(pub, "protect_events", None)
+        protect = pub.protect_events if pub.merkle_batches else None
         pes: list[Any] = []
         for i in range(0, n, batch):
             chunk = evs[i : i + batch]

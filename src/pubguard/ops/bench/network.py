@@ -31,7 +31,7 @@ in the bench process and the subscribers in one forked child process
 bottleneck), so the figures are a floor for a real deployment. Latency joins the publisher's
 send time and the subscriber's arrival time by event id; both read ``CLOCK_MONOTONIC``.
 
-Security profiles (issue 5, Performance): the brokers serve ``profile`` from public key
+Security profiles: the brokers serve ``profile`` from public key
 material and the clients take their keys from an in-process
 :class:`~pubguard.schemes.registry.KeyBundle` (topics are PSGuard topic-kind attributes,
 EventGuard topics with advertisements, Narada KMC topics). A non-plain profile is run beside
@@ -234,7 +234,7 @@ async def _run_at(
         bench_event(net.attribute, rng.randrange(n_subs), rng, payload)
         for _ in range(int(rate * seconds) + 1)
     ]
-    protect = getattr(net.pub.scheme, "protect_events", None)
+    protect = net.pub.scheme.protect_events if net.pub.scheme.merkle_batches else None
     pes: list[Any] = []
     for i in range(0, len(todo), batch):
         chunk = todo[i : i + batch]

@@ -21,7 +21,7 @@ SHARED_MACHINE: Final = (
     "2-core machine shared with other jobs; brokers, publisher and subscribers on the same "
     "cores: ratios are indicative, absolute numbers a floor"
 )
-#: the papers' figures next to ours, and the issue's goal (issue 5, Performance)
+#: the papers' figures next to ours, and the goal
 PAPER: Final[dict[str, dict[str, Any]]] = {
     "plain": {"paper": PAPER_NOTE},
     "psguard": {

@@ -1,7 +1,7 @@
 """Network scenarios: the secure hospital behind ``make demo`` and the stock-quote market.
 
-:func:`hospital_demo` (issue 5, item 5; in :mod:`pubguard.ops.demo.hospital`) is the secure
-multi-domain scenario. :func:`network_demo` (issue 4, item 6) starts the embedded 7-broker tree (real processes with mutual TLS, or
+:func:`hospital_demo` (in :mod:`pubguard.ops.demo.hospital`) is the secure
+multi-domain scenario. :func:`network_demo` starts the embedded 7-broker tree (real processes with mutual TLS, or
 in-process brokers), attaches traders (subscribers with quote filters) at the leaves and two
 exchanges (publishers) at the root and at a leaf, publishes a seeded stream of quotes, waits
 until the network is quiescent, and reports who received what, checked against the reference

@@ -1,4 +1,4 @@
-"""The secure scenario behind ``make demo`` (issue 5, item 5): a hospital on a multi-domain
+"""The secure scenario behind ``make demo``: a hospital on a multi-domain
 broker network with a curious cloud broker.
 
 Theory of operation
@@ -396,5 +396,4 @@ async def _run(
 def _key_source(scheme: Any) -> str:
     """Where a client's keys come from: the key-service proxy's class (RemoteKdc,
     RemoteAuthority) or the in-process service's."""
-    svc = getattr(scheme, "authority", None) or getattr(scheme, "service", None)
-    return type(svc).__name__
+    return type(scheme.key_service).__name__

@@ -27,7 +27,6 @@ from typing import Any, Final
 from pubguard.crypto.x509 import Role
 from pubguard.model import Event
 from pubguard.net.client.client import Subscription
-from pubguard.net.keyservice.client import KeyServiceClient
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL
 
@@ -148,14 +147,11 @@ async def revocation_act(
         say(f"{name} published {len(before)} events at {broker}; delivered ({got})")
         # the laptop is stolen: the administrator revokes its identity at the key service
         cluster.pki.identity(ADMIN, Role.CLIENT)
-        assert cluster.keyservice_port is not None
+        keyservice = cluster.keyservice
+        assert keyservice is not None
 
         def revoke() -> dict[str, Any]:
-            with KeyServiceClient(
-                cluster.config.host,
-                cluster.keyservice_port,  # type: ignore[arg-type]
-                cluster.pki.client_context(ADMIN),
-            ) as ks:
+            with keyservice.client(ADMIN) as ks:  # over mutual TLS, as the administrator
                 return ks.call("authority_revoke", identity=name)
 
         t_rev = time.monotonic()

@@ -21,10 +21,9 @@ EventGuard's signatures and flood containment with Narada's replay state and rev
 - :class:`StrikeCounter`: a source that keeps sending bogus messages is refused for a while
   without spending a signature check on it (narada §V-A: "rejecting communications from IP
   addresses that have made multiple bogus attempts"; eventguard Fig. 3 containment).
-- :class:`ReplayState` (in :mod:`~pubguard.schemes.common.replay`, re-exported): Narada's per-entity timestamp + sequence number (narada §V-B),
-  optionally persisted in SQLite so that a restart does not reopen a replay window.
-- :class:`TokenCache` (likewise): Narada's optimistic verified-token cache (narada §VI), invalidated
-  after ``ttl`` seconds or ``max_uses`` messages since the last full verification.
+- Narada's replay state and verified-token cache live beside these, in
+  :mod:`~pubguard.schemes.common.replay` (:class:`~pubguard.schemes.common.replay.ReplayState`,
+  :class:`~pubguard.schemes.common.replay.TokenCache`).
 - :class:`ExactMatcher`: a filter index for profiles that route on opaque equal-only values
   (EventGuard tokens, Narada topics).
 
@@ -35,7 +34,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
@@ -44,30 +43,18 @@ from pubguard.crypto import sha256_fast as _sha
 from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.keys.cache import BoundedLru
 from pubguard.schemes.common.merkle import climb, signed_root
-from pubguard.schemes.common.replay import (
-    DEFAULT_CACHE_CAPACITY,
-    DEFAULT_REPLAY_RESERVE,
-    DEFAULT_TOKEN_MAX_USES,
-    DEFAULT_TOKEN_TTL,
-    ReplayState,
-    TokenCache,
-)
+from pubguard.schemes.common.replay import DEFAULT_CACHE_CAPACITY
 
 __all__ = [
     "DEFAULT_MAX_DELAY",
-    "DEFAULT_REPLAY_RESERVE",
     "DEFAULT_STRIKES",
-    "DEFAULT_TOKEN_MAX_USES",
-    "DEFAULT_TOKEN_TTL",
     "ExactMatcher",
     "IdBindings",
     "IdWindow",
-    "ReplayState",
     "SignedRootVerifier",
     "StrikeCounter",
     "TTLCache",
     "TimestampWindow",
-    "TokenCache",
     "pack_fields",
 ]
 
@@ -431,17 +418,21 @@ class StrikeCounter:
 
 
 class ExactMatcher:
-    """Filter index for equal-only routing values: a decoded filter is one hashable value, a
-    decoded event an iterable of values; ``match`` is the union of their subscribers."""
+    """Filter index for equal-only routing values: a decoded filter stands for one hashable
+    value, a decoded event is an iterable of values; ``match`` is the union of their
+    subscribers. ``value``: the value a decoded filter routes on (by default the filter
+    itself, as EventGuard's token; Narada's filter carries its token's expiry beside the
+    topic, so its matcher indexes the topic)."""
 
-    __slots__ = ("_by_value", "_keys")
+    __slots__ = ("_by_value", "_keys", "_value")
 
-    def __init__(self) -> None:
+    def __init__(self, value: Callable[[Any], Hashable] | None = None) -> None:
         self._by_value: dict[Hashable, set[Hashable]] = {}
         self._keys: dict[Hashable, Hashable] = {}
+        self._value = value
 
     def add(self, key: Hashable, pf: Any) -> None:
-        v = _value(pf)
+        v = pf if self._value is None else self._value(pf)
         self.remove(key)
         self._keys[key] = v
         self._by_value.setdefault(v, set()).add(key)
@@ -457,7 +448,7 @@ class ExactMatcher:
 
     def match(self, pe: Any) -> set[Hashable]:
         out: set[Hashable] = set()
-        for v in _values(pe):
+        for v in pe:
             keys = self._by_value.get(v)
             if keys:
                 out |= keys
@@ -465,14 +456,6 @@ class ExactMatcher:
 
     def __len__(self) -> int:
         return len(self._keys)
-
-
-def _value(pf: Any) -> Hashable:
-    return getattr(pf, "match_value", pf)  # type: ignore[no-any-return]
-
-
-def _values(pe: Any) -> Iterable[Hashable]:
-    return getattr(pe, "match_values", pe)  # type: ignore[no-any-return]
 
 
 def digest(*parts: bytes) -> bytes:

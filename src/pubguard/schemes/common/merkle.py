@@ -1,4 +1,4 @@
-"""Merkle trees for amortised signing (issue 5, "default" profile; ARCHITECTURE.md modern choices).
+"""Merkle trees for amortised signing (the default profile; ARCHITECTURE.md modern choices).
 
 Theory of operation
 -------------------

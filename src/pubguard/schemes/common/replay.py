@@ -1,5 +1,5 @@
-"""Narada's broker-side state guards (split from :mod:`pubguard.schemes.common.guards`, which
-re-exports both names):
+"""Narada's broker-side state guards, beside the stateless ones of
+:mod:`pubguard.schemes.common.guards`:
 
 - :class:`ReplayState`: per-entity timestamp + sequence number (narada §V-B), optionally
   persisted in SQLite so that a restart does not reopen a replay window;

@@ -241,14 +241,13 @@ class RevocationFeed:
 
 
 def apply_revocations(schemes: Iterable[Any], keys: Iterable[bytes]) -> int:
-    """``revoke(key)`` on every broker scheme that has it (eventguard, default, psguard); the number
-    of schemes that took the keys."""
+    """``revoke(key)`` on every broker scheme that revokes publishers (eventguard, default,
+    psguard: ``BrokerScheme.revokes_publishers``); the number of schemes that took the keys."""
     ks = tuple(keys)
     n = 0
     for s in schemes:
-        revoke = getattr(s, "revoke", None)
-        if callable(revoke):
+        if s.revokes_publishers:
             for k in ks:
-                revoke(k)
+                s.revoke(k)
             n += 1
     return n

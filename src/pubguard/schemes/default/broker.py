@@ -1,11 +1,11 @@
-"""The default profile: the composition of the papers' strongest parts (issue 5, item 4; the
-reasoning is in docs/profiles.md). This module is the wire format, the authority permits and
+"""The default profile: the composition of the papers' strongest parts (the reasoning is in
+docs/profiles.md). This module is the wire format, the authority permits and
 the broker face; the client face and the authority are in :mod:`pubguard.schemes.default.client`.
 
 Theory of operation
 -------------------
 - **Content-based authorisation and unlinkable routing** (psguard.txt §3-§4.1): publications are
-  PSGuard records (:mod:`pubguard.schemes.psguard.scheme`): routable attributes as randomized tokens
+  PSGuard records (:mod:`pubguard.schemes.psguard`): routable attributes as randomized tokens
   ``<r, F_T(r)>``, secret attributes and the payload AEAD-sealed under ``K(e)``, which only a
   subscriber whose KDC authorisation keys cover the event's values can derive. Every ciphertext
   is bound by its associated data to type, attribute, epoch and event id.
@@ -20,7 +20,7 @@ Theory of operation
   public key.
 - **Replay defence and revocation** (narada §V-B, §IV-H1): every publication carries the
   publisher's millisecond timestamp and a sequence number; each broker keeps, per publisher
-  key, the last accepted ``(ts, seq)`` (:class:`~pubguard.schemes.common.guards.ReplayState`, in
+  key, the last accepted ``(ts, seq)`` (:class:`~pubguard.schemes.common.replay.ReplayState`, in
   SQLite when given ``db``, so a restart reopens no window). Revoked publisher keys and the
   CA's CRL (the permit carries the certificate serial) are checked on every message.
 
@@ -64,7 +64,6 @@ from pubguard.schemes.common.guards import (
     DEFAULT_STRIKE_WINDOW,
     DEFAULT_STRIKES,
     IdBindings,
-    ReplayState,
     SignedRootVerifier,
     StrikeCounter,
     TimestampWindow,
@@ -78,12 +77,13 @@ from pubguard.schemes.common.merkle import (
     pack_path,
     unpack_path,
 )
+from pubguard.schemes.common.replay import ReplayState
 from pubguard.schemes.psguard.keyservice import NEXT_EPOCH_WINDOW
-from pubguard.schemes.psguard.scheme import ProtectedRecord
+from pubguard.schemes.psguard.record import ProtectedRecord
+from pubguard.schemes.psguard.routing import TokenRouting
 from pubguard.schemes.psguard.wire import (
     TokenEvent,
     TokenFilter,
-    TokenRouting,
     parse_filter,
     parse_routing,
     record_from_wire,
@@ -379,6 +379,8 @@ class DefaultBroker(TokenRouting):
         self.ban_brokers = ban_brokers
         self._state: dict[str, _PerBroker] = {}
 
+    revokes_publishers = True
+
     def revoke(self, publisher_key: VerifyKey | bytes) -> None:
         """Refuse this key's publications from now on (the authority's revocation feed)."""
         k = publisher_key.to_bytes() if isinstance(publisher_key, VerifyKey) else publisher_key
@@ -433,13 +435,13 @@ class DefaultBroker(TokenRouting):
 
     @property
     def catch_up_horizon(self) -> float:
-        """Seconds a down link is routed a new epoch's publications (``Broker._catch_up``):
+        """Seconds a down link is routed a new epoch's publications (``CatchUpRouter.route``):
         the timestamp window, after which they would arrive stale anyway."""
         return self.window.max_delay
 
     def filter_epoch(self, message: Any) -> int | None:
         """The key epoch of a subscription's tokens: its authority permit's (the core's
-        catch-up routing, broker/publishing.py ``_catch_up``)."""
+        catch-up routing, ``CatchUpRouter.route`` in broker/catch_up.py)."""
         blob = message.meta.get("pm")
         return AuthorityPermit.decode(blob).epoch if isinstance(blob, bytes) else None
 

@@ -36,7 +36,7 @@ from pubguard.crypto.secret import raw
 from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
-from pubguard.schemes.base import ProtectedEvent, ProtectedFilter
+from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.common.guards import DEFAULT_MAX_DELAY, SignedRootVerifier
 from pubguard.schemes.common.merkle import merkle_batch, signed_root
 from pubguard.schemes.common.revocation_list import SignedRevocations
@@ -54,15 +54,14 @@ from pubguard.schemes.default.broker import (
     withdrawal_digest,
 )
 from pubguard.schemes.plain import new_event_id
-from pubguard.schemes.psguard.network import (
+from pubguard.schemes.psguard.client import PSGuardClient
+from pubguard.schemes.psguard.keyservice import (
     DEFAULT_EPOCH_LENGTH,
-    PSGuardClient,
+    NEXT_EPOCH_WINDOW,
     PSGuardKeyService,
-    filter_to_wire,
-    parse_filter,
-    record_to_wire,
 )
-from pubguard.schemes.psguard.scheme import ProtectedRecord, Schema
+from pubguard.schemes.psguard.record import ProtectedRecord, Schema
+from pubguard.schemes.psguard.wire import filter_to_wire, parse_filter, record_to_wire
 
 __all__ = ["DefaultAuthority", "DefaultClient"]
 
@@ -71,7 +70,7 @@ class DefaultAuthority:
     """The default profile's key service: a PSGuard KDC that also signs permits.
 
     ``master``: the KDC master secret (>= 16 bytes). ``subscribers`` / ``publishers``: the
-    policy, as in :class:`~pubguard.schemes.psguard.network.PSGuardKeyService` (None: allow all).
+    policy, as in :class:`~pubguard.schemes.psguard.keyservice.PSGuardKeyService` (None: allow all).
     Permits are valid for the epoch in which they are issued."""
 
     def __init__(
@@ -180,11 +179,16 @@ class DefaultAuthority:
         self.revoked.add(key.to_bytes() if isinstance(key, VerifyKey) else bytes(key))
 
 
-class DefaultClient:
+class DefaultClient(ClientScheme):
     """A publisher and/or subscriber on the default profile (see the module docstring).
     ``cert_serial``: the X.509 serial of the client's certificate, bound into its permits."""
 
     profile = DEFAULT
+
+    @property
+    def key_service(self) -> object:
+        """The authority (or its proxy, ``RemoteAuthority``) that issues this client's permits."""
+        return self.authority
 
     def __init__(
         self,
@@ -227,6 +231,9 @@ class DefaultClient:
     renews_ahead = True
     #: brokers forget a subscription whose permit ran out (``DefaultBroker.lease_end``)
     leased_subscriptions = True
+    renews_subscriptions = True
+    next_epoch_window = NEXT_EPOCH_WINDOW
+    merkle_batches = True
 
     def epoch_end(self, now: float) -> float | None:
         """When the key epoch current at ``now`` ends."""

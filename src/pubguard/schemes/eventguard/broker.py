@@ -6,7 +6,7 @@ Topics never travel in clear: every topic ``w`` is replaced by its token ``T(w)`
 brokers route by token equality. The trusted meta-service (MS, :mod:`pubguard.keys.ms`) issues
 MS-signed permits; brokers hold only the MS public key (never ``rk``) and publishers' keys
 reach them inside MS-signed advertisement permits. The wire forms, the signed digest and
-the parsers live in :mod:`pubguard.schemes.eventguard.wire` (re-exported here).
+the parsers live in :mod:`pubguard.schemes.eventguard.wire`.
 
 Wire forms (``meta`` fields are signed by the MS or the publisher, never by a broker)::
 
@@ -18,7 +18,8 @@ Wire forms (``meta`` fields are signed by the MS or the publisher, never by a br
 
     Lists travel as one bytes value each (so the routing part and ``meta`` are flat maps of
     scalars, which the broker core freezes on its fast path): the 32-byte tokens and the path's
-    hashes concatenated, wrapped keys and permits as length-prefixed items (:func:`pack_items`).
+    hashes concatenated, wrapped keys and permits as length-prefixed items
+    (:func:`~pubguard.schemes.eventguard.wire.pack_items`).
     unsubscribe  meta {permit: usb(w)}  (bound to the cancelled sbId)                      §4.5
     unadvertise  meta {permit: uad(w)}  (bound to the cancelled adId)                      §4.6
 
@@ -58,7 +59,7 @@ from pubguard.keys.ms import (
     UnsubscriptionPermit,
     decode_permit,
 )
-from pubguard.schemes.base import CheckContext, Matcher, forwarded_grace
+from pubguard.schemes.base import BrokerScheme, CheckContext, Matcher, forwarded_grace
 from pubguard.schemes.common.guard_check import checked
 from pubguard.schemes.common.guards import (
     DEFAULT_BAN,
@@ -75,36 +76,14 @@ from pubguard.schemes.common.guards import (
 )
 from pubguard.schemes.eventguard.wire import (
     EVENTGUARD,
-    MAX_TOPICS,
     ROOT_TAG,
     TOKEN_BYTES,
-    PublicationFields,
-    _parse_meta,
-    body_aad,
-    key_aad,
-    leaf_digest,
-    pack_items,
-    pack_tokens,
-    parse_publication,
+    leaf_digest_fast,
+    parse_meta,
     parse_tokens,
-    unpack_items,
 )
-from pubguard.schemes.eventguard.wire import _leaf_fast as _leaf_fast  # tests check it
 
-__all__ = [
-    "EVENTGUARD",
-    "MAX_TOPICS",
-    "EventGuardBroker",
-    "PublicationFields",
-    "body_aad",
-    "key_aad",
-    "leaf_digest",
-    "make_scheme",
-    "pack_items",
-    "pack_tokens",
-    "parse_publication",
-    "unpack_items",
-]
+__all__ = ["EventGuardBroker", "make_scheme"]
 
 
 class _PerBroker:
@@ -116,7 +95,7 @@ class _PerBroker:
         self.strikes = strikes
 
 
-class EventGuardBroker:
+class EventGuardBroker(BrokerScheme):
     """Broker face of the eventguard profile (see the module docstring).
 
     ``ms_key``: the MS public key. ``max_delay``: the routing guard's window in seconds.
@@ -161,6 +140,8 @@ class EventGuardBroker:
         self._hot: dict[bytes, Permit] = {}  # publications' permits, verified (bounded)
         self._keys: dict[bytes, VerifyKey] = {}  # pk(P) bytes -> parsed key
         self._state: dict[str, _PerBroker] = {}
+
+    revokes_publishers = True
 
     def revoke(self, publisher_key: VerifyKey | bytes) -> None:
         """Refuse this publisher's publications from now on (an operator's revocation feed)."""
@@ -260,7 +241,7 @@ class EventGuardBroker:
         now = ctx.now
         last, toks = self._last_decoded
         tokens = toks if last is m.routing and toks is not None else parse_tokens(m.routing)
-        publisher, epoch, ts, sig, index, size, path, wrapped, permits = _parse_meta(
+        publisher, epoch, ts, sig, index, size, path, wrapped, permits = parse_meta(
             m.meta, len(tokens)
         )
         if abs(now - ts) > self.window.max_delay:  # TimestampWindow.check, inline
@@ -292,7 +273,9 @@ class EventGuardBroker:
             if len(self._keys) >= 4096:
                 self._keys.clear()
             key = self._keys[pk] = VerifyKey.from_bytes(pk)
-        leaf = _leaf_fast(m.event_id, m.profile, publisher, epoch, ts, tokens, wrapped, m.body)
+        leaf = leaf_digest_fast(
+            m.event_id, m.profile, publisher, epoch, ts, tokens, wrapped, m.body
+        )
         # verify, not verify_packed: EventGuard-nosig (sim/scaling_sim.py) stands in a
         # verifier with only verify (a packed path goes straight through)
         self.roots.verify(key, leaf, sig, now=now, index=index, size=size, path=path)
@@ -342,9 +325,13 @@ class EventGuardBroker:
         if blob is None or old is None:
             return DropReason.UNAUTHORISED
         w = self.permit(blob, ctx.now)
-        want = UnsubscriptionPermit if sub else UnadvertisementPermit
-        cancels = getattr(w, "sb_id" if sub else "ad_id", None)
-        if not isinstance(w, want) or w.token != old.token or cancels != old.ident:
+        if isinstance(w, UnsubscriptionPermit):
+            cancels = w.sb_id if sub else None
+        elif isinstance(w, UnadvertisementPermit):
+            cancels = None if sub else w.ad_id
+        else:
+            return DropReason.UNAUTHORISED
+        if cancels is None or w.token != old.token or cancels != old.ident:
             return DropReason.UNAUTHORISED
         stale = self.window.check(w.issued_at, ctx.now)
         if stale is not None:

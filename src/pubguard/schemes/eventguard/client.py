@@ -38,13 +38,14 @@ from pubguard.errors import InvalidToken, PubguardError, StateError, ValidationE
 from pubguard.keys.ms import (
     AdvertisementGrant,
     AdvertisementPermit,
+    MetaService,
     SubscriptionGrant,
     decode_permit,
 )
 from pubguard.model.constraints import Op
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
-from pubguard.schemes.base import ProtectedEvent, ProtectedFilter
+from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.common.guards import SignedRootVerifier
 from pubguard.schemes.common.merkle import merkle_batch, pack_path, signed_root
 from pubguard.schemes.common.verified import VerifiedCredentials
@@ -95,7 +96,7 @@ def topic_of(f: Filter) -> str:
     return c.value
 
 
-class EventGuardClient:
+class EventGuardClient(ClientScheme):
     """A publisher and/or subscriber. ``name`` is its identity at the MS (``S`` / ``P``);
     ``signing_key`` its publication key (generated if omitted)."""
 
@@ -142,6 +143,16 @@ class EventGuardClient:
     renews_ahead = False
     #: brokers forget a subscription whose permit ran out (``EventGuardBroker.lease_end``)
     leased_subscriptions = True
+    renews_subscriptions = True
+    merkle_batches = True
+
+    @property
+    def key_service(self) -> object:
+        return self.ms
+
+    @property
+    def blocks_on_io(self) -> bool:  # an in-process MS answers at once; a remote one blocks
+        return not isinstance(self.ms, MetaService)
 
     def epoch_end(self, now: float) -> float | None:
         """When the newest live subscribe or advertise permit runs out (None: neither)."""

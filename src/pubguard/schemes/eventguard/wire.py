@@ -1,8 +1,8 @@
-"""EventGuard wire forms (split from :mod:`pubguard.schemes.eventguard.broker`, which re-exports the
-public names): the publication's fields and the digest its publisher signs (eventguard.txt
-§4.4, §4.7), the AEAD associated data of its body and wrapped keys, topic tokens
-``T(w)`` (§4.1), and the strict parsers a broker runs on every publication (with the inlined
-leaf encoding of its hot path). See the profile module's docstring for the wire table.
+"""EventGuard wire forms: the publication's fields and the digest its publisher signs
+(eventguard.txt §4.4, §4.7), the AEAD associated data of its body and wrapped keys, topic
+tokens ``T(w)`` (§4.1), and the strict parsers a broker runs on every publication (with the inlined
+leaf encoding of its hot path). The wire table is in the broker face's docstring
+(:mod:`pubguard.schemes.eventguard.broker`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ __all__ = [
     "ROOT_TAG",
     "TOKEN_BYTES",
     "PublicationFields",
+    "PublicationMeta",
     "body_aad",
     "key_aad",
     "leaf_digest",
+    "leaf_digest_fast",
     "pack_items",
     "pack_tokens",
+    "parse_meta",
     "parse_publication",
     "parse_tokens",
     "unpack_items",
@@ -177,7 +180,7 @@ def parse_publication(
     ``tokens``: ``parse_tokens(routing)`` when the caller already has it (decode once)."""
     if tokens is None:
         tokens = parse_tokens(routing)
-    p, e, ts, sig, mi, mn, path, wrapped, permits = _parse_meta(meta, len(tokens))
+    p, e, ts, sig, mi, mn, path, wrapped, permits = parse_meta(meta, len(tokens))
     return PublicationFields(
         publisher=p,
         epoch=e,
@@ -192,10 +195,14 @@ def parse_publication(
     )
 
 
-_Meta = tuple[str, int, float, bytes, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...]]
+#: what :func:`parse_meta` returns: publisher, epoch, ts, sig, Merkle index, batch size, packed
+#: path, wrapped keys, permits (a tuple, built on every publication at every broker)
+PublicationMeta = tuple[
+    str, int, float, bytes, int, int, bytes, tuple[bytes, ...], tuple[bytes, ...]
+]
 
 
-def _parse_meta(meta: Mapping[str, Any], n: int) -> _Meta:
+def parse_meta(meta: Mapping[str, Any], n: int) -> PublicationMeta:
     """``(publisher, epoch, ts, sig, index, size, packed path, wrapped keys, permits)`` of a
     publication carrying ``n`` tokens (parse_publication's checks; the path left packed)."""
     g = meta.get
@@ -256,7 +263,7 @@ def _lp_str(x: str) -> bytes:
 _PROFILE_LP: Final = {EVENTGUARD: _lp_str(EVENTGUARD)}
 
 
-def _leaf_fast(
+def leaf_digest_fast(
     event_id: str,
     profile: str,
     publisher: str,

@@ -27,7 +27,7 @@ that is not the token's -> FORGED; token outside its duration, topic or rights n
 entity signature -> FORGED; ``(ts, seq)`` not after the entity's last -> REPLAYED (§V-B).
 Drops of a client's message are answered with an Error by the core (§IV-H3).
 
-The verified token is cached (§VI, :class:`~pubguard.schemes.common.guards.TokenCache`): the exact
+The verified token is cached (§VI, :class:`~pubguard.schemes.common.replay.TokenCache`): the exact
 token and certificate bytes are compared, and the entry is re-verified after ``token_ttl``
 seconds or ``token_uses`` messages. Unlike the paper's sketch, expiry and the CRL are still
 checked on every message (integer comparisons and set lookups), so the cache never routes a
@@ -52,7 +52,7 @@ A flood on a ``kmc/...`` topic is the KMC's to handle: it moves to a fresh topic
 unsubscribes the old one, after which no broker forwards the old topic's traffic past the
 first broker (nothing subscribes to it any more).
 
-Replay state (:class:`~pubguard.schemes.common.guards.ReplayState`) is scoped per broker id and may
+Replay state (:class:`~pubguard.schemes.common.replay.ReplayState`) is scoped per broker id and may
 live in SQLite, so a restarted broker keeps refusing replays. Subscriptions and withdrawals are
 replay-checked only where they enter the network (a client link): brokers legitimately re-send
 stored subscriptions upward later (covering changes, reconnections).
@@ -68,21 +68,23 @@ from pubguard.crypto import H, VerifyKey, aad_for
 from pubguard.crypto.x509 import Certificate, RevocationList, Role, verify_chain
 from pubguard.errors import DropError, DropReason, InvalidToken, RevokedError, ValidationError
 from pubguard.keys.kmc_messages import Rights, SecurityToken
-from pubguard.schemes.base import CheckContext, LinkKind, Matcher
+from pubguard.schemes.base import BrokerScheme, CheckContext, LinkKind, Matcher
 from pubguard.schemes.common.guard_check import checked
 from pubguard.schemes.common.guards import (
     DEFAULT_BAN,
     DEFAULT_MAX_DELAY,
     DEFAULT_STRIKE_WINDOW,
     DEFAULT_STRIKES,
-    DEFAULT_TOKEN_MAX_USES,
-    DEFAULT_TOKEN_TTL,
     ExactMatcher,
-    ReplayState,
     StrikeCounter,
     TimestampWindow,
-    TokenCache,
     pack_fields,
+)
+from pubguard.schemes.common.replay import (
+    DEFAULT_TOKEN_MAX_USES,
+    DEFAULT_TOKEN_TTL,
+    ReplayState,
+    TokenCache,
 )
 from pubguard.store import Database
 
@@ -143,10 +145,6 @@ class NaradaFilter:
     topic: str
     until: int
 
-    @property
-    def match_value(self) -> str:
-        return self.topic
-
 
 @dataclass(frozen=True, slots=True)
 class _Verified:
@@ -191,13 +189,17 @@ class _Clock:
         self.now = float("-inf")
 
 
+def _filter_topic(pf: NaradaFilter) -> str:
+    return pf.topic
+
+
 class _ExpiringMatcher(ExactMatcher):
     """Topic index that skips subscriptions whose token has expired (§IV-H4)."""
 
     __slots__ = ("_clock", "_until")
 
     def __init__(self, clock: _Clock) -> None:
-        super().__init__()
+        super().__init__(value=_filter_topic)
         self._clock = clock
         self._until: dict[Hashable, int] = {}
 
@@ -214,7 +216,7 @@ class _ExpiringMatcher(ExactMatcher):
         return {k for k in super().match(pe) if until[k] >= now}
 
 
-class NaradaBroker:
+class NaradaBroker(BrokerScheme):
     """Broker face of the narada profile (see the module docstring).
 
     ``ca_cert``: the CA; ``kmc_certs``: certificates of the KMCs whose tokens are honoured

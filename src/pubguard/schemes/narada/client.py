@@ -53,7 +53,7 @@ from pubguard.keys.kmc_messages import (
 )
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
-from pubguard.schemes.base import ProtectedEvent, ProtectedFilter
+from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.common.verified import VerifiedCredentials
 from pubguard.schemes.eventguard.client import topic_of
 from pubguard.schemes.narada.broker import NARADA, payload_aad, service_kind, signed_digest
@@ -84,7 +84,7 @@ def _service_event(event_id: str, topic: str, body: bytes) -> Event:
     return Event({TOPIC: topic}, id=event_id, payload=body)
 
 
-class NaradaClient:
+class NaradaClient(ClientScheme):
     """An entity on the narada profile. ``kmc_keys`` maps KMC subject names to their public keys
     (from their certificates) for checking publishers' tokens on receipt."""
 
@@ -285,7 +285,7 @@ class NaradaClient:
             raise InvalidToken() from None
 
 
-class KmcScheme:
+class KmcScheme(ClientScheme):
     """The KMC's face on the pub/sub network: it subscribes to its listening topic
     (``kmc/...``) and publishes replies on requesters' ``reply/...`` topics, each signed with
     the KMC's key (``sign``: the KMC's signing function, e.g. ``KmcEndpoint.sign``)."""

@@ -1,7 +1,8 @@
-"""The PSGuard KDC authority and the subscriber's keys (psguard.txt §3.1-§3.2; split from
-:mod:`pubguard.schemes.psguard.scheme`). :class:`Authority` turns a filter into token groups (what
-brokers match) and into :class:`FilterKeys` (minimal covers per constrained attribute, roots
-of unconstrained ones on demand: stateless KDC, §3.2.1). :meth:`FilterKeys.open` derives
+"""The PSGuard KDC authority and the subscriber's keys (psguard.txt §3.1-§3.2).
+
+:class:`Authority` turns a filter into token groups (what brokers match) and into
+:class:`FilterKeys` (minimal covers per constrained attribute, roots of unconstrained ones on
+demand: stateless KDC, §3.2.1). :meth:`FilterKeys.open` derives
 ``K(e)`` only when every routable value lies below one of its nodes.
 
 Key cache at the subscriber (psguard.txt §3.2.3 "Performance Enhancement", §5.2.3 "with key
@@ -28,17 +29,17 @@ from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Constraint, Event, EventType, Filter, Op
 from pubguard.schemes.psguard import tokens as tk_
 from pubguard.schemes.psguard.keytree import (
-    _absent_all,
-    _absent_key,
-    _derive,
-    _event_key,
-    _hint_aad,
-    _hint_key,
-    _node_key,
-    _spec_key,
-    _tree,
-    _xor,
+    absent_all,
+    absent_key,
+    derive_leaf,
+    event_key,
+    hint_aad,
+    hint_key,
+    kind_tree,
+    node_key,
+    spec_key,
     spec_tree,
+    xor32,
 )
 from pubguard.schemes.psguard.record import (
     PAYLOAD_ATTR,
@@ -58,6 +59,7 @@ from pubguard.schemes.psguard.tokens import (
 __all__ = [
     "Authority",
     "FilterKeys",
+    "ScopeKeys",
 ]
 
 
@@ -133,7 +135,7 @@ class Authority:
         else:
             w = "\x01type:" + et.name
         names = sorted(f.attribute_names - {ta} if ta else f.attribute_names)
-        specs = tuple((a, _spec_key(self.schema.spec(et.name, a))) for a in names)
+        specs = tuple((a, spec_key(self.schema.spec(et.name, a))) for a in names)
         key = (w, specs)
         if key in by_scope:
             by_scope[key].append(et.name)
@@ -167,12 +169,12 @@ class Authority:
         key ``S(w)``, the cover keys of every constrained attribute, and per candidate type the
         aggregate ``P = A XOR_{constrained c} absent_c`` (the absent keys of the attributes it
         leaves unconstrained, combined). Roots of unconstrained attributes come on demand."""
-        scopes: dict[str, _ScopeKeys] = {}
+        scopes: dict[str, ScopeKeys] = {}
         for g in self._grants(f):
             tk = self._kdc.topic(g.scope)
             keys: dict[str, list[tuple[NodeGrant, SecretBytes]]] = {}
             for a, nodes in g.key_nodes.items():
-                keys[a] = [(n, _node_key(tk, n)) for n in nodes]
+                keys[a] = [(n, node_key(tk, n)) for n in nodes]
             agg: dict[str, SecretBytes] = {}
             for tname in g.type_names:
                 et = self.schema.types[tname]
@@ -181,11 +183,11 @@ class Authority:
                 if x is None:
                     if len(self._absent) > 4096:
                         self._absent.clear()
-                    x = self._absent[(g.scope, tname)] = _absent_all(tk, et, ta)
+                    x = self._absent[(g.scope, tname)] = absent_all(tk, et, ta)
                 for a in g.key_nodes:
-                    x = _xor(x, _absent_key(tk.root(spec_tree(self.schema.spec(tname, a)), a)))
+                    x = xor32(x, absent_key(tk.root(spec_tree(self.schema.spec(tname, a)), a)))
                 agg[tname] = SecretBytes(x)
-            scopes[g.scope] = _ScopeKeys(
+            scopes[g.scope] = ScopeKeys(
                 SecretBytes(raw(tk.root_key("category", SCOPE_NODE))),
                 keys,
                 agg,
@@ -213,7 +215,13 @@ class _RootIssuer:
 
 
 @dataclass(slots=True)
-class _ScopeKeys:
+class ScopeKeys:
+    """A subscriber's keys for one scope ``w`` of a filter: the scope key ``S(w)``, the cover
+    nodes' keys per constrained attribute, the aggregate of absent keys per type, and the
+    issuer of unconstrained attributes' roots (psguard.txt §3.2.1). The KDC builds it here;
+    a remote KDC's client (:mod:`pubguard.net.keyservice.kdc_client`) rebuilds it from the
+    wire."""
+
     scope_key: SecretBytes
     keys: dict[str, list[tuple[NodeGrant, SecretBytes]]]
     aggregate: dict[str, SecretBytes]  # type name -> P
@@ -225,7 +233,7 @@ class FilterKeys:
     """A subscriber's authorisation for one filter: opens matching deliveries only."""
 
     filter: Filter
-    scopes: dict[str, _ScopeKeys]
+    scopes: dict[str, ScopeKeys]
     schema: Schema
     epoch: int
     cache_size: int = field(default=DEFAULT_LRU_CAPACITY, repr=False, compare=False)
@@ -242,14 +250,14 @@ class FilterKeys:
         """The derived-key cache of this epoch (sizes and hit counts only)."""
         return self._cache
 
-    def _hint_key(self, scope: str, sk: _ScopeKeys) -> bytes:
+    def _hint_key(self, scope: str, sk: ScopeKeys) -> bytes:
         hk = self._cache.get(("hint", scope))
         if hk is None:
-            hk = _hint_key(raw(sk.scope_key))
+            hk = hint_key(raw(sk.scope_key))
             self._cache.put(("hint", scope), hk)
         return hk
 
-    def _x(self, scope: str, sk: _ScopeKeys, et: EventType, attrs: Mapping[str, Any]) -> bytes:
+    def _x(self, scope: str, sk: ScopeKeys, et: EventType, attrs: Mapping[str, Any]) -> bytes:
         agg = sk.aggregate.get(et.name)
         if agg is None:
             raise InvalidToken()
@@ -273,10 +281,12 @@ class FilterKeys:
                 else:  # unconstrained and present: from the root
                     root = sk.root(spec_tree(spec), a)
                     kind = attr_kind(spec)
-                    node = NodeGrant(_tree(kind), a, () if kind in ("category", "plain") else "")
-                    d = _xor(_absent_key(root), _derive(kind, spec, node, SecretBytes(root), v))
+                    node = NodeGrant(
+                        kind_tree(kind), a, () if kind in ("category", "plain") else ""
+                    )
+                    d = xor32(absent_key(root), derive_leaf(kind, spec, node, SecretBytes(root), v))
                 self._cache.put(ck, d)
-            x = _xor(x, d)
+            x = xor32(x, d)
         return x
 
     @staticmethod
@@ -284,7 +294,7 @@ class FilterKeys:
         kind = attr_kind(spec)
         for node, key in grants:
             try:
-                return _derive(kind, spec, node, key, v)
+                return derive_leaf(kind, spec, node, key, v)
             except KeyError_:
                 continue
         raise InvalidToken()
@@ -297,7 +307,7 @@ class FilterKeys:
             raise InvalidToken()
         for scope, sk in self.scopes.items():
             try:
-                pt = open_(self._hint_key(scope, sk), r["hint"], aad=_hint_aad(epoch, eid))
+                pt = open_(self._hint_key(scope, sk), r["hint"], aad=hint_aad(epoch, eid))
             except InvalidToken:
                 continue
             hint = json.loads(pt)
@@ -306,7 +316,7 @@ class FilterKeys:
                 raise InvalidToken()
             attrs: dict[str, Any] = dict(hint["a"])
             try:
-                k_e = _event_key(raw(sk.scope_key), self._x(scope, sk, et, attrs))
+                k_e = event_key(raw(sk.scope_key), self._x(scope, sk, et, attrs))
             except (KeyError_, ValidationError, TypeError):  # TypeError: unhashable value
                 raise InvalidToken() from None
             tid = et.type_id

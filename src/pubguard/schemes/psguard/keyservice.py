@@ -1,5 +1,5 @@
-"""The psguard key service: the KDC of one deployment (psguard.txt §3) with its policy (split
-from :mod:`pubguard.schemes.psguard.network`, which re-exports :class:`PSGuardKeyService`).
+"""The psguard key service: the KDC of one deployment (psguard.txt §3) with its policy; its
+client is :class:`~pubguard.schemes.psguard.client.PSGuardClient`.
 
 It refuses filters no policy entry of the subscriber covers (DropError UNAUTHORISED), gives
 publishers key trees only for their scopes (:class:`_ScopedKDC`), and changes keys per epoch
@@ -16,13 +16,9 @@ from pubguard.crypto import H
 from pubguard.errors import DropError, DropReason, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import Filter
-from pubguard.schemes.psguard.scheme import (
-    Authority,
-    FilterKeys,
-    ProtectedFilterRows,
-    Publisher,
-    Schema,
-)
+from pubguard.schemes.psguard.authority import Authority, FilterKeys
+from pubguard.schemes.psguard.publisher import Publisher
+from pubguard.schemes.psguard.record import ProtectedFilterRows, Schema
 
 __all__ = ["DEFAULT_EPOCH_LENGTH", "NEXT_EPOCH_WINDOW", "PSGuardKeyService", "filter_id"]
 

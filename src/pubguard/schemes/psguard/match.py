@@ -1,22 +1,28 @@
-"""The psguard token index (:class:`TokenMatcher`; split from :mod:`pubguard.schemes.psguard.wire`,
-which re-exports it): the broker's filter index over tokenised filters, matching deterministic
-tags by posting list and randomized tags ``<r, F_T(r)>`` in two stages, anchors first, one AES
-call per token over a micro-batch of nonces (psguard.txt §4.1; see psguard_wire's docstring).
+"""The psguard token index (:class:`TokenMatcher`): the broker's filter index over tokenised
+filters (:class:`~pubguard.schemes.psguard.wire.TokenFilter`, psguard.txt §4.1).
+
+Theory of operation
+-------------------
+Deterministic tags are looked up in a posting list. Randomized tags ``<r, F_T(r)>`` can only be
+tested by evaluating ``F_T(r)`` for subscription tokens ``T``; the matcher does this in two
+stages: first the *anchor* group of every clause (its smallest group: the topic token ``T(w)``
+when there is one), then only the remaining groups of clauses whose anchor met.
+:meth:`TokenMatcher.match_batch` evaluates one token over every nonce of a micro-batch in a
+single AES call (:func:`~pubguard.schemes.psguard.tokens.match_randomized`, AES as the PRF),
+which makes randomized tokens nearly free per event when a driver hands the matcher batches.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from pubguard.crypto import AesPrf
 from pubguard.errors import ValidationError
 from pubguard.matching.multimap import discard_member
 from pubguard.schemes.psguard.tokens import NONCE_BYTES, match_randomized, tok64
-
-if TYPE_CHECKING:
-    from pubguard.schemes.psguard.wire import TokenEvent, TokenFilter
+from pubguard.schemes.psguard.wire import TokenEvent, TokenFilter
 
 __all__ = ["Clause", "TokenMatcher"]
 
@@ -28,7 +34,7 @@ _first64 = struct.Struct(">q").unpack_from  # tok64 of a PRF output block
 
 
 class TokenMatcher:
-    """Filter index over :class:`TokenFilter` (see the module docstring for the two stages)."""
+    """Filter index over :class:`~pubguard.schemes.psguard.wire.TokenFilter` (see the module docstring for the two stages)."""
 
     __slots__ = (
         "_afs",

@@ -1,6 +1,7 @@
-"""The PSGuard publisher: protects events into records (psguard.txt §4.1; split from
-:mod:`pubguard.schemes.psguard.scheme`). Tokens per routable attribute, randomized ``<r, F_T(r)>``
-or deterministic; secret attributes and payload sealed under ``K(e)``
+"""The PSGuard publisher: protects events into records (psguard.txt §4.1).
+
+Tokens per routable attribute, randomized ``<r, F_T(r)>`` or deterministic; secret attributes
+and payload sealed under ``K(e)``
 (:mod:`pubguard.schemes.psguard.keytree`); the routable values in a hint sealed under the
 scope key; the record signed, or left unsigned for a Merkle batch.
 
@@ -11,7 +12,7 @@ keys ``A``, the topic token and its AES context) and per routable value (the val
 their AES-PRF contexts, and ``absent_a XOR leaf_a``). An event then costs one ``H`` for
 ``K(e)``, one AES block per token for ``F_T(r)``, the AEAD seals and the signature, instead
 of a walk down each key tree and a cipher set-up per token. The cache is dropped with the
-publisher at an epoch change (:meth:`PSGuardClient.publisher` builds a new one); it holds
+publisher at an epoch change (:meth:`~pubguard.schemes.psguard.client.PSGuardClient.publisher` builds a new one); it holds
 keys only in memory and shows only its size in a ``repr``. ``cache_size=0`` turns it off
 (the same derivations, recomputed per event).
 """
@@ -31,22 +32,22 @@ from pubguard.keys.kdc import KDC, TopicKeys
 from pubguard.model import AttributeSpec, Event, EventType
 from pubguard.schemes.psguard import tokens as tk_
 from pubguard.schemes.psguard.keytree import (
-    _absent_all,
-    _absent_key,
-    _component,
-    _event_key,
-    _hint_aad,
-    _hint_key,
-    _xor,
+    absent_all,
+    absent_key,
+    event_key,
+    event_leaf,
+    hint_aad,
+    hint_key,
     spec_tree,
+    xor32,
 )
 from pubguard.schemes.psguard.record import (
     PAYLOAD_ATTR,
     SCOPE_NODE,
     ProtectedRecord,
     Schema,
-    _check_mode,
-    _with_sig,
+    check_mode,
+    with_sig,
 )
 from pubguard.schemes.psguard.tokens import (
     NONCE_BYTES,
@@ -70,7 +71,7 @@ class _Scope:
         self, tk: TopicKeys, scope_key: bytes, absent: bytes, toks: tuple[bytes, ...]
     ) -> None:
         self.tk, self.scope_key, self.absent, self.toks = tk, scope_key, absent, toks
-        self.hint_key = _hint_key(scope_key)
+        self.hint_key = hint_key(scope_key)
         self.prfs = tuple(AesPrf(t) for t in toks)
 
     def __repr__(self) -> str:
@@ -108,7 +109,7 @@ class Publisher:
     ) -> None:
         self._kdc = kdc.for_epoch(epoch)
         self.schema, self.name, self._sk = schema, name, signing_key
-        self.epoch, self.mode = epoch, _check_mode(mode)
+        self.epoch, self.mode = epoch, check_mode(mode)
         self._cache: LruCache[Hashable, Any] = LruCache(cache_size)
 
     def __repr__(self) -> str:
@@ -125,7 +126,7 @@ class Publisher:
         if sc is None:
             tk = self._kdc.topic(w)
             toks = (self._kdc.topic_token(w)[: tk_.TOKEN_BYTES],) if ta is not None else ()
-            sc = _Scope(tk, raw(tk.root_key("category", SCOPE_NODE)), _absent_all(tk, et, ta), toks)
+            sc = _Scope(tk, raw(tk.root_key("category", SCOPE_NODE)), absent_all(tk, et, ta), toks)
             self._cache.put(ck, sc)
         return sc
 
@@ -134,8 +135,8 @@ class Publisher:
         ck = (w, et.name, spec.name, type(v), v)
         lf: _Leaf | None = self._cache.get(ck)
         if lf is None:
-            absent = _absent_key(tk.root(spec_tree(spec), spec.name))
-            lf = _Leaf(event_attr_tokens(tk, spec, v), _xor(absent, _component(tk, spec, v)))
+            absent = absent_key(tk.root(spec_tree(spec), spec.name))
+            lf = _Leaf(event_attr_tokens(tk, spec, v), xor32(absent, event_leaf(tk, spec, v)))
             self._cache.put(ck, lf)
         return lf
 
@@ -171,10 +172,10 @@ class Publisher:
         et, _, sc, leaves = self._derive(event)
         x, toks, prfs = sc.absent, list(sc.toks), list(sc.prfs)
         for lf in leaves:
-            x = _xor(x, lf.delta)
+            x = xor32(x, lf.delta)
             toks += lf.toks
             prfs += lf.prfs
-        k_e = _event_key(sc.scope_key, x)
+        k_e = event_key(sc.scope_key, x)
         if self.mode == "randomized":
             nonce = rng.randbytes(NONCE_BYTES) if rng is not None else _urandom(NONCE_BYTES)
             ints = tuple(tok64(x) for x in randomize(toks, nonce, prfs=prfs))
@@ -182,7 +183,7 @@ class Publisher:
             nonce, ints = b"", tuple(tok64(x) for x in toks)
         routable = {s.name: event.attrs[s.name] for s in et.routable if s.name in event.attrs}
         hint_pt = json.dumps({"t": et.name, "a": routable}, sort_keys=True).encode()
-        hint = seal(sc.hint_key, hint_pt, aad=_hint_aad(self.epoch, event.id), rng=rng)
+        hint = seal(sc.hint_key, hint_pt, aad=hint_aad(self.epoch, event.id), rng=rng)
         tid = et.type_id
         secrets = tuple(
             (
@@ -215,7 +216,7 @@ class Publisher:
             secrets,
             payload,
         )
-        return _with_sig(rec, self._sk.sign(rec.message())) if sign else rec
+        return with_sig(rec, self._sk.sign(rec.message())) if sign else rec
 
 
 def _urandom(n: int) -> bytes:

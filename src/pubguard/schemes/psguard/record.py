@@ -1,6 +1,5 @@
 """PSGuard records: the schema's scopes, the protected record, its signed form and the broker's
-reference checks (psguard.txt §4.1; split from :mod:`pubguard.schemes.psguard.scheme`, which
-re-exports every public name).
+reference checks (psguard.txt §4.1).
 
 Theory of operation: see :mod:`pubguard.schemes.psguard.scheme`. This module holds what every party
 shares: :class:`Schema` (scopes and candidate types), :class:`ProtectedRecord` (tokens and
@@ -27,16 +26,22 @@ from pubguard.schemes.psguard.tokens import (
 )
 
 __all__ = [
+    "ABSENT_NODE",
     "DEFAULT_MAX_DELAY_MS",
     "MODES",
+    "PAYLOAD_ATTR",
     "PROFILE",
+    "PSGUARD_PAPER",
     "ProtectedFilterRows",
     "ProtectedRecord",
+    "SCOPE_NODE",
     "Schema",
     "broker_match",
+    "check_mode",
     "check_record",
     "decode_secrets",
     "encode_secrets",
+    "length_prefixed",
     "signed_message",
     "signed_message_packed",
     "verify_record",
@@ -44,6 +49,8 @@ __all__ = [
 ]
 
 PROFILE = "psguard"
+#: psguard.txt §2's configuration: brokers only match tokens (honest-but-curious routing)
+PSGUARD_PAPER = "psguard-paper"
 MODES = ("deterministic", "randomized")
 #: Accepted clock skew / delay of a publication's signed timestamp (eventguard.txt §4.7).
 DEFAULT_MAX_DELAY_MS = 300_000
@@ -52,7 +59,8 @@ ABSENT_NODE = "\x01absent"
 PAYLOAD_ATTR = ""  # attribute names are non-empty, so "" is the payload's AAD slot
 
 
-def _check_mode(mode: str) -> str:
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`MODES` (ValidationError otherwise)."""
     if mode not in MODES:
         raise ValidationError(f"unknown psguard mode {mode!r} (valid: {', '.join(MODES)})")
     return mode
@@ -171,7 +179,8 @@ _TS_EPOCH = struct.Struct(">qq").pack
 _MODE_LP = {m: _U32(len(m)) + m.encode() for m in MODES}
 
 
-def _lp(b: bytes) -> bytes:
+def length_prefixed(b: bytes) -> bytes:
+    """``u32(len(b)) || b``: how the signed message and the secrets encode a field."""
     return _U32(len(b)) + b
 
 
@@ -240,7 +249,7 @@ def signed_message_packed(
 
 def encode_secrets(secrets: Iterable[tuple[str, bytes]]) -> bytes:
     """Sealed secret attributes as one binary value: length-prefixed (name, ciphertext) pairs."""
-    return b"".join(_lp(k.encode()) + _lp(v) for k, v in sorted(secrets))
+    return b"".join(length_prefixed(k.encode()) + length_prefixed(v) for k, v in sorted(secrets))
 
 
 def decode_secrets(blob: bytes) -> tuple[tuple[str, bytes], ...]:
@@ -285,10 +294,6 @@ def check_record(
 
 def with_sig(rec: ProtectedRecord, sig: bytes) -> ProtectedRecord:
     """``rec`` carrying ``sig``."""
-    return _with_sig(rec, sig)
-
-
-def _with_sig(rec: ProtectedRecord, sig: bytes) -> ProtectedRecord:
     return ProtectedRecord(
         rec.event_id,
         rec.publisher,

@@ -4,33 +4,38 @@ Theory of operation (psguard.txt §3-§4.1). Three parties, three sets of functi
 (time and randomness come in as arguments) so the Spark pipeline and the broker network share
 them:
 
-* **Publisher** (:class:`Publisher`, holds the KDC's topic keys): an event of a type whose
-  ``topic`` attribute is ``w`` lives in *scope* ``w`` (types without a topic attribute form one
-  scope per type). Each routable attribute becomes tokens (:mod:`pubguard.schemes.psguard.tokens`);
-  the encryption key is ``K(e) = H(S(w) || K^{a1}_{leaf} || K^{a2}_{leaf} ...)`` over the
-  key-tree leaves of the event's routable attributes (NAKT ``K_{ktid(v)}``, category node,
-  prefix/suffix chain, equality leaf), with ``S(w)`` the scope key every subscriber of ``w``
-  holds. Secret attributes and the payload are AEAD-sealed under ``K(e)`` with associated data
+* **Publisher** (:class:`~pubguard.schemes.psguard.publisher.Publisher`, holds the KDC's topic
+  keys): an event of a type whose ``topic`` attribute is ``w`` lives in *scope* ``w`` (types
+  without a topic attribute form one scope per type). Each routable attribute becomes tokens
+  (:mod:`pubguard.schemes.psguard.tokens`); the encryption key is
+  ``K(e) = H(S(w) || K^{a1}_{leaf} || K^{a2}_{leaf} ...)`` over the key-tree leaves of the
+  event's routable attributes (NAKT ``K_{ktid(v)}``, category node, prefix/suffix chain,
+  equality leaf), with ``S(w)`` the scope key every subscriber of ``w`` holds. Secret
+  attributes and the payload are AEAD-sealed under ``K(e)`` with associated data
   ``aad_for(type_id, attribute, epoch, event_id)``; the routable values travel in a *hint*
   sealed under ``KH(S(w), "psguard-hint")`` (psguard.txt sends ``ktid`` in the clear; we hide
   it from brokers and show it only to the scope's subscribers). The record is signed with the
   publisher's Ed25519 key (eventguard.txt §4.4 publish guard, ARCHITECTURE.md modern choices).
-* **KDC / authority** (:class:`Authority`): turns a filter into token groups (what brokers
-  match) and into authorisation keys :class:`FilterKeys` (psguard.txt §3.1 minimal covers).
+* **KDC / authority** (:class:`~pubguard.schemes.psguard.authority.Authority`): turns a filter
+  into token groups (what brokers match) and into authorisation keys
+  :class:`~pubguard.schemes.psguard.authority.FilterKeys` (psguard.txt §3.1 minimal covers).
   Roots of attributes a filter leaves unconstrained are issued on demand (stateless KDC,
   §3.2.1); a root of a constrained attribute is refused.
-* **Broker** (no keys): :func:`verify_record` (signature), :func:`check_record` (signature,
-  timestamp window), and matching: a filter of ``n`` token groups matches an event that meets
-  ``n`` of its tokens (:func:`broker_match`).
+* **Broker** (no keys): :func:`~pubguard.schemes.psguard.record.verify_record` (signature),
+  :func:`~pubguard.schemes.psguard.record.check_record` (signature, timestamp window), and
+  matching: a filter of ``n`` token groups matches an event that meets ``n`` of its tokens
+  (:func:`~pubguard.schemes.psguard.record.broker_match`).
 
-A subscriber opens a delivery with :meth:`FilterKeys.open`, which derives ``K(e)`` only when
-every routable attribute's leaf lies below one of its authorisation nodes, and re-checks its
-plaintext filter (exactness under least-count snapping, psguard.txt §3.1).
+A subscriber opens a delivery with :meth:`~pubguard.schemes.psguard.authority.FilterKeys.open`,
+which derives ``K(e)`` only when every routable attribute's leaf lies below one of its
+authorisation nodes, and re-checks its plaintext filter (exactness under least-count snapping,
+psguard.txt §3.1).
 
 Layout: :mod:`~pubguard.schemes.psguard.record` (schema, record, signed form, broker checks,
 reference match), :mod:`~pubguard.schemes.psguard.keytree` (``K(e)`` and its leaves),
 :mod:`~pubguard.schemes.psguard.publisher` and :mod:`~pubguard.schemes.psguard.authority`
-(KDC side and :class:`FilterKeys`). This module re-exports their public names and holds
+(KDC side and its :class:`~pubguard.schemes.psguard.authority.FilterKeys`); the package face
+:mod:`pubguard.schemes.psguard` exports their public names. This module holds only
 :class:`PSGuardScheme`, the profile through the generic Scheme protocol.
 """
 
@@ -45,57 +50,24 @@ from pubguard.crypto import SigningKey, VerifyKey
 from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
+from pubguard.schemes.base import BrokerScheme, ClientScheme
 from pubguard.schemes.psguard.authority import Authority, FilterKeys
-from pubguard.schemes.psguard.authority import (
-    _ScopeKeys as _ScopeKeys,  # (net/keyservice_kdc_client)
-)
 from pubguard.schemes.psguard.publisher import Publisher
 from pubguard.schemes.psguard.record import (
-    ABSENT_NODE as ABSENT_NODE,
-)
-from pubguard.schemes.psguard.record import (
     DEFAULT_MAX_DELAY_MS,
-    MODES,
     PROFILE,
     ProtectedFilterRows,
     ProtectedRecord,
     Schema,
-    _check_mode,
-    _lp,
     broker_match,
+    check_mode,
     check_record,
     decode_secrets,
     encode_secrets,
-    signed_message,
-    verify_record,
-    with_sig,
-)
-from pubguard.schemes.psguard.record import (
-    PAYLOAD_ATTR as PAYLOAD_ATTR,
-)
-from pubguard.schemes.psguard.record import (
-    SCOPE_NODE as SCOPE_NODE,
+    length_prefixed,
 )
 
-__all__ = [
-    "DEFAULT_MAX_DELAY_MS",
-    "MODES",
-    "PROFILE",
-    "Authority",
-    "FilterKeys",
-    "ProtectedFilterRows",
-    "PSGuardScheme",
-    "ProtectedRecord",
-    "Publisher",
-    "Schema",
-    "broker_match",
-    "check_record",
-    "decode_secrets",
-    "encode_secrets",
-    "signed_message",
-    "verify_record",
-    "with_sig",
-]
+__all__ = ["PSGuardScheme"]
 
 
 # -- the Scheme protocol face (pubguard.schemes.base), for the broker network ------------------
@@ -116,7 +88,7 @@ def _unpack_body(body: bytes) -> tuple[bytes, bytes, bytes]:
     return parts[0], parts[1], parts[2]
 
 
-class PSGuardScheme:
+class PSGuardScheme(BrokerScheme, ClientScheme):
     """PSGuard through the :class:`~pubguard.schemes.base.Scheme` protocol.
 
     Client side needs the key holders it plays: ``kdc`` (publishers protect events; the KDC
@@ -139,7 +111,7 @@ class PSGuardScheme:
         epoch: int = 0,
         max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
     ) -> None:
-        self.schema, self.mode, self.epoch = schema, _check_mode(mode), epoch
+        self.schema, self.mode, self.epoch = schema, check_mode(mode), epoch
         self.verify_keys = dict(verify_keys or {})
         self.max_delay_ms = max_delay_ms
         self._pub = (
@@ -174,7 +146,11 @@ class PSGuardScheme:
         if self._pub is None:
             raise ValidationError("psguard: publishing needs the KDC and a signing key")
         r = self._pub.protect(event, now_ms=int(now * 1000), rng=rng)
-        body = _lp(r.hint) + _lp(encode_secrets(r.secrets)) + _lp(r.payload)
+        body = (
+            length_prefixed(r.hint)
+            + length_prefixed(encode_secrets(r.secrets))
+            + length_prefixed(r.payload)
+        )
         routing = {"mode": r.mode, "nonce": r.nonce, "tokens": list(r.tokens)}
         meta = {"publisher": r.publisher, "ts": r.ts, "epoch": r.epoch, "sig": r.sig}
         return ProtectedEvent(r.event_id, routing, body, meta)

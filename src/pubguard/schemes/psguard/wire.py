@@ -1,5 +1,8 @@
-"""The psguard wire forms and token index, shared by the broker faces of the psguard and default
-profiles (:mod:`pubguard.schemes.psguard.network`, :mod:`pubguard.schemes.default.broker`).
+"""The psguard wire forms, shared by the psguard and default profiles: how a record travels as a
+publication and a tokenised filter as a subscription, the broker's decoded forms
+(:class:`TokenEvent`, :class:`TokenFilter`), and the batch-signature fields
+(:data:`ROOT_TAG`, :func:`batch_fields`). Pure codecs: the broker hooks that use them are
+:mod:`pubguard.schemes.psguard.routing`, the index :mod:`pubguard.schemes.psguard.match`.
 
 Theory of operation
 -------------------
@@ -17,15 +20,6 @@ A filter is a disjunction over *scopes* (one per candidate topic / type) of a co
 numeric range, one node for a category or string chain, ``T(w)`` for the topic. An event's
 tokens meet each group in at most one token, so "every group met" is the counting match.
 
-Matching (:class:`TokenMatcher`, the scheme's index): deterministic tags are looked up in a
-posting list. Randomized tags ``<r, F_T(r)>`` can only be tested by evaluating ``F_T(r)`` for
-subscription tokens ``T``; the matcher does this in two stages: first the *anchor* group of
-every clause (its smallest group: the topic token ``T(w)`` when there is one), then only the
-remaining groups of clauses whose anchor met. :meth:`TokenMatcher.match_batch` evaluates one
-token over every nonce of a micro-batch in a single AES call
-(:func:`~pubguard.schemes.psguard.tokens.match_randomized`, the AES-PRF hint of issue 5), which makes
-randomized tokens nearly free per event when a driver hands the matcher batches.
-
 Covering is sound and deliberately narrow: tokens are opaque, so a filter covers another only
 when their token sets are identical (two subscriptions to the same authorised range).
 """
@@ -39,12 +33,11 @@ from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 from pubguard.errors import ValidationError
-from pubguard.schemes.base import CheckContext, Matcher, ProtectedEvent
-from pubguard.schemes.psguard.match import TokenMatcher
+from pubguard.schemes.base import ProtectedEvent
+from pubguard.schemes.common.merkle import MAX_BATCH, unpack_path
 from pubguard.schemes.psguard.record import (
     ProtectedFilterRows,
     ProtectedRecord,
-    broker_match,
     decode_secrets,
     encode_secrets,
     signed_message_packed,
@@ -54,10 +47,10 @@ from pubguard.schemes.psguard.tokens import NONCE_BYTES, TOKEN_BYTES
 __all__ = [
     "MAX_EVENT_TAGS",
     "MAX_FILTER_TOKENS",
+    "ROOT_TAG",
     "TokenEvent",
     "TokenFilter",
-    "TokenMatcher",
-    "TokenRouting",
+    "batch_fields",
     "filter_to_wire",
     "parse_filter",
     "parse_routing",
@@ -72,6 +65,8 @@ MAX_EVENT_TAGS: Final = 4096  # tags one publication may carry
 _MODE_WIRE: Final = {"randomized": "r", "deterministic": "d"}
 _MODE_NAME: Final = {v: k for k, v in _MODE_WIRE.items()}
 _RECORD_META: Final = frozenset({"p", "ts", "e", "h", "s", "sig"})
+#: what a batch's signature covers, then ``n || root`` (the psguard profile's amortised form)
+ROOT_TAG: Final = b"pubguard/psguard/root/v2\x00"
 
 
 # -- wire forms -------------------------------------------------------------------------------
@@ -112,6 +107,17 @@ def record_to_wire(rec: ProtectedRecord) -> ProtectedEvent:
     return ProtectedEvent(rec.event_id, routing, rec.payload, meta)
 
 
+def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:
+    """``(index, size, path)`` of a batch-signed publication (ValidationError if malformed)."""
+    index, size, path = meta.get("mi"), meta.get("mn"), meta.get("mp")
+    for v in (index, size):
+        if type(v) is not int:
+            raise ValidationError("psguard Merkle index and size must be integers")
+    if not 0 <= index < size <= MAX_BATCH:  # type: ignore[operator]
+        raise ValidationError("psguard Merkle index/size out of range")
+    return index, size, unpack_path(path)  # type: ignore[return-value]
+
+
 class TokenEvent(NamedTuple):
     """A publication's routing part as a broker decodes it (an immutable named tuple rather
     than a frozen dataclass: it is built for every publication at every broker, and a tuple
@@ -127,7 +133,7 @@ class TokenEvent(NamedTuple):
         return frozenset(self.tags)
 
     def as_record(self) -> ProtectedRecord:
-        """Routing fields only (for :func:`~pubguard.schemes.psguard.scheme.broker_match`)."""
+        """Routing fields only (for :func:`~pubguard.schemes.psguard.record.broker_match`)."""
         return ProtectedRecord("", "", 0, 0, self.mode, self.nonce, self.tags, b"", (), b"")
 
 
@@ -316,54 +322,3 @@ def parse_filter(wire: Mapping[str, Any]) -> TokenFilter:
     if n > MAX_FILTER_TOKENS:
         raise ValidationError(f"psguard filter carries more than {MAX_FILTER_TOKENS} tokens")
     return TokenFilter(tuple(out))
-
-
-# -- broker face ----------------------------------------------------------------------------------
-
-
-class TokenRouting:
-    """The routing half of a broker scheme whose filters and events are PSGuard tokens (the
-    psguard and default profiles): decoding, covering, matching, outgoing unchanged."""
-
-    rewrites_outgoing = False
-    #: the last frozen routing part decoded and its TokenEvent: the core decodes a
-    #: publication's routing just before its guards run, which then need it again
-    _last_decoded: tuple[Any, TokenEvent | None] = (None, None)
-
-    def decode_filter(self, wire: Mapping[str, Any]) -> TokenFilter:
-        return parse_filter(wire)
-
-    def event_epoch(self, message: Any) -> int | None:
-        """The key epoch a publication's tokens belong to (its record's ``e``), or None."""
-        e = message.meta.get("e")
-        return e if type(e) is int else None
-
-    def filter_epoch(self, message: Any) -> int | None:
-        """The key epoch a subscription's tokens belong to (the client's ``e`` hint), or
-        None: what the core's catch-up routing compares with a publication's epoch."""
-        e = message.meta.get("e")
-        return e if type(e) is int and e >= 0 else None
-
-    def decode_event(self, routing: Mapping[str, Any]) -> TokenEvent:
-        te = parse_routing(routing)
-        if type(routing) is MappingProxyType:  # immutable (the core's frozen wire form)
-            self._last_decoded = (routing, te)
-        return te
-
-    def decoded(self, routing: Mapping[str, Any]) -> TokenEvent | None:
-        """``decode_event(routing)``'s result if this very (immutable) routing part was the
-        last one decoded, else None."""
-        last, te = self._last_decoded
-        return te if last is routing else None
-
-    def covers(self, f1: TokenFilter, f2: TokenFilter) -> bool:
-        return bool(f2.scopes) and f1.canonical == f2.canonical
-
-    def broker_match(self, pf: TokenFilter, pe: TokenEvent) -> bool:
-        return broker_match(pf.as_rows(), pe.as_record())
-
-    def new_matcher(self) -> Matcher:
-        return TokenMatcher()
-
-    def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
-        return message

@@ -1,36 +1,19 @@
-"""The psguard profile on the broker network: PSGuard (:mod:`pubguard.schemes.psguard.scheme`) as a
-:class:`~pubguard.schemes.base.ClientScheme` and a :class:`~pubguard.schemes.base.BrokerScheme`.
+"""The psguard profile's client face: a publisher and/or subscriber of PSGuard (psguard.txt) as a
+:class:`~pubguard.schemes.base.ClientScheme` on the broker network.
 
 Theory of operation
 -------------------
-:mod:`pubguard.schemes.psguard.scheme` holds the profile as pure functions (publisher, KDC authority,
-record signature check, counting match); this module only maps them onto the broker's wire and
-hooks, so the Spark pipeline and the broker network run the same cryptography.
+A subscriber asks the KDC (:class:`~pubguard.schemes.psguard.keyservice.PSGuardKeyService`, or a
+proxy to one) to tokenise each filter and to issue its authorisation keys for the current key
+epoch; a publisher asks it for the epoch's topic keys and protects records with them
+(:class:`~pubguard.schemes.psguard.publisher.Publisher`). Keys change per epoch (psguard.txt
+§3.2): a client renews its filters' keys at an epoch change, a withdrawn filter is not renewed,
+so its holder cannot read the new epoch's events. The KDC refuses filters no policy entry of
+the subscriber covers (DropError UNAUTHORISED) and gives publishers key trees only for their
+scopes.
 
-Wire forms, the token index (:class:`TokenMatcher`) and the routing hooks shared with the default
-profile (:class:`TokenRouting`) live in :mod:`pubguard.schemes.psguard.wire`; they are
-re-exported here.
-
-Broker check: publications must carry a valid signature of a known publisher and a timestamp
-within ``max_delay`` (:func:`~pubguard.schemes.psguard.scheme.check_record`): FORGED, then STALE.
-PSGuard itself does not sign (psguard.txt §4 trusts brokers to route, not to authenticate);
-this profile adds the publisher's Ed25519 signature so a broker can drop forgeries. Two forms:
-one signature per record (over ``record.message()``), or amortised over a batch
-(:meth:`PSGuardClient.protect_events`): the publisher signs ``ROOT_TAG || n || root`` of a Merkle
-tree whose leaves are ``H(record.message())`` (:mod:`pubguard.schemes.common.merkle`) and each
-publication carries its index, the batch size and its path in ``meta`` (``mi``, ``mn``,
-``mp``: the path's hashes concatenated, so ``meta`` stays a flat map of scalars); every leaf
-hash commits to its index and the batch size (so altering ``mi`` or ``mn`` is ``forged``). A
-broker verifies one signature per batch and caches the verified root. The two
-signed strings start with different tags, so neither signature passes for the other form.
-PSGuard has no subscription guard: a subscription is only tokens, and a subscriber without the
-KDC's keys can neither compute them nor open what they would match.
-
-Key service (:class:`PSGuardKeyService`, in :mod:`~pubguard.schemes.psguard.keyservice`): the KDC's subscriber and publisher faces for one
-deployment. It refuses filters no policy entry of the subscriber covers (DropError
-UNAUTHORISED), gives publishers key trees only for their scopes, and changes keys per epoch
-(psguard.txt §3.2): a client renews its filters' keys at an epoch change, a withdrawn filter
-is not renewed, so its holder cannot read the new epoch's events.
+Records are signed one by one or, amortised, once per batch over a Merkle root (the signed
+forms are described in :mod:`pubguard.schemes.psguard.broker`, whose check they must pass).
 """
 
 from __future__ import annotations
@@ -38,219 +21,37 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from random import Random
-from typing import Any, Final
+from typing import Any
 
 from pubguard.crypto import H, SigningKey, VerifyKey
-from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, ValidationError
+from pubguard.errors import DropError, InvalidToken, KeyError_, ValidationError
 from pubguard.model import Event, Filter
-from pubguard.schemes.base import CheckContext, ProtectedEvent, ProtectedFilter
+from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.common.guards import SignedRootVerifier
-from pubguard.schemes.common.merkle import (
-    MAX_BATCH,
-    PACKED_PATH_LENGTHS,
-    check_packed_path,
-    merkle_batch,
-    pack_path,
-    signed_root,
-    unpack_path,
-)
+from pubguard.schemes.common.merkle import merkle_batch, pack_path, signed_root
 from pubguard.schemes.plain import new_event_id
-from pubguard.schemes.psguard.keyservice import (
-    DEFAULT_EPOCH_LENGTH,
-    PSGuardKeyService,
-    filter_id,
-)
-from pubguard.schemes.psguard.scheme import (
+from pubguard.schemes.psguard.authority import FilterKeys
+from pubguard.schemes.psguard.keyservice import NEXT_EPOCH_WINDOW, PSGuardKeyService, filter_id
+from pubguard.schemes.psguard.publisher import Publisher
+from pubguard.schemes.psguard.record import (
     DEFAULT_MAX_DELAY_MS,
     MODES,
     PROFILE,
-    FilterKeys,
+    PSGUARD_PAPER,
     ProtectedFilterRows,
     ProtectedRecord,
-    Publisher,
     verify_record,
     with_sig,
 )
 from pubguard.schemes.psguard.wire import (
-    MAX_EVENT_TAGS,
-    MAX_FILTER_TOKENS,
-    TokenEvent,
-    TokenFilter,
-    TokenMatcher,
-    TokenRouting,
+    ROOT_TAG,
+    batch_fields,
     filter_to_wire,
-    parse_filter,
-    parse_routing,
     record_from_wire,
     record_to_wire,
-    signed_from_wire,
 )
 
-__all__ = [
-    "DEFAULT_EPOCH_LENGTH",
-    "MAX_EVENT_TAGS",
-    "MAX_FILTER_TOKENS",
-    "PSGUARD",
-    "PSGUARD_PAPER",
-    "ROOT_TAG",
-    "TRUST",
-    "VERIFY_MODES",
-    "PSGuardBroker",
-    "PSGuardClient",
-    "PSGuardKeyService",
-    "TokenEvent",
-    "TokenFilter",
-    "TokenMatcher",
-    "TokenRouting",
-    "filter_to_wire",
-    "batch_fields",
-    "parse_filter",
-    "parse_routing",
-    "record_from_wire",
-    "record_to_wire",
-]
-
-PSGUARD: Final = PROFILE
-#: psguard.txt §2's configuration: brokers only match tokens (honest-but-curious routing)
-PSGUARD_PAPER: Final = "psguard-paper"
-#: broker ``verify`` mode -> the profile name it is served under
-VERIFY_MODES: Final = {"signature": PSGUARD, "none": PSGUARD_PAPER}
-TRUST: Final = {
-    "signature": "malicious brokers: forgeries and stale records dropped at the first broker",
-    "none": "honest-but-curious brokers (psguard.txt §2): forgeries refused by subscribers only",
-}
-ROOT_TAG: Final = b"pubguard/psguard/root/v2\x00"  # what a batch's signature covers, then root
-
-
-# -- broker face ----------------------------------------------------------------------------------
-
-
-class PSGuardBroker(TokenRouting):
-    """Broker face of the psguard profile. ``publishers``: name -> Ed25519 key of every
-    publisher whose records are routed; ``max_delay_ms``: the timestamp window.
-
-    ``verify``: what the broker checks before it matches (see :data:`VERIFY_MODES`):
-    ``"signature"`` (profile ``psguard``, the default): the publisher's signature on the
-    record or on its batch's Merkle root, then the timestamp window; ``"none"`` (profile
-    ``psguard-paper``): psguard.txt §2's honest-but-curious routing nodes ("we assume that the
-    pub-sub nodes are honest in routing"), which only match tokens. In that mode a forgery or a
-    tampered record is routed and refused end to end: subscribers check the publisher's
-    signature when they know its key and the AEAD under ``K(e)`` fails on any tampered
-    ciphertext."""
-
-    @property
-    def catch_up_horizon(self) -> float:
-        """Seconds a down link is routed a new epoch's publications (``Broker._catch_up``):
-        the timestamp window, after which they would arrive stale anyway."""
-        return self.max_delay_ms / 1000
-
-    def __init__(
-        self,
-        publishers: Mapping[str, VerifyKey] = (),  # type: ignore[assignment]
-        *,
-        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
-        verify: str = "signature",
-    ) -> None:
-        if max_delay_ms <= 0:
-            raise ValidationError("max_delay_ms must be positive")
-        if verify not in VERIFY_MODES:
-            raise ValidationError(
-                f"unknown psguard verify mode {verify!r} (valid: {', '.join(VERIFY_MODES)})"
-            )
-        self.verify = verify
-        self.profile = VERIFY_MODES[verify]
-        #: the assumption this broker's checks rest on (shown by docs/profiles.md's threat table)
-        self.trust = TRUST[verify]
-        self.publishers: dict[str, VerifyKey] = dict(publishers)
-        #: revoked publisher keys (raw), and the names whose key is among them
-        self.revoked: set[bytes] = set()
-        self._revoked_names: set[str] = set()
-        self.max_delay_ms = max_delay_ms
-        self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)
-        #: the core's flag: without checks it admits publications on its plain fast path
-        self.checks_messages = verify != "none"
-        if verify == "none":
-            self.broker_check = _route_only  # type: ignore[method-assign]
-
-    def __repr__(self) -> str:
-        return f"PSGuardBroker(verify={self.verify!r}, publishers={len(self.publishers)})"
-
-    def add_publisher(self, name: str, key: VerifyKey) -> None:
-        self.publishers[name] = key
-        if key.to_bytes() in self.revoked:
-            self._revoked_names.add(name)
-
-    def revoke(self, publisher_key: VerifyKey | bytes) -> None:
-        """Refuse this key's publications from now on with REVOKED (the authority's signed
-        revocation list, :mod:`pubguard.net.server.revocation`; psguard.txt §3.2 alone cuts a
-        publisher off only at the next key epoch). Brokers that verify nothing (``psguard-paper``)
-        route on regardless: there a revoked publisher is cut off at the next key epoch."""
-        raw = publisher_key.to_bytes() if isinstance(publisher_key, VerifyKey) else publisher_key
-        k = bytes(raw)
-        self.revoked.add(k)
-        self._revoked_names.update(n for n, v in self.publishers.items() if v.to_bytes() == k)
-
-    def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
-        if message.op != "publish":
-            return None  # psguard.txt: keys, not brokers, enforce who may subscribe
-        meta, routing = message.meta, message.routing
-        te = self.decoded(routing) or parse_routing(routing)
-        pub, ts, _, signed, sig = signed_from_wire(
-            message.event_id, te, routing, message.body, meta
-        )
-        key = self.publishers.get(pub)
-        if pub in self._revoked_names:
-            return DropReason.REVOKED
-        if "mn" not in meta:  # one signature per record (check_record: forged, then stale)
-            if key is None or not key.is_valid(sig, signed):
-                return DropReason.FORGED
-        else:
-            index, size, path = meta.get("mi"), meta["mn"], meta.get("mp")
-            if not (
-                type(index) is int
-                and type(size) is int
-                and 0 <= index < size <= MAX_BATCH
-                and type(path) is bytes
-                and len(path) in PACKED_PATH_LENGTHS
-            ):
-                index, size, path = _batch_packed(meta)  # ValidationError: MALFORMED
-            if key is None:
-                return DropReason.FORGED
-            try:
-                self.roots.verify_packed(key, H(signed), sig, ctx.now, index, size, path)
-            except InvalidToken:
-                return DropReason.FORGED
-        return DropReason.STALE if abs(int(ctx.now * 1000) - ts) > self.max_delay_ms else None
-
-
-def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:
-    """psguard.txt §2/§4: an honest-but-curious broker routes on tokens and checks nothing
-    else (the core has already decoded the routing part: a malformed one is MALFORMED)."""
-    return None
-
-
-def _batch_packed(meta: Mapping[str, Any]) -> tuple[int, int, bytes]:
-    """:func:`batch_fields` with the path left packed (the broker's verifier reads it so)."""
-    index, size = meta.get("mi"), meta.get("mn")
-    if type(index) is not int or type(size) is not int:
-        raise ValidationError("psguard Merkle index and size must be integers")
-    if not 0 <= index < size <= MAX_BATCH:
-        raise ValidationError("psguard Merkle index/size out of range")
-    return index, size, check_packed_path(meta.get("mp"))
-
-
-def batch_fields(meta: Mapping[str, Any]) -> tuple[int, int, tuple[bytes, ...]]:
-    """``(index, size, path)`` of a batch-signed publication (ValidationError if malformed)."""
-    index, size, path = meta.get("mi"), meta.get("mn"), meta.get("mp")
-    for v in (index, size):
-        if type(v) is not int:
-            raise ValidationError("psguard Merkle index and size must be integers")
-    if not 0 <= index < size <= MAX_BATCH:  # type: ignore[operator]
-        raise ValidationError("psguard Merkle index/size out of range")
-    return index, size, unpack_path(path)  # type: ignore[return-value]
-
-
-# -- client face (the key service: schemes/psguard/keyservice.py) -----------------------------
+__all__ = ["PSGuardClient"]
 
 
 class _Held:
@@ -260,7 +61,7 @@ class _Held:
         self.filter, self.keys = f, keys
 
 
-class PSGuardClient:
+class PSGuardClient(ClientScheme):
     """A publisher and/or subscriber on the psguard profile. ``keys`` is the KDC (a
     :class:`PSGuardKeyService` or a proxy to one); ``signing_key`` the publisher's record key;
     ``publisher_keys`` lets a subscriber also check publishers' signatures on receipt (the
@@ -277,7 +78,7 @@ class PSGuardClient:
         mode: str = "randomized",
         publisher_keys: Mapping[str, VerifyKey] | None = None,
         sign_records: bool = True,
-        profile: str = PSGUARD,
+        profile: str = PROFILE,
         max_delay: float = DEFAULT_MAX_DELAY_MS / 1000,
     ) -> None:
         if not isinstance(name, str) or not name:
@@ -287,7 +88,7 @@ class PSGuardClient:
         #: the brokers' timestamp window (seconds): an event arrives at most this late, so a
         #: filter's keys are kept that long past their epoch (``_hold``)
         self.max_delay = float(max_delay)
-        if profile not in (PSGUARD, PSGUARD_PAPER):
+        if profile not in (PROFILE, PSGUARD_PAPER):
             raise ValidationError(f"not a psguard profile: {profile!r}")
         self.profile = profile
         if mode not in MODES:
@@ -299,7 +100,7 @@ class PSGuardClient:
         self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
         self._pub: tuple[int, Publisher] | None = None
         self._sign_records = sign_records
-        #: verified batch roots (one Ed25519 verify per Merkle batch, psguard.txt §4 + issue 5)
+        #: verified batch roots (one Ed25519 verify per Merkle batch, psguard.txt §4)
         self._roots = SignedRootVerifier(ROOT_TAG, ttl=2 * DEFAULT_MAX_DELAY_MS / 1000)
         self._record_checks = 0
 
@@ -311,6 +112,14 @@ class PSGuardClient:
     renews_ahead = True
     #: brokers hold no permit to expire: the client withdraws the old epoch's subscription
     leased_subscriptions = False
+    renews_subscriptions = True
+    next_epoch_window = NEXT_EPOCH_WINDOW
+    merkle_batches = True
+
+    @property
+    def key_service(self) -> object:
+        """The KDC (or its proxy, ``RemoteKdc``) this client takes filter keys from."""
+        return self.service
 
     def epoch_end(self, now: float) -> float | None:
         """When the key epoch current at ``now`` ends (``pubguard.net.client.client`` renews then)."""
@@ -355,7 +164,7 @@ class PSGuardClient:
     ) -> ProtectedFilter:
         # the epoch the tokens belong to rides beside them (an unauthenticated routing hint:
         # a broker routes a catching-up link the next epoch's publications by it,
-        # broker/publishing.py ``_catch_up``; the tokens themselves stay unlinkable)
+        # ``CatchUpRouter.route`` in broker/catch_up.py; the tokens themselves stay unlinkable)
         epoch = self.service.epoch_at(now)
         return ProtectedFilter(filter_to_wire(self.authorise(f, now=now)), {"e": epoch})
 
@@ -445,7 +254,7 @@ class PSGuardClient:
 
     # -- publisher ------------------------------------------------------------------------------
     def publisher(self, *, now: float) -> Publisher:
-        """The :class:`~pubguard.schemes.psguard.scheme.Publisher` of the current epoch."""
+        """The :class:`~pubguard.schemes.psguard.publisher.Publisher` of the current epoch."""
         epoch = self.service.epoch_at(now)
         if self._pub is None or self._pub[0] != epoch:
             if self._signer is None:
@@ -515,8 +324,3 @@ class _NullSigner:
 
     def sign(self, message: bytes) -> bytes:
         return b""
-
-
-def make_scheme(publishers: Mapping[str, VerifyKey], **options: Any) -> PSGuardBroker:
-    """The broker scheme for a :class:`~pubguard.schemes.SchemeRegistry` (see the class)."""
-    return PSGuardBroker(publishers, **options)
