@@ -5,18 +5,62 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 import time
 import tomllib
-from collections.abc import Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pubguard.net.config import load_cluster_config, parse_cluster_config
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 T = TypeVar("T")
+
+# How long a test waits for something that must happen (a message, a lease lapsing, a
+# reconnection). A bound on a wait, never a verdict: under load a step that takes
+# milliseconds alone can take seconds, and the test should still pass. Only a thing that
+# never happens fails, at this bound.
+PATIENCE: Final = 60.0
+POLL: Final = 0.05  # seconds between two looks at a condition
+
+
+def wait_until(
+    predicate: Callable[[], T], what: str, *, timeout: float = PATIENCE, every: float = POLL
+) -> T:
+    """``predicate()`` once it is truthy (polled, with ``time.sleep`` between looks); an
+    AssertionError naming ``what`` and the last value if it is not by ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} within {timeout:g}s (last: {value!r})")
+        time.sleep(every)
+
+
+async def until(
+    probe: Callable[[], T | Awaitable[T]],
+    what: str,
+    *,
+    timeout: float = PATIENCE,
+    every: float = POLL,
+) -> T:
+    """The asyncio twin of :func:`wait_until`: ``probe()`` (awaited when it returns an
+    awaitable, e.g. a status read) once it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} within {timeout:g}s (last: {value!r})")
+        await asyncio.sleep(every)
 
 
 class LoopThread:

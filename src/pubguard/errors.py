@@ -13,14 +13,17 @@ attributes (drop reason, link, identifiers, line, column) and never key material
     │   ├── ConfigError             a bad config file or option (.path, .key)
     │   ├── KeyError_               key derivation refused or impossible (out of range, ...)
     │   └── StateError              operation not allowed in the current state
+    │       └── ProfileNotServedError   the broker does not serve that profile (.served)
     ├── RemoteError                 a peer or input source misbehaved
-    │   ├── InputError              a bad line in an input file (.path, .line)
+    │   ├── InputError              a bad line in an input file (.path, .line, .column)
     │   ├── FrameError              malformed / oversize / unknown-version frame (.link)
     │   ├── DropError               a message was dropped (.reason: DropReason)
+    │   │   └── RefusedError        the broker refused a request of this client (.ref)
     │   ├── InvalidToken            any authentication failure (opaque on purpose)
     │   └── RevokedError            certificate or entity revoked
     └── TransportError              connection, TLS handshake, timeout
-        └── SlowConsumerError       a bounded queue overflowed (.capacity)
+        ├── SlowConsumerError       a bounded queue overflowed (.capacity)
+        └── ReplacedError           a newer connection with this identity took over (.identity)
 """
 
 from __future__ import annotations
@@ -37,8 +40,11 @@ __all__ = [
     "KeyError_",
     "LocalError",
     "ParseError",
+    "ProfileNotServedError",
     "PubguardError",
+    "RefusedError",
     "RemoteError",
+    "ReplacedError",
     "RevokedError",
     "SlowConsumerError",
     "StateError",
@@ -101,22 +107,46 @@ class StateError(LocalError):
     """The operation is not allowed in the current state."""
 
 
+class ProfileNotServedError(StateError):
+    """A client was about to send a message of a profile its broker does not serve (the broker
+    announces the profiles it serves in its ``hello``); nothing was sent."""
+
+    def __init__(self, profile: str, served: tuple[str, ...], *, broker: str | None = None) -> None:
+        self.profile = profile
+        self.served = served
+        who = f"broker {broker}" if broker else "the broker"
+        super().__init__(
+            f"{who} does not serve profile {profile!r} (it serves: {', '.join(served) or 'none'});"
+            " nothing was sent"
+        )
+
+
 class RemoteError(PubguardError):
     """A peer, broker or input source misbehaved."""
 
 
 class InputError(RemoteError):
-    """A bad record in an input file; names the file and the 1-based line."""
+    """A bad record in an input file; names the file, the 1-based line and, for a syntax error
+    (malformed JSON), the 1-based column."""
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
         self.path = path
         self.line = line
+        self.column = column
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "
         elif line is not None:
             where = f"line {line}: "
-        super().__init__(f"{where}{message}")
+        at = f" (column {column})" if column is not None else ""
+        super().__init__(f"{where}{message}{at}")
 
 
 class FrameError(RemoteError):
@@ -136,6 +166,24 @@ class DropError(RemoteError):
         super().__init__(f"{self.reason.value}: {message}" if message else self.reason.value)
 
 
+class RefusedError(DropError):
+    """The broker refused a request of this client (an ``Error`` reply to a publish,
+    subscribe or advertise); ``ref`` is the refused message's id, ``count`` how many were
+    refused (the first one is described)."""
+
+    def __init__(
+        self, reason: DropReason, ref: str, detail: str = "", *, broker: str = "", count: int = 1
+    ) -> None:
+        self.reason = DropReason(reason)
+        self.ids = {"ref": ref}
+        self.ref = ref
+        self.count = count
+        who = f"broker {broker}" if broker else "the broker"
+        why = f" ({detail})" if detail else ""
+        more = f"; {count} refused in all" if count > 1 else ""
+        RemoteError.__init__(self, f"{who} refused {ref}: {self.reason.value}{why}{more}")
+
+
 class InvalidToken(RemoteError):
     """Authentication failed. Deliberately opaque: it never says which check failed."""
 
@@ -149,6 +197,20 @@ class RevokedError(RemoteError):
 
 class TransportError(PubguardError):
     """Connection, TLS handshake or timeout failure."""
+
+
+class ReplacedError(TransportError):
+    """Another connection with the same identity replaced this one at the broker (a second
+    client process under one identity): the client stops instead of taking the identity back
+    in a loop."""
+
+    def __init__(self, identity: str, *, broker: str | None = None) -> None:
+        self.identity = identity
+        at = f" at broker {broker}" if broker else ""
+        super().__init__(
+            f"another connection with identity {identity!r} replaced this one{at}"
+            " (give each client process its own identity)"
+        )
 
 
 class SlowConsumerError(TransportError):

@@ -110,3 +110,20 @@ def test_a_workload_path_that_is_a_file(tmp_path: Path) -> None:
         assert (
             _one_line_error(args) == f"pubguard: error: {f}: not a workload folder (it is a file)"
         )
+
+
+def test_publish_names_the_line_and_column_of_malformed_json(tmp_path: Path) -> None:
+    state = str(tmp_path / "net")  # JSON is checked before any connection is tried
+    bad = '{"attrs": {"a": 1, "b": 2, "c": 3, "d": 4, "eeeeee" 5}}'  # ':' missing at 53
+    assert _one_line_error(["publish", "--state", state, '{"attrs": {}}', bad]) == (
+        "pubguard: error: argument 2: malformed JSON: Expecting ':' delimiter (column 53)"
+    )
+    # stdin lines keep their real numbers: blank lines count
+    res = CliRunner().invoke(
+        cli, ["publish", "--state", state], input=f'\n{{"attrs": {{"a": 1}}}}\n\n{bad}\n'
+    )
+    assert res.exit_code == 1
+    assert res.stderr.strip() == (
+        "pubguard: error: <stdin>:4: malformed JSON: Expecting ':' delimiter (column 53)"
+    )
+    assert not (tmp_path / "net").exists()

@@ -115,3 +115,49 @@ def test_bench_pipeline_refuses_empty_runs_before_spark() -> None:
         res = CliRunner().invoke(cli, ["bench", "pipeline", flag, "0"])
         assert res.exit_code == 2 and "Traceback" not in res.output
         assert f"Invalid value for '{flag}': 0 is not in the range x>=1." in res.stderr
+
+
+def _corrupt_events(workload: Path) -> str:
+    """The last event line loses a ':'; the expected error line."""
+    p = workload / "events.jsonl"
+    lines = p.read_text().splitlines()
+    lines[-1] = lines[-1].replace('"attrs":', '"attrs"', 1)
+    p.write_text("\n".join(lines) + "\n")
+    col = lines[-1].index('"attrs"') + len('"attrs"') + 2
+    return f"{p}:{len(lines)}: malformed JSON: Expecting ':' delimiter (column {col})"
+
+
+def _bad_type(workload: Path) -> str:
+    p = workload / "events.jsonl"
+    lines = p.read_text().splitlines()
+    lines[0] = lines[0].replace('"type": "', '"type": "nosuch', 1)
+    p.write_text("\n".join(lines) + "\n")
+    return f"{p}: event e1: unknown event type"
+
+
+def _no_filter_id(workload: Path) -> str:
+    p = workload / "subscriptions.jsonl"
+    lines = p.read_text().splitlines()
+    lines[0] = lines[0].replace('"id":', '"_id":', 1)
+    p.write_text("\n".join(lines) + "\n")
+    return f"{workload}: every subscription filter needs an id"
+
+
+@pytest.mark.parametrize("spoil", [_corrupt_events, _bad_type, _no_filter_id])
+def test_a_bad_workload_is_refused_before_spark_starts(
+    workload: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: object
+) -> None:
+    from pubguard.pipeline import session
+
+    started: list[str] = []
+
+    def no_spark(**kw: object) -> object:
+        started.append(str(kw))
+        raise AssertionError("a Spark session was asked for before the workload was checked")
+
+    monkeypatch.setattr(session, "get_spark", no_spark)
+    expected = spoil(workload)  # type: ignore[operator]
+    out = tmp_path / "out"
+    line = _one_line_error(["pipeline", "run", "--workload", str(workload), "--out", str(out)])
+    assert line.startswith(f"pubguard: error: {expected}"), line
+    assert started == [] and not out.exists()

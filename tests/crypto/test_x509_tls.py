@@ -167,5 +167,5 @@ def test_identity_keys_encrypted_at_rest_open_only_with_their_passphrase(pki, tm
         t0 = time.monotonic()
         with pytest.raises(ConfigError, match="encrypted and the passphrase is missing") as ei:
             client_ssl_context(enc.cert_path, enc.key_path, enc.ca_path, password=wrong)
-        assert time.monotonic() - t0 < 5  # no terminal prompt
+        assert time.monotonic() - t0 < 60  # no terminal prompt (it would wait for ever)
         assert secret.decode() not in str(ei.value) and "\n" not in str(ei.value)

@@ -65,3 +65,26 @@ def test_equal_filter_lines_share_one_parsed_filter(tmp_path: Path) -> None:
     assert subs[2].filter is not subs[0].filter
     assert isinstance(subs[2].filter.constraints[0].value, float)
     assert isinstance(subs[0].filter.constraints[0].value, int)
+
+
+def test_malformed_json_is_reported_at_its_real_line_and_column(tmp_path: Path) -> None:
+    from pubguard.model import parse_json
+
+    line = '{"id": "e1", "attrs": {"a": 1, "b": 2, "c": 3, "d" 4}}'  # ':' missing before 4
+    col = line.index("4}") + 1  # 1-based: 52
+    p = tmp_path / "events.jsonl"
+    p.write_text('{"attrs": {"a": 1}}\n\n' + line + "\n")
+    it = read_events(p)
+    next(it)
+    with pytest.raises(InputError) as ei:
+        next(it)
+    assert (ei.value.path, ei.value.line, ei.value.column) == (str(p), 3, col)
+    assert str(ei.value) == f"{p}:3: malformed JSON: Expecting ':' delimiter (column {col})"
+    # a text that starts on line 10 of its file, with the fault on its own second line
+    with pytest.raises(InputError) as ei:
+        parse_json('{"a": 1,\n  "b" 2}', path="f.json", line=10)
+    assert (ei.value.line, ei.value.column) == (11, 7)
+    # a command-line argument: no line number unless the fault is past its first line
+    with pytest.raises(InputError) as ei:
+        parse_json('{"a": tru}', path="argument 1", line=None)
+    assert str(ei.value) == "argument 1: malformed JSON: Expecting value (column 7)"

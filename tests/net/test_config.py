@@ -113,3 +113,35 @@ def test_cluster_edges_and_errors() -> None:
     with pytest.raises(ConfigError) as ei:
         parse_cluster_config({"topology": {"kind": "ring"}})
     assert ei.value.key == "topology.kind"
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]", "*", "0000:0::0"])
+def test_a_wildcard_host_is_refused_where_it_is_set(host: str) -> None:
+    """Listening on every interface gives clients no address the broker's certificate
+    names: refused in the broker's, the parent link's and the cluster's ``host``."""
+    broker = {"name": "b1", "state_dir": "s", "tls_enabled": False}
+    with pytest.raises(ConfigError) as e:
+        parse_broker_config({**broker, "host": host}, path="b.toml")
+    assert e.value.key == "host"
+    assert str(e.value) == (
+        f"b.toml: host: {host!r} would listen on every interface, but clients verify the "
+        "broker's certificate against the address they dial; set host to that address "
+        '(e.g. "127.0.0.1")'
+    )
+    with pytest.raises(ConfigError) as e:
+        parse_broker_config({**broker, "parent": {"name": "b0", "host": host, "port": 7001}})
+    assert e.value.key == "parent.host"
+    with pytest.raises(ConfigError) as e:
+        parse_cluster_config({"host": host, "topology": {"kind": "tree", "depth": 0}})
+    assert e.value.key == "host" and "every interface" in str(e.value)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "broker.example", "10.0.0.7"])
+def test_a_host_that_names_one_address_is_kept(host: str) -> None:
+    cfg = parse_broker_config({"name": "b1", "state_dir": "s", "tls_enabled": False, "host": host})
+    assert cfg.host == host
+
+
+def test_an_empty_host_is_refused() -> None:
+    with pytest.raises(ConfigError, match="host: is empty"):
+        parse_broker_config({"name": "b1", "state_dir": "s", "tls_enabled": False, "host": " "})

@@ -1,19 +1,24 @@
-"""``LocalCluster.wait_connected`` (and ``wait_quiescent``) asks again when a status does not come in time (a broker
-just restarted while its admin link is still backing off: a security test once failed on
-the first 5 s status time-out, well inside the 30 s it waits), and gives up at its own
-deadline with a TransportError."""
+"""``LocalCluster.status`` (and ``wait_connected``, ``wait_quiescent`` above it) asks again
+when a status does not come in time (a loaded machine; a broker just restarted while its
+admin link is still backing off: a security test once failed on the first 5 s status
+time-out), gives up at its own deadline with a TransportError, and reports a broker whose
+process exited at once."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pubguard.errors import TransportError
-from pubguard.net.config import load_cluster_config
+from pubguard.errors import StateError, TransportError
+from pubguard.net.config import chain_toml, load_cluster_config, parse_cluster_config
 from pubguard.ops.cluster import LocalCluster
+from tests.loopback import LoopThread
 
 LINKED = {
     "b0": {"parent": None, "link_state": {}, "queue": 0},
@@ -57,3 +62,31 @@ def test_it_still_gives_up_at_its_deadline(tmp_path: Path) -> None:
     down = {**LINKED, "b1": {"parent": "b:b0", "link_state": {"b:b0": {"connected": False}}}}
     with pytest.raises(TransportError, match=r"not linked to their parents: \['b1'\]"):
         asyncio.run(Scripted(tmp_path, [down]).wait_connected(timeout=0.2))
+
+
+@pytest.mark.slow
+def test_a_slow_status_is_asked_again_and_a_dead_broker_is_reported_at_once(
+    aloop: LoopThread, tmp_path: Path
+) -> None:
+    """Over real processes: a broker that cannot answer for longer than one ask (stopped with
+    SIGSTOP for 7 s, past the client's 5 s status time-out, as a loaded machine can stall
+    one) still gets its status read; a broker whose process exited is a StateError at once,
+    not a minute of asking."""
+    cfg = parse_cluster_config(tomllib.loads(chain_toml(2, ["plain"])), base=tmp_path)
+    c = LocalCluster(cfg)
+    aloop.run(c.start(), timeout=90)
+    try:
+
+        async def stalled() -> dict[str, Any]:
+            await c.status("b1")  # the admin link is up
+            pid = c.procs["b1"].pid
+            os.killpg(pid, signal.SIGSTOP)
+            asyncio.get_running_loop().call_later(7.0, os.killpg, pid, signal.SIGCONT)
+            return await c.status("b1")
+
+        assert aloop.run(stalled(), timeout=120)["broker"] == "b1"
+        c.kill("b1")
+        with pytest.raises(StateError, match="broker b1 is down"):
+            aloop.run(c.status("b1"), timeout=10)
+    finally:
+        aloop.run(c.stop(), timeout=60)

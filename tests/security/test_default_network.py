@@ -39,7 +39,7 @@ from pubguard.schemes.default.client import DefaultClient
 from pubguard.schemes.registry import KeyBundle
 from pubguard.wire.framing import FrameDecoder
 from pubguard.wire.messages import Unsubscribe
-from tests.loopback import LoopThread
+from tests.loopback import PATIENCE, LoopThread
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -145,7 +145,7 @@ class Net:
     state: Path
     sent: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def run(self, coro: Any, timeout: float = 60.0) -> Any:
+    def run(self, coro: Any, timeout: float = 4 * PATIENCE) -> Any:
         return self.loop.run(coro, timeout)
 
 
@@ -217,7 +217,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         await cluster.wait_quiescent()
 
     try:
-        loop.run(up(), timeout=120)
+        loop.run(up(), timeout=4 * PATIENCE)
         yield Net(
             loop,
             bundle,
@@ -235,11 +235,11 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
                 await c.close()
             await cluster.stop()
 
-        loop.run(down(), timeout=60)
+        loop.run(down(), timeout=2 * PATIENCE)
         loop.close()
 
 
-async def drain(sub: Any, n: int, timeout: float = 20.0) -> list[Event]:
+async def drain(sub: Any, n: int, timeout: float = PATIENCE) -> list[Event]:
     return [(await sub.next(timeout=timeout)).event for _ in range(n)]
 
 
@@ -332,7 +332,7 @@ async def _drops(net: Net) -> dict[str, dict[str, int]]:
 async def _until(
     net: Net, broker: str, reason: str, before: dict[str, dict[str, int]]
 ) -> dict[str, dict[str, int]]:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE
     while True:
         now = await _drops(net)
         if now[broker].get(reason, 0) > before[broker].get(reason, 0):
@@ -398,7 +398,7 @@ def test_replay_is_a_duplicate_then_replayed_after_the_broker_restarts(net: Net)
     async def back() -> None:
         await net.cluster.restart("b3")
         await net.cluster.wait_connected()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE
         while not mallory.is_connected or not net.clients["hospital"].is_connected:
             if time.monotonic() > deadline:
                 raise AssertionError("clients did not reconnect")

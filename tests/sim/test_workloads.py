@@ -210,3 +210,24 @@ def test_loading_is_strict(folders: dict[str, Path], tmp_path: Path) -> None:
         load_workload(d)
     with pytest.raises(InputError):
         load_workload(tmp_path / "missing")
+
+
+def test_a_malformed_workload_json_names_its_line_and_column(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    d = tmp_path / "w"
+    d.mkdir()
+    for f in FILES:
+        (d / f).write_bytes((folders["vcaps"] / f).read_bytes())
+    text = (d / "workload.json").read_text()  # indented: "seed" sits on a line of its own
+    lines = text.splitlines()
+    n = next(i for i, ln in enumerate(lines) if '"seed":' in ln)
+    lines[n] = lines[n].replace('"seed":', '"seed"')
+    (d / "workload.json").write_text("\n".join(lines) + "\n")
+    col = lines[n].index('"seed"') + len('"seed"') + 2  # 1-based: the value after the key
+    with pytest.raises(InputError) as err:
+        load_workload(d)
+    assert (err.value.line, err.value.column) == (n + 1, col)
+    assert str(err.value) == (
+        f"{d / 'workload.json'}:{n + 1}: malformed JSON: Expecting ':' delimiter (column {col})"
+    )

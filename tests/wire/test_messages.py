@@ -296,3 +296,15 @@ def test_decode_deliver_is_decode_message_for_the_common_shape() -> None:
     assert decode_deliver({**wire, "sub_ids": [""]}) is None
     assert decode_deliver({**wire, "event": {**ev, "x": 1}}) is None
     assert decode_deliver({**wire, "event": {**ev, "routing": {"a": [1]}}}) is None
+
+
+def test_a_bad_wire_value_is_named_by_its_path_and_the_range_given() -> None:
+    rng = r"\(wire integers are -2\*\*63 \.\. 2\*\*64-1\)"
+    with pytest.raises(ValidationError, match=rf"^routing\.price: integer out of range {rng}$"):
+        Publish("e", "plain", {"topic": "t", "price": 2**64})
+    with pytest.raises(ValidationError, match=rf"^routing\.price: integer out of range {rng}$"):
+        publish_wire("e", "plain", {"topic": "t", "price": -(2**63) - 1}, b"")
+    with pytest.raises(ValidationError, match=r"^meta\.a\.b\[2\]: integer out of range"):
+        Publish("e", "plain", {}, b"", {"a": {"b": [1, 2, 2**70]}})
+    with pytest.raises(ValidationError, match=r"^filter\.x: NaN is not a wire value$"):
+        freeze_wire({"x": math.nan}, what="filter")

@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.columns import Columns
+from rich import box
 from rich.panel import Panel
 from rich.table import Table
 
 from pubguard.cli.common import console, print_json
 from pubguard.errors import StateError, ValidationError
+from pubguard.ops.demo.glossary import gloss
 
 BROKER_LOGGER = "pubguard.net"  # what in-process brokers log (a broker process: its log file)
 
@@ -45,12 +46,6 @@ __all__ = ["hexcut", "register", "run_spark_part"]
 
 SAMPLE_ROWS = 8  # events shown side by side
 SPARK_SAMPLES = 3  # opened deliveries shown beside their ciphertext
-
-
-def _sig_header(profile: str) -> str:
-    if profile == "default":  # one signature per batch of 8 publications, each with its path
-        return "Ed25519 signature (Merkle root of 8)"
-    return "Ed25519 signature"
 
 
 def hexcut(b: Any, n: int = 12) -> str:
@@ -61,24 +56,25 @@ def hexcut(b: Any, n: int = 12) -> str:
     return f"{h[: 2 * n]}…({len(b)} B)" if len(b) > n else h
 
 
-def _secrets(blob: Any) -> str:
-    """A sealed-secrets field as ``name: ciphertext`` (names are the public schema)."""
+def _secrets(blob: Any, n: int = 8) -> list[str]:
+    """A sealed-secrets field as ``name: ciphertext`` lines (names are the public schema)."""
     from pubguard.schemes.psguard.record import decode_secrets
 
     if not isinstance(blob, bytes):
-        return "-"
+        return ["-"]
     try:
-        return ", ".join(f"{k}: {hexcut(v, 8)}" for k, v in decode_secrets(blob))
+        return [f"{k}: {hexcut(v, n)}" for k, v in decode_secrets(blob)]
     except ValidationError:  # not a secrets field: show the bytes
-        return hexcut(blob, 8)
+        return [hexcut(blob, n)]
 
 
-def _tokens(routing: dict[str, Any]) -> str:
+def _tokens(routing: dict[str, Any]) -> list[str]:
+    """The routing tokens of a recorded publication, one per line."""
     t = routing.get("t")
     n = routing.get("n")
     if isinstance(t, bytes):
-        return f"r={hexcut(n, 6)} F_T(r)={hexcut(t, 8)}"
-    return hexcut(json.dumps(routing, default=str).encode(), 8)
+        return [f"r={hexcut(n, 6)}", f"F_T(r)={hexcut(t, 6)}"]
+    return [hexcut(json.dumps(routing, default=str).encode(), 6)]
 
 
 # -- part 1: the hospital network ----------------------------------------------------------------
@@ -95,42 +91,16 @@ def _print_network(r: Any) -> None:
             title="secure hospital network",
         )
     )
-    units = Table(title="subscribers: authorised ranges and what they received")
-    for col in ("unit", "broker", "authorised filters", "received", "expected"):
-        units.add_column(col)
+    # one block per unit: the verdict on the unit's line, its filters below (they are too wide
+    # for a table column at 80 columns)
+    console.print("[bold]subscribers: authorised filters and what they received[/bold]")
     for unit, broker, filters in UNITS:
         got, exp = len(r.received.get(unit, [])), len(r.expected.get(unit, []))
         mark = "[green]✓[/green]" if got == exp else "[red]✗[/red]"
-        units.add_row(
-            unit, f"{broker} ({r.domains[broker]})", "\n".join(filters), f"{got} {mark}", str(exp)
-        )
-    console.print(units)
-
-    held = {m["event_id"]: m for _, m in r.curious.messages if m.get("op") == "publish"}
-    who = {str(e.id): u for u, evs in r.received.items() for e in evs}
-    side = Table(title=f"the same events: what a subscriber reads | what '{CURIOUS}' holds")
-    for col in (
-        "event",
-        "subscriber (plaintext)",
-        "topic, age, patientRecord",
-        f"{CURIOUS}: routing tokens",
-        "ciphertext (body, secrets)",
-        _sig_header(r.profile),
-    ):
-        side.add_column(col, overflow="fold")
-    shown = [e for e in r.events if str(e.id) in who][:SAMPLE_ROWS]
-    for e in shown:
-        m = held.get(str(e.id), {})
-        meta = m.get("meta", {})
-        side.add_row(
-            str(e.id),
-            who[str(e.id)],
-            f"{e['topic']}, {e['age']}, {e['patientRecord']}",
-            _tokens(m.get("routing", {})),
-            f"body: {hexcut(m.get('body'), 8)}\n{_secrets(meta.get('s'))}",
-            hexcut(meta.get("sig"), 8),
-        )
-    console.print(side)
+        console.print(f"  {unit} at {broker} ({r.domains[broker]}): received {got}/{exp} {mark}")
+        for f in filters:
+            console.print(f"    {f}", highlight=False)
+    _print_events(r, CURIOUS)
     subs = [m for _, m in r.curious.messages if m.get("op") == "subscribe"]
     if subs:
         groups = subs[0].get("filter", {}).get("g", [[]])
@@ -155,6 +125,39 @@ def _print_network(r: Any) -> None:
         f"{cv.control_hits}/{cv.needles} in the plain profile's wire form of these "
         "events."
     )
+
+
+def _print_events(r: Any, curious: str) -> None:
+    """The same events side by side, three narrow columns: the event, what its subscriber
+    reads, and what the curious broker holds (tokens, ciphertext, signature as truncated hex,
+    one item per line, so each fits its column at 80 columns)."""
+    held = {m["event_id"]: m for _, m in r.curious.messages if m.get("op") == "publish"}
+    who = {str(e.id): u for u, evs in r.received.items() for e in evs}
+    merkle = r.profile == "default"  # one signature per batch of 8 publications, with paths
+    sig = "a signature (Merkle root of 8)" if merkle else "an Ed25519 signature"
+    console.print(
+        f"[bold]the same events: what a subscriber reads | what '{curious}' holds[/bold]\n"
+        f"{curious} holds tokens <r, F_T(r)>, ciphertext, {sig}:"
+    )
+    console.print(gloss("<r, F_T(r)>"), style="dim", highlight=False)
+    if merkle:
+        console.print(gloss("Merkle root of 8"), style="dim", highlight=False)
+    side = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    side.add_column("event", no_wrap=True)
+    side.add_column("subscriber reads (plaintext)")
+    side.add_column(f"{curious} holds", overflow="fold")
+    for e in [e for e in r.events if str(e.id) in who][:SAMPLE_ROWS]:
+        m = held.get(str(e.id), {})
+        meta = m.get("meta", {})
+        holds = [
+            *_tokens(m.get("routing", {})),
+            f"body: {hexcut(m.get('body'), 6)}",
+            *_secrets(meta.get("s"), 6),
+            f"sig: {hexcut(meta.get('sig'), 6)}",
+        ]
+        reads = f"[bold]{who[str(e.id)]}[/bold]\n{e['topic']}, {e['age']}, {e['patientRecord']}"
+        side.add_row(str(e.id), reads, "\n".join(holds), end_section=True)
+    console.print(side, highlight=False)
 
 
 def _print_revocation(act: Any) -> None:
@@ -226,8 +229,8 @@ def run_spark_part(
                 "event_id": rec["event_id"],
                 "attrs": json.loads(rec["attrs"]),
                 "payload": bytes(rec["payload"])[:24].decode(errors="replace"),
-                "executor_secrets": _secrets(c.get("secrets")),
-                "executor_payload": hexcut(c.get("payload"), 10),
+                "executor_secrets": _secrets(c.get("secrets"), 6),
+                "executor_payload": hexcut(c.get("payload"), 6),
             }
         )
     summary["samples"] = samples
@@ -255,38 +258,33 @@ def _stop_spark(spark: Any) -> None:
 
 
 def _print_spark(s: dict[str, Any]) -> None:
-    t = Table(title=f"Spark dissemination ({s['master']}, psguard, {s['mode']} tokens)")
+    console.print(f"[bold]Spark dissemination ({s['master']}, psguard, {s['mode']} tokens)[/bold]")
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     t.add_column("stage")
     t.add_column("seconds", justify="right")
     for stage, sec in s["seconds"].items():
         t.add_row(stage, f"{sec:.2f}")
-    c = Table(title="counts")
-    c.add_column("quantity")
-    c.add_column("value", justify="right")
-    for k in ("events", "subscriptions", "subscribers", "deliveries", "opened", "refused"):
-        c.add_row(k, f"{s[k]:,}")
-    c.add_row("drops", json.dumps(s["drops"]) if s["drops"] else "none")
-    console.print(Columns([t, c]))
-    d = Table(title="opened by the subscriber | what the executors handled")
-    for col in (
-        "subscriber",
-        "event",
-        "opened attributes",
-        "payload",
-        "executor: secrets",
-        "executor: payload",
-    ):
-        d.add_column(col, overflow="fold")
+    console.print(t)
+    drops = ", ".join(f"{k}: {v}" for k, v in s["drops"].items()) if s["drops"] else "none"
+    console.print(
+        f"{s['events']:,} events, {s['subscriptions']:,} subscriptions of "
+        f"{s['subscribers']:,} subscribers\n{s['deliveries']:,} deliveries, "
+        f"{s['opened']:,} opened, {s['refused']:,} refused; drops: {drops}"
+    )
+    console.print("[bold]opened by the subscriber | what the executors handled[/bold]")
+    d = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    d.add_column("delivery", no_wrap=True)
+    d.add_column("opened by the subscriber")
+    d.add_column("executors handled", overflow="fold")
     for x in s["samples"]:
+        opened = [f"{k}: {v}" for k, v in x["attrs"].items()]
         d.add_row(
-            x["subscriber"],
-            x["event_id"],
-            json.dumps(x["attrs"]),
-            x["payload"] + "…",
-            x["executor_secrets"],
-            x["executor_payload"],
+            f"{x['subscriber']}\n{x['event_id']}",
+            "\n".join([*opened, f"payload: {x['payload']}…"]),
+            "\n".join([*x["executor_secrets"], f"payload: {x['executor_payload']}"]),
+            end_section=True,
         )
-    console.print(d)
+    console.print(d, highlight=False)
 
 
 @contextlib.contextmanager

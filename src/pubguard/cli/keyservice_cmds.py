@@ -43,6 +43,7 @@ from pubguard.cli.common import err_console, get_group
 
 if TYPE_CHECKING:
     import asyncio
+    import ssl
 
 __all__ = ["KDC_MASTER_ENV", "MASTER_ENV", "register"]
 
@@ -104,6 +105,7 @@ async def _serve(
     from pubguard.crypto import SecretBytes, random_bytes
     from pubguard.crypto.x509 import Role, server_ssl_context
     from pubguard.keys.ms import MetaService
+    from pubguard.net.crl import CrlWatch
     from pubguard.net.keyservice.core import KeyServiceCore
     from pubguard.net.keyservice.server import KeyServiceServer
     from pubguard.net.tls import tls_password
@@ -116,11 +118,18 @@ async def _serve(
     ident = ClusterPki(state / "pki").identity("keyservice", Role.MS)
     pki = ClusterPki(state / "pki")
     # refuse revoked client certificates at the handshake: the CA's CRL if it has signed one
-    # (ClusterPki.revoke), else the one issued with our identity
+    # (ClusterPki.revoke, the CRL agent), else the one issued with our identity; reloaded
+    # when the file changes, and an expired one logged and reported (net/crl.py)
     crl = pki.crl_path or (ident.crl_path if ident.crl_path.exists() else None)
-    ctx = server_ssl_context(
-        ident.cert_path, ident.key_path, ident.ca_path, crl_path=crl, password=tls_password()
-    )
+
+    def contexts() -> tuple[ssl.SSLContext, None]:
+        ctx = server_ssl_context(
+            ident.cert_path, ident.key_path, ident.ca_path, crl_path=crl, password=tls_password()
+        )
+        return ctx, None
+
+    watch = None if crl is None else CrlWatch("keyservice", crl, ident.ca_path, contexts)
+    ctx = contexts()[0] if watch is None or watch.server_context is None else watch.server_context
     tdn = None
     if tdn_ca is not None:  # narada §II-A: a topic discovery node trusting that CA
         from pubguard.crypto.x509 import load_certificate
@@ -133,8 +142,8 @@ async def _serve(
         from pubguard.net.keyservice.revocation import REVOCATIONS_DB
 
         svc = KdcService(kdc, revocations=state / REVOCATIONS_DB)  # type: ignore[arg-type]
-    core = KeyServiceCore(ms, tdn=tdn, kdc=svc)
-    server = KeyServiceServer(core, ctx, host=host, port=port)
+    core = KeyServiceCore(ms, tdn=tdn, kdc=svc, health=watch.status if watch else None)
+    server = KeyServiceServer(core, ctx, host=host, port=port, crl=watch)
     bound = await server.start()
     key_b64 = base64.b64encode(ms.public_key.to_bytes()).decode()
     out = {"ms_key": key_b64, "host": host, "port": bound}

@@ -1,4 +1,4 @@
-"""Network commands: ``broker``, ``cluster up|down|status``, ``publish``, ``subscribe``,
+"""Network commands: ``broker``, ``cluster up|down|restart|status``, ``publish``, ``subscribe``,
 ``status`` and ``bench network``.
 
 Examples::
@@ -6,8 +6,10 @@ Examples::
     pubguard cluster up --state ./net            # 7-broker binary tree, CA on first use
     pubguard subscribe --state ./net --broker b3 'price > 10' --count 1
     pubguard publish --state ./net --broker b6 '{"attrs": {"price": 12}}'
-    pubguard status --state ./net
-    pubguard cluster down --state ./net
+    pubguard status --state ./net                # a broker that does not run shows as down
+    pubguard cluster up --state ./net            # again: starts the brokers that are down
+    pubguard cluster restart --state ./net b2    # stop and start one broker
+    pubguard cluster down --state ./net          # every broker of ./net, however started
     pubguard bench network --profile plain --brokers 1 --payload 16 --json
 """
 
@@ -23,7 +25,15 @@ import click
 from rich import box
 from rich.table import Table
 
-from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
+from pubguard.cli.ca_cmds import show_crl_health, warn_without_ca_passphrase
+from pubguard.cli.common import (
+    StepProgress,
+    check_writable,
+    console,
+    err_console,
+    get_group,
+    print_json,
+)
 from pubguard.errors import ConfigError, InputError, PubguardError, StateError
 
 __all__ = ["NETWORK_PROFILES", "register"]
@@ -70,7 +80,29 @@ def _remove_new(state: Path, before: set[str] | None) -> None:
             p.unlink(missing_ok=True)
 
 
-async def _client(state: Path, broker: str, identity: str, durable: bool = False) -> Any:
+#: the certificate client commands connect with; each process is a session under it
+_CLI_CERT = "cli"
+_IDENTITY_HELP = (
+    "Session identity, NAME or NAME/SUFFIX (the certificate is NAME's). Default: cli/<random>, "
+    "one per process, so that two commands never knock each other off the broker."
+)
+
+
+def _session_identity(identity: str | None) -> str:
+    """``identity``, or a fresh ``cli/<random>``: a broker keeps one connection per identity
+    and replaces the older one, so every CLI process needs its own."""
+    import secrets
+
+    return identity or f"{_CLI_CERT}/{secrets.token_hex(4)}"
+
+
+async def _client(
+    state: Path,
+    broker: str,
+    identity: str,
+    durable: bool = False,
+    on_reconnect: Any = None,
+) -> Any:
     from pubguard.net.client.client import connect
     from pubguard.ops.pki import ClusterPki
 
@@ -83,7 +115,28 @@ async def _client(state: Path, broker: str, identity: str, durable: bool = False
         identity=identity,
         ssl=pki.client_context(identity.split("/")[0]),
         durable=durable,
+        on_reconnect=on_reconnect,
     )
+
+
+def _up_again(state: Path, config: Path | None) -> None:
+    """``cluster up`` on a cluster that runs: start the brokers that are down, say which."""
+    import asyncio
+
+    from pubguard.net.config import load_cluster_config
+    from pubguard.ops.cluster import restart_brokers
+
+    known = set(_cluster_file(state))
+    if config is not None and set(load_cluster_config(config, state_dir=state).brokers) != known:
+        raise StateError(
+            f"a cluster with other brokers runs from {state} (pubguard cluster down first)"
+        )
+    started = asyncio.run(restart_brokers(state))
+    if started:
+        msg = f"restarted {', '.join(started)}; {len(known)} brokers up in {state}"
+    else:
+        msg = f"all {len(known)} brokers of {state} already running"
+    console.print(msg, soft_wrap=True)
 
 
 def _status_table(statuses: dict[str, Any]) -> Table:
@@ -91,6 +144,9 @@ def _status_table(statuses: dict[str, Any]) -> Table:
     for col in ("broker", "port", "links", "subs", "fwd", "queue", "parked", "drops"):
         t.add_column(col, justify="right" if col not in ("broker", "links", "drops") else "left")
     for name, s in statuses.items():
+        if s.get("down"):
+            t.add_row(name, str(s.get("port") or "-"), "[red]down[/red]", "", "", "", "", "")
+            continue
         if "error" in s:
             t.add_row(name, "-", f"[red]{s['error']}[/red]", "", "", "", "", "")
             continue
@@ -138,23 +194,31 @@ def register(cli: click.Group) -> None:
     @_STATE
     def cluster_up(config: Path | None, state: Path) -> None:
         """Start the brokers of a topology as background processes on loopback (state in
-        --state, else in the config's state_dir, else in ./pubguard-cluster)."""
+        --state, else in the config's state_dir, else in ./pubguard-cluster). On a cluster
+        that runs, start again only the brokers that are down."""
         import asyncio
 
         from pubguard.net.config import configured_state_dir, load_cluster_config
-        from pubguard.ops.cluster import LocalCluster
+        from pubguard.ops.cluster import LocalCluster, running_brokers
 
         given = click.get_current_context().get_parameter_source("state")
         if config is not None and given is click.core.ParameterSource.DEFAULT:
             state = configured_state_dir(config) or state  # the file's state_dir, if it sets one
         if state.exists() and not state.is_dir():
             raise ConfigError(f"--state {state} is a file, not a folder", key="state")
-        if (state / "cluster.json").exists():
-            raise StateError(f"a cluster is already running from {state} (cluster down first)")
+        if (state / "cluster.json").exists():  # running: start again the brokers that are down
+            _up_again(state, config)
+            return
+        stray = running_brokers(state)
+        if stray:  # brokers left running without cluster.json (started by hand)
+            raise StateError(
+                f"brokers {', '.join(stray)} of {state} are running without a cluster "
+                f"(pubguard cluster down --state {state} first)"
+            )
         before = _entries(state)
 
         async def up() -> dict[str, int]:
-            c = LocalCluster(cfg, detached=True)
+            c = LocalCluster(cfg, detached=True, crl_agent=True)
             try:
                 await c.start()
             except BaseException:
@@ -175,15 +239,32 @@ def register(cli: click.Group) -> None:
             console.print(f"{name}  tls://127.0.0.1:{port}")
         hint = "" if state == _STATE_DEFAULT else f" (--state {state} for status, down and clients)"
         console.print(f"{len(ports)} brokers up; state in {state}{hint}", soft_wrap=True)
+        warn_without_ca_passphrase(state)
 
     @cluster.command("down")
     @_STATE
     def cluster_down(state: Path) -> None:
-        """Stop every broker of the cluster (SIGTERM, then SIGKILL)."""
+        """Stop every broker of the state folder, however started (SIGTERM, then SIGKILL)."""
         from pubguard.ops.cluster import stop_cluster
 
         stopped = stop_cluster(state)
-        console.print(f"stopped {len(stopped)} brokers" if stopped else "no cluster was running")
+        if stopped:
+            console.print(f"stopped {len(stopped)} brokers: {', '.join(stopped)}", soft_wrap=True)
+        else:
+            console.print("no cluster was running")
+
+    @cluster.command("restart")
+    @_STATE
+    @click.argument("names", nargs=-1, required=True, metavar="BROKER...")
+    def cluster_restart(state: Path, names: tuple[str, ...]) -> None:
+        """Stop (if running) and start again the named brokers of a running cluster, from
+        their broker.toml and on their ports; waits until the cluster is linked again."""
+        import asyncio
+
+        from pubguard.ops.cluster import restart_brokers
+
+        done = asyncio.run(restart_brokers(state, list(names), running_too=True))
+        console.print(f"restarted {', '.join(done)}", soft_wrap=True)
 
     @cluster.command("status")
     @_STATE
@@ -230,42 +311,69 @@ def register(cli: click.Group) -> None:
     @cli.command("publish")
     @_STATE
     @click.option("--broker", default="b0", show_default=True)
-    @click.option("--identity", default="cli", show_default=True)
+    @click.option("--identity", default=None, help=_IDENTITY_HELP)
     @click.argument("events", nargs=-1)
-    def publish_cmd(state: Path, broker: str, identity: str, events: tuple[str, ...]) -> None:
-        """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin."""
+    def publish_cmd(
+        state: Path, broker: str, identity: str | None, events: tuple[str, ...]
+    ) -> None:
+        """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin.
+        Each is reported published once the broker accepted it; a refusal is an error."""
         import asyncio
 
-        from pubguard.model import event_from_json
+        from pubguard.model import event_from_json, parse_json
 
         if not events and sys.stdin.isatty():  # would wait for input the user did not mean
             raise InputError("give events as arguments, or pipe JSON lines on stdin")
-        lines = list(events) or [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
-        if not lines:
+        # (where, line, text): an argument is named by its position, a stdin line by its real
+        # number (blank lines count), so an error points at what the user typed
+        given: list[tuple[str, int | None, str]]
+        if events:
+            given = [(f"argument {n}", None, t) for n, t in enumerate(events, 1)]
+        else:
+            stdin = sys.stdin.read().splitlines()
+            given = [("<stdin>", n, t) for n, t in enumerate(stdin, 1) if t.strip()]
+        if not given:
             raise InputError("no events to publish (stdin was empty)")
         parsed = []
-        for n, text in enumerate(lines, 1):
+        for where, line, text in given:
+            obj = parse_json(text, path=where, line=line)
             try:
-                parsed.append(event_from_json(json.loads(text)))
+                parsed.append(event_from_json(obj))
             except (ValueError, PubguardError) as exc:
-                raise InputError(str(exc), path="<events>", line=n) from None
+                raise InputError(str(exc), path=where, line=line) from None
 
-        async def run() -> list[str]:
-            c = await _client(state, broker, identity)
+        async def run() -> tuple[list[str], PubguardError | None]:
+            from pubguard.errors import RefusedError
+
+            c = await _client(state, broker, _session_identity(identity))
             try:
-                ids = [await c.publish(e) for e in parsed]
-                await c.flush()
-                return ids
+                ids = [await c.publish(e) for e in parsed]  # ProfileNotServedError: none sent
+                try:
+                    await c.confirm()  # the broker's verdict on each: acks, refusals
+                except RefusedError as exc:
+                    refused = {e.ref for e in c.errors}
+                    return [i for i in ids if i not in refused], exc
+                return ids, None
             finally:
                 await c.close()
 
-        for eid in asyncio.run(run()):
+        ids, refusal = asyncio.run(run())
+        for eid in ids:
             console.print(f"published {eid}")
+        if refusal is not None:
+            raise refusal
 
     @cli.command("subscribe")
     @_STATE
     @click.option("--broker", default="b0", show_default=True)
-    @click.option("--identity", default="cli", show_default=True)
+    @click.option("--identity", default=None, help=_IDENTITY_HELP + " With --durable: cli/<ID>.")
+    @click.option(
+        "--durable",
+        is_flag=True,
+        help="Keep the subscription at the broker while this command is away: events that "
+        "match meanwhile are delivered when it comes back (needs --sub-id).",
+    )
+    @click.option("--sub-id", "sub_id", default=None, help="The subscription's stable id.")
     @click.option(
         "--count",
         type=click.IntRange(min=0),
@@ -275,9 +383,18 @@ def register(cli: click.Group) -> None:
     @click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds idle.")
     @click.argument("filter_text")
     def subscribe_cmd(
-        state: Path, broker: str, identity: str, count: int, timeout: float, filter_text: str
+        state: Path,
+        broker: str,
+        identity: str | None,
+        durable: bool,
+        sub_id: str | None,
+        count: int,
+        timeout: float,
+        filter_text: str,
     ) -> None:
-        """Print matching events as JSON lines until interrupted (or --count / --timeout)."""
+        """Print matching events as JSON lines until interrupted (or --count / --timeout).
+        A subscriber that is not --durable says on stderr when it reconnected as a new
+        session, which may have missed events."""
         import asyncio
 
         from pubguard.errors import ParseError
@@ -288,11 +405,30 @@ def register(cli: click.Group) -> None:
         except ParseError as exc:  # say which argument the column counts in
             raise ParseError(f"bad filter {filter_text!r}: {exc}") from None
 
+        if durable and not sub_id:
+            raise click.BadParameter(
+                "a durable subscription needs --sub-id", param_hint="--durable"
+            )
+        if durable and identity is None:  # the broker keeps a durable session per identity
+            identity = f"{_CLI_CERT}/{sub_id}"
+
+        def reconnected(resumed: bool) -> None:
+            if not resumed:  # one line, never wrapped
+                click.echo(
+                    f"pubguard: reconnected to {broker} as a new session: events published "
+                    "while the link was down may have been missed",
+                    err=True,
+                )
+
         async def run() -> None:
-            c = await _client(state, broker, identity)
+            c = await _client(
+                state, broker, _session_identity(identity), durable, on_reconnect=reconnected
+            )
             try:
-                sub = await c.subscribe(f)
-                await c.flush()
+                # subscribed at once after connecting, before any delivery is read: a durable
+                # session's deliveries kept while it was away find their subscription
+                sub = await c.subscribe(f, sub_id=sub_id)  # ProfileNotServedError: not sent
+                await c.confirm()  # the broker accepted it (RefusedError otherwise)
                 err_console.print(f"subscribed to {filter_text!r} at {broker}")
                 n = 0
                 while count == 0 or n < count:
@@ -406,20 +542,23 @@ def register(cli: click.Group) -> None:
                 raise click.BadParameter("payload must be 16..16384 bytes", param_hint="--payload")
         if plot is not None:  # before minutes of searching, not after
             check_writable(plot, "--plot")
-        results = asyncio.run(
-            run_network_bench(
-                profile,
-                list(brokers or BROKER_COUNTS),
-                list(payloads or (16, 16384)),
-                in_process=in_process,
-                subscribers=subscribers,
-                quick=quick,
-                repeat=repeat,
-                merkle_batch=merkle_batch,
-                attribute=attribute,
-                on_step=lambda s: err_console.print(f"[dim]{s}[/dim]"),
+        # minutes of searching: a progress line on a terminal, a line per step in a log
+        with StepProgress(f"bench network --profile {profile}", unit="searches done") as steps:
+            results = asyncio.run(
+                run_network_bench(
+                    profile,
+                    list(brokers or BROKER_COUNTS),
+                    list(payloads or (16, 16384)),
+                    in_process=in_process,
+                    subscribers=subscribers,
+                    quick=quick,
+                    repeat=repeat,
+                    merkle_batch=merkle_batch,
+                    attribute=attribute,
+                    on_step=steps.step,
+                    on_searches=steps.units,
+                )
             )
-        )
         if plot is not None:
             from pubguard.ops.bench.plot import plot_network
 
@@ -442,9 +581,10 @@ def register(cli: click.Group) -> None:
             console.print(table)
         for line in _bench_legend(profile, results):
             console.print(f"[dim]{line}[/dim]")
-        for k, v in PAPER[profile].items():
-            if k in ("paper", "goal"):
-                console.print(f"{k}: {v}")
+        if "paper" in PAPER[profile]:
+            console.print(f"paper: {PAPER[profile]['paper']}")
+        if any(r.get("goals") for r in results):
+            console.print(_goals_table(results))
         v = results[0].get("client_cost_us")
         if v:
             console.print(
@@ -513,6 +653,22 @@ def _bench_tables(profile: str, subscribers: int, results: list[dict[str, Any]])
     return out
 
 
+def _goals_table(results: list[dict[str, Any]]) -> Table:
+    """Each goal of the profile, per tree size and payload: the goal, our figure, and whether
+    it was met (``missed`` when not; ``not measured`` when the run could not tell)."""
+    t = Table(title="goals", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("brokers", "bytes", "goal", "ours", "verdict"):
+        t.add_column(col, justify="right" if col in ("brokers", "bytes", "ours") else "left")
+    for r in results:
+        for g in r.get("goals", ()):
+            unit = g["unit"] if g["unit"] == "%" else f" {g['unit']}"
+            ours = "-" if g["ours"] is None else f"{g['ours']:g}{unit}"
+            verdict = {True: "met", False: "[red]missed[/red]", None: "not measured"}[g["met"]]
+            goal = f"{g['name']} {g['goal']}"
+            t.add_row(str(r["brokers"]), str(r["payload"]), goal, ours, verdict)
+    return t
+
+
 def _core_table(profile: str, core: dict[str, float], valid: dict[str, float]) -> Table:
     """Broker CPU per publication in process: the whole core (decode, guards, matching 32
     subscriptions, routing; ``handle_batch`` of 16) against plain's, and the guards alone."""
@@ -560,3 +716,5 @@ def _show_status(state: Path, as_json: bool) -> None:
         print_json(statuses)
     else:
         console.print(_status_table(statuses))
+    if not show_crl_health(state, quiet=as_json):  # an expired CRL refuses every connection
+        click.get_current_context().exit(1)

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
-from pubguard.errors import ConfigError, InputError, StateError
+from pubguard.errors import ConfigError, StateError
 
 __all__ = ["check_master", "register"]
 
@@ -94,20 +94,15 @@ def register(cli: click.Group) -> None:
         as_json: bool,
     ) -> None:
         """protect -> validate -> match -> deliver -> open on a workload folder."""
-        from pubguard.pipeline.run import PROFILES, run_pipeline
+        from pubguard.pipeline.run import load_run_workload, run_pipeline
 
-        if profile not in PROFILES:  # checked before Spark starts (seconds, and its log lines)
-            raise ConfigError(
-                f"unknown pipeline profile {profile!r} (valid: {', '.join(PROFILES)})",
-                key="profile",
-            )
-        if not workload.is_dir():
-            why = "it is a file" if workload.exists() else "no such directory"
-            raise InputError(f"not a workload folder ({why})", path=str(workload))
+        # everything that can be refused is refused before Spark starts (seconds, a JVM and
+        # its log lines): the profile and mode, the master, then every record of the workload
         check_master(master)
+        wl = load_run_workload(workload, profile=profile, mode=mode)
         spark = _session(master, "pubguard-pipeline-run")
         summary = run_pipeline(
-            spark, workload, out, profile=profile, mode=mode, seed=seed, progress=_progress(False)
+            spark, wl, out, profile=profile, mode=mode, seed=seed, progress=_progress(False)
         )
         _print_summary(summary, as_json)
 

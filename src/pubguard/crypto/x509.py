@@ -13,6 +13,11 @@ Theory of operation
   passphrase (PKCS#8, ``BestAvailableEncryption``) and the file is created ``0600``: the CA is
   offline (§IV-A) and long-lived, so nobody has to type its passphrase during normal running.
   The CRL file *is* the revocation state: ``revoke`` re-signs it with every earlier entry.
+  A CRL is valid for :data:`DEFAULT_CRL_DAYS` unless ``crl(days=...)`` says otherwise and
+  must be re-signed before its next update (:mod:`pubguard.crypto.crl_renewal` decides when;
+  ``pubguard ca crl-agent`` / ``renew-crl`` do it), since OpenSSL refuses every certificate
+  checked against an expired one. Each write is atomic (a temporary file renamed over
+  ``crl.pem``) and, under a lock, keeps every serial the file already lists.
 * Issued certificates carry the entity's :class:`Role` as the subject's organizational unit
   (``OU=broker``), visible with ``openssl x509 -text``, plus SubjectAlternativeName
   ``IP:127.0.0.1, DNS:localhost`` (configurable) so they double as TLS identities, and
@@ -32,12 +37,15 @@ Theory of operation
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
+import fcntl
 import ipaddress
 import os
 import ssl
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -55,6 +63,7 @@ __all__ = [
     "CA_CERT_FILE",
     "CA_KEY_FILE",
     "CRL_FILE",
+    "DEFAULT_CRL_DAYS",
     "Certificate",
     "CertificateAuthority",
     "RevocationList",
@@ -63,6 +72,7 @@ __all__ = [
     "client_ssl_context",
     "issue_tls_identity",
     "load_certificate",
+    "load_crl",
     "server_ssl_context",
     "verify_chain",
 ]
@@ -70,6 +80,7 @@ __all__ = [
 CA_CERT_FILE: Final = "ca.pem"
 CA_KEY_FILE: Final = "ca.key.pem"
 CRL_FILE: Final = "crl.pem"
+CRL_LOCK_FILE: Final = "crl.lock"
 DEFAULT_CA_DAYS: Final = 3650
 DEFAULT_CERT_DAYS: Final = 365
 DEFAULT_CRL_DAYS: Final = 7
@@ -107,6 +118,17 @@ def _write_private(path: Path, data: bytes) -> None:
         raise StateError(f"refusing to overwrite existing key file {path}") from None
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+@contextlib.contextmanager
+def _crl_lock(ca_dir: Path) -> Iterator[None]:
+    """An exclusive lock (``flock`` on ``crl.lock``) for one read-merge-write of the CRL."""
+    fd = os.open(ca_dir / CRL_LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _encryption(passphrase: bytes | None) -> serialization.KeySerializationEncryption:
@@ -246,6 +268,12 @@ class RevocationList:
     def next_update(self) -> _dt.datetime | None:
         return self._crl.next_update_utc
 
+    def expired(self, now: _dt.datetime | float) -> bool:
+        """Whether ``now`` is past the list's next update: OpenSSL then refuses every peer
+        certificate checked against it (``CRL has expired``)."""
+        nxt = self.next_update
+        return nxt is not None and _when(now) > nxt
+
     def is_revoked(self, cert: Certificate | int) -> bool:
         serial = cert.serial if isinstance(cert, Certificate) else cert
         return self._crl.get_revoked_certificate_by_serial_number(serial) is not None
@@ -261,6 +289,18 @@ class RevocationList:
         nxt = self.next_update
         if t < self.last_update or (nxt is not None and t > nxt):
             raise InvalidToken()
+
+
+def load_crl(path: str | os.PathLike[str]) -> RevocationList:
+    """The CRL in ``path``; one-line :class:`ConfigError` if it is unreadable or no CRL."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read CRL: {exc.strerror}", path=str(path)) from None
+    try:
+        return RevocationList.from_pem(data)
+    except InvalidToken:
+        raise ConfigError("not a PEM CRL", path=str(path)) from None
 
 
 def verify_chain(
@@ -476,29 +516,56 @@ class CertificateAuthority:
         self._revoked.setdefault(serial, t)
         return self._write_crl(t)
 
-    def crl(self, *, now: _dt.datetime | float, days: int = DEFAULT_CRL_DAYS) -> RevocationList:
-        """A freshly signed CRL listing every revoked serial (also written to ``crl.pem``)."""
+    def crl(self, *, now: _dt.datetime | float, days: float = DEFAULT_CRL_DAYS) -> RevocationList:
+        """A freshly signed CRL listing every revoked serial, valid for ``days`` from ``now``
+        (also written to ``crl.pem``)."""
+        if not days > 0:
+            raise ValidationError("a CRL must be valid for a positive number of days")
         return self._write_crl(_when(now), days)
 
-    def _write_crl(self, t: _dt.datetime, days: int = DEFAULT_CRL_DAYS) -> RevocationList:
-        builder = (
-            x509.CertificateRevocationListBuilder()
-            .issuer_name(self.cert.x509.subject)
-            .last_update(t)
-            .next_update(t + _dt.timedelta(days=days))
-        )
-        for serial, when in sorted(self._revoked.items()):
-            builder = builder.add_revoked_certificate(
-                x509.RevokedCertificateBuilder()
-                .serial_number(serial)
-                .revocation_date(min(when, t))
-                .build()
+    def _write_crl(self, t: _dt.datetime, days: float = DEFAULT_CRL_DAYS) -> RevocationList:
+        """Sign and write ``crl.pem`` atomically (a temporary file renamed over it), under a
+        lock and with every serial the file on disk already lists: another process holding
+        the CA (``revoke``, the CRL agent) may have re-signed it since this one loaded it, and
+        a renewal must never drop a revocation."""
+        with _crl_lock(self.path):
+            for serial, when in self._listed_on_disk().items():
+                self._revoked.setdefault(serial, when)
+            builder = (
+                x509.CertificateRevocationListBuilder()
+                .issuer_name(self.cert.x509.subject)
+                .last_update(t)
+                .next_update(t + _dt.timedelta(days=days))
             )
-        crl = RevocationList(builder.sign(self._key, None))
-        tmp = self.path / (CRL_FILE + ".tmp")
-        tmp.write_bytes(crl.to_pem())
-        os.replace(tmp, self.path / CRL_FILE)
+            for serial, when in sorted(self._revoked.items()):
+                builder = builder.add_revoked_certificate(
+                    x509.RevokedCertificateBuilder()
+                    .serial_number(serial)
+                    .revocation_date(min(when, t))
+                    .build()
+                )
+            crl = RevocationList(builder.sign(self._key, None))
+            tmp = self.path / f"{CRL_FILE}.{os.getpid()}.tmp"
+            with tmp.open("wb") as f:
+                f.write(crl.to_pem())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path / CRL_FILE)
         return crl
+
+    def _listed_on_disk(self) -> dict[int, _dt.datetime]:
+        """The serials of this CA's ``crl.pem`` as it is on disk (none if it is missing or
+        not signed by this CA)."""
+        try:
+            crl = RevocationList.from_pem((self.path / CRL_FILE).read_bytes())
+        except (OSError, InvalidToken):
+            return {}
+        key = self.cert.x509.public_key()
+        if crl._crl.issuer != self.cert.x509.subject or not isinstance(key, Ed25519PublicKey):
+            return {}
+        if not crl._crl.is_signature_valid(key):
+            return {}
+        return {r.serial_number: r.revocation_date_utc for r in crl._crl}
 
     def __repr__(self) -> str:
         return f"CertificateAuthority({self.cert.subject!r}, path={str(self.path)!r})"

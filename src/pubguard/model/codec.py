@@ -6,7 +6,9 @@ Formats (the workload folder, see ``pubguard workload generate``)::
     events.jsonl         {"id": "e1", "type": "quote", "attrs": {"age": 30}, "payload": "..."}
 
 Readers are strict: the first bad line raises :class:`~pubguard.errors.InputError` naming the
-file and line; nothing after it is silently skipped.
+file and line; nothing after it is silently skipped. Every JSON a user hands pubguard (these
+files, ``workload.json``, ``pubguard publish``'s arguments and stdin) is parsed by
+:func:`parse_json`, so malformed JSON is reported at its real line and column.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "Subscription",
     "event_from_json",
     "filter_from_json",
+    "parse_json",
     "read_events",
     "read_subscriptions",
     "subscription_from_json",
@@ -120,6 +123,23 @@ def event_from_json(d: Any) -> Event:
     )
 
 
+def parse_json(text: str, *, path: str, line: int | None = 1) -> Any:
+    """``json.loads(text)``; malformed JSON raises :class:`~pubguard.errors.InputError` naming
+    ``path``, the line and the column of the fault. ``line``: the line of ``path`` that
+    ``text`` starts on; ``None`` for a text that is not part of a file (a command-line
+    argument), where only a fault past its first line gets a line number."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if line is None:
+            at = exc.lineno if exc.lineno > 1 else None
+        else:
+            at = line + exc.lineno - 1
+        raise InputError(
+            f"malformed JSON: {exc.msg}", path=path, line=at, column=exc.colno
+        ) from None
+
+
 def _read_jsonl(path: Path | str, parse: Any) -> Iterator[Any]:
     p = Path(path)
     try:
@@ -130,12 +150,7 @@ def _read_jsonl(path: Path | str, parse: Any) -> Iterator[Any]:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    f"malformed JSON: {exc.msg} (column {exc.colno})", path=str(p), line=n
-                ) from None
+            obj = parse_json(line, path=str(p), line=n)
             try:
                 yield parse(obj)
             except PubguardError as exc:

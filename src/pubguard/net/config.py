@@ -58,6 +58,7 @@ to ``<state>/pki/broker-keys.json`` (beside the CA) and points every broker's ``
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -86,6 +87,12 @@ __all__ = [
 ]
 
 MAX_BROKERS: Final = 64
+#: why a wildcard bind address is refused: a client checks the broker's certificate against
+#: the address it dials (a SubjectAlternativeName), and no client can dial "every interface"
+WILDCARD_HOST: Final = (
+    "{host!r} would listen on every interface, but clients verify the broker's certificate "
+    'against the address they dial; set host to that address (e.g. "127.0.0.1")'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +239,15 @@ class _Reader:
             raise self.fail(k, f"{v!r} is not a valid name (letters, digits, - _ .)")
         return v
 
+    def host(self, k: str) -> str:
+        """An address to listen on or dial (default ``127.0.0.1``), never a wildcard."""
+        v: str = self.get(k, str, "127.0.0.1")
+        if not v.strip():
+            raise self.fail(k, 'is empty: give the address clients dial, e.g. "127.0.0.1"')
+        if _wildcard(v):
+            raise self.fail(k, WILDCARD_HOST.format(host=v))
+        return v
+
     def port(self, k: str, default: Any = ...) -> int:
         v = self.get(k, int, default)
         if v is not None and not 0 <= v <= 65535:
@@ -248,6 +264,15 @@ class _Reader:
         extra = sorted(set(self.data) - self.seen)
         if extra:
             raise self.fail(extra[0], "unknown key")
+
+
+def _wildcard(host: str) -> bool:
+    if host.strip() == "*":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_unspecified
+    except ValueError:
+        return False  # a name
 
 
 def _path(base: Path, s: str) -> Path:
@@ -302,7 +327,7 @@ def parse_broker_config(
         pf = pt.get("port_file", str, None)
         parent = ParentLink(
             pt.name("name"),
-            pt.get("host", str, "127.0.0.1"),
+            pt.host("host"),
             pt.port("port", None),
             _path(base, pf) if pf else None,
         )
@@ -327,7 +352,7 @@ def parse_broker_config(
     cfg = BrokerConfig(
         name=name,
         state_dir=state_dir,
-        host=r.get("host", str, "127.0.0.1"),
+        host=r.host("host"),
         port=r.port("port", 0),
         profile=profile if "profile" in data or not profiles else served[0],
         durable=r.get("durable", bool, True),
@@ -421,7 +446,7 @@ def parse_cluster_config(
     base = base if base is not None else Path(path).parent if path else Path.cwd()
     r = _Reader(data, path)
     state_dir = _path(base, r.get("state_dir", str, "cluster-state"))
-    host = r.get("host", str, "127.0.0.1")
+    host = r.host("host")
     t = r.table("topology")
     if t is None:
         raise r.fail("topology", "is required")

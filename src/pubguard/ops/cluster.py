@@ -40,9 +40,9 @@ import contextlib
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -58,7 +58,10 @@ from pubguard.net.config import (
     load_cluster_config,
 )
 from pubguard.net.keyservice.kdc import KdcConfig
+from pubguard.net.server.pidfile import command_line, live_pid
 from pubguard.net.server.server import BrokerServer, read_port
+from pubguard.ops.crl_agent import AGENT_DIR as CRL_AGENT
+from pubguard.ops.crl_agent import start_crl_agent, stop_crl_agent
 from pubguard.ops.keyservice_proc import (
     ENDPOINT_FILE,
     KEYSERVICE,
@@ -66,13 +69,24 @@ from pubguard.ops.keyservice_proc import (
     keyservice_scheme,
 )
 from pubguard.ops.keyservice_proc import start_keyservice as _start_keyservice
-from pubguard.ops.pki import DEFAULT_CLIENTS, ClusterPki
-from pubguard.ops.process import STOP_TIMEOUT, terminate
+from pubguard.ops.pki import DEFAULT_CLIENTS, PASSPHRASE_ENV, ClusterPki
+from pubguard.ops.process import alive, spawn_broker, stop_pids, terminate
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
-__all__ = ["LocalCluster", "cluster_status", "run_local_cluster", "stop_cluster"]
+__all__ = [
+    "LocalCluster",
+    "cluster_status",
+    "restart_brokers",
+    "run_local_cluster",
+    "running_brokers",
+    "stop_cluster",
+]
 
 START_TIMEOUT: Final = 30.0
+STATUS_TIMEOUT: Final = 10.0  # seconds `cluster status` waits for one broker's answer
+# seconds LocalCluster.status asks a live broker again before it gives up (each ask waits
+# the client's own 5 s): one slow answer on a loaded machine is not a failure
+STATUS_PATIENCE: Final = 60.0
 CLUSTER_FILE: Final = "cluster.json"
 KEYS_FILE: Final = "broker-keys.json"  # in <state>/pki, beside the CA
 #: the revocation list's max_age, in polls (a broker whose list is older reports it stale)
@@ -97,6 +111,7 @@ class LocalCluster:
         keyservice: bool = False,
         kdc: KdcConfig | None = None,
         revocation_poll: float = 2.0,
+        crl_agent: bool = False,
     ) -> None:
         """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
         broker stops by itself when this process exits, even on SIGKILL. ``keyservice``: also
@@ -104,8 +119,11 @@ class LocalCluster:
         ``kdc``: the PSGuard KDC / default authority (master and policy) the bundle was made
         from; without ``bundle`` the cluster makes one from it (or from a random master and
         an open policy, ``admin`` its administrator), and only then can the key service serve
-        the KDC and brokers poll its revocation list (every ``revocation_poll`` seconds)."""
+        the KDC and brokers poll its revocation list (every ``revocation_poll`` seconds).
+        ``crl_agent``: when ``PUBGUARD_CA_PASSPHRASE`` is set, also run the CRL agent that
+        keeps the CA's CRL renewed (:mod:`pubguard.ops.crl_agent`; brokers load that CRL)."""
         self.config = config
+        self._run_crl_agent = crl_agent
         self.detached = detached
         self.state_dir = config.state_dir.resolve()
         self.in_process = in_process
@@ -114,7 +132,11 @@ class LocalCluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.servers: dict[str, BrokerServer] = {}
         self.ports: dict[str, int] = {}
+        self._log_start: dict[str, int] = {}  # where this run's lines begin in broker.log
         self._admin: dict[str, Client] = {}
+        # one admin link per broker: two asks at once (a retry beside a status still in
+        # flight) must not open two connections under one identity, which replace each other
+        self._admin_locks: dict[str, asyncio.Lock] = {}
         self._run_keyservice = keyservice
         self.kdc = kdc
         self.revocation_poll = revocation_poll
@@ -205,6 +227,8 @@ class LocalCluster:
                 f"cert = {_toml_str(ident.cert_path)}",
                 f"key = {_toml_str(ident.key_path)}",
             ]
+            if self.pki.crl_path is not None:  # the CA's live CRL, reloaded when renewed
+                lines.append(f"crl = {_toml_str(self.pki.crl_path)}")
             parent = self.config.parent_of(name)
             if parent is not None:
                 lines += [
@@ -227,6 +251,9 @@ class LocalCluster:
 
     async def start(self) -> None:
         self.write_configs()
+        if self._run_crl_agent and os.environ.get(PASSPHRASE_ENV):
+            # first: it renews a CRL that is due before any broker loads it
+            self.procs[CRL_AGENT] = start_crl_agent(self.state_dir)
         for name in self.config.brokers:
             await self._launch(name)
         for name in self.config.brokers:
@@ -267,23 +294,10 @@ class LocalCluster:
             self.servers[name] = server
             self.ports[name] = await server.start()
             return
-        log = (self.broker_dir(name) / "broker.log").open("ab")
-        tie = [] if self.detached else ["--parent-pid", str(os.getpid())]
-        self.procs[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pubguard.net.server.main",
-                "--config",
-                str(self.config_path(name)),
-                *tie,
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        log.close()
+        log = self.broker_dir(name) / "broker.log"
+        self._log_start[name] = log.stat().st_size if log.exists() else 0
+        tie = None if self.detached else os.getpid()
+        self.procs[name] = spawn_broker(self.config_path(name), log, parent_pid=tie)
 
     async def _wait_port(self, name: str) -> int:
         if name in self.servers:
@@ -295,8 +309,8 @@ class LocalCluster:
                 return port
             proc = self.procs.get(name)
             if proc is not None and proc.poll() is not None:
-                tail = (self.broker_dir(name) / "broker.log").read_text()[-600:]
-                raise StateError(f"broker {name} exited with {proc.returncode}: {tail}")
+                why = _last_words(self.broker_dir(name) / "broker.log", self._log_start.get(name))
+                raise StateError(f"broker {name} exited with {proc.returncode}: {why}")
             await asyncio.sleep(0.02)
         raise StateError(f"broker {name} did not start within {START_TIMEOUT}s")
 
@@ -330,12 +344,12 @@ class LocalCluster:
         proc = self.procs.get(name)
         if proc is None:
             raise StateError(f"broker {name} is not a running process")
+        old = self._admin.pop(name, None)
+        if old is not None:  # before the kill: its link must not come back to the restarted
+            old.reconnect = False  # broker, where it would replace the next admin link
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        old = self._admin.pop(name, None)
-        if old is not None:
-            old.reconnect = False
 
     async def restart(self, name: str) -> None:
         """Start a killed broker again from its state directory (same port)."""
@@ -379,13 +393,32 @@ class LocalCluster:
             self.url(broker), identity=identity, ssl=self.pki.client_context(identity), **kw
         )
 
-    async def status(self, name: str) -> dict[str, Any]:
-        c = self._admin.get(name)
-        if c is None or c._closing:
-            c = await connect(
-                self.url(name), identity=f"admin/{name}", ssl=self.pki.client_context("admin")
-            )
-            self._admin[name] = c
+    async def status(self, name: str, *, timeout: float = STATUS_PATIENCE) -> dict[str, Any]:
+        """Broker ``name``'s status report. An answer that does not come in time (a loaded
+        machine; a broker just restarted, its admin link still backing off) is asked again
+        until ``timeout``; a broker process that has exited is a StateError at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return await self._status_once(name)
+            except (TimeoutError, TransportError) as exc:
+                proc = self.procs.get(name)
+                if proc is not None and proc.poll() is not None:
+                    raise StateError(f"broker {name} is down (exit {proc.returncode})") from None
+                if time.monotonic() > deadline:
+                    raise TransportError(
+                        f"broker {name} status not answered within {timeout:g}s: {exc!r}"
+                    ) from None
+                await asyncio.sleep(0.05)
+
+    async def _status_once(self, name: str) -> dict[str, Any]:
+        async with self._admin_locks.setdefault(name, asyncio.Lock()):
+            c = self._admin.get(name)
+            if c is None or c._closing:
+                c = await connect(
+                    self.url(name), identity=f"admin/{name}", ssl=self.pki.client_context("admin")
+                )
+                self._admin[name] = c
         return await c.status()
 
     async def statuses(self) -> dict[str, dict[str, Any]]:
@@ -401,7 +434,7 @@ class LocalCluster:
                 return await self.statuses()
             except (TimeoutError, TransportError) as exc:
                 if time.monotonic() > deadline:
-                    raise TransportError(f"broker status not answered: {exc!r}") from None
+                    raise TransportError(f"broker status not answered: {exc}") from None
                 await asyncio.sleep(0.05)
 
     async def wait_connected(self, timeout: float = START_TIMEOUT) -> None:
@@ -469,69 +502,180 @@ async def run_local_cluster(
         await cluster.stop()
 
 
-def stop_cluster(state_dir: Path) -> list[str]:
-    """``pubguard cluster down``: stop the processes recorded in ``cluster.json``."""
-    f = Path(state_dir) / CLUSTER_FILE
+def _read_cluster_file(state_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads(f.read_text())
+        data = json.loads((Path(state_dir) / CLUSTER_FILE).read_text())
     except (OSError, ValueError):
-        return []
-    stopped = []
-    for name, info in data.items():
-        pid = int(info["pid"])
-        if pid == os.getpid():
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
-            stopped.append(name)
-    deadline = time.monotonic() + STOP_TIMEOUT
-    for info in data.values():
-        pid = int(info["pid"])
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.05)
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-    f.unlink(missing_ok=True)
-    return stopped
+        raise StateError(f"no cluster is running from {state_dir} (pubguard cluster up)") from None
+    return data  # type: ignore[no-any-return]
 
 
-def _alive(pid: int) -> bool:
+def _broker_pid(state_dir: Path, name: str, info: dict[str, Any] | None = None) -> int | None:
+    """The pid of broker ``name`` of ``state_dir`` if it runs, however it was started: from
+    the pid file it wrote (checked against its command line), else the process ``cluster up``
+    recorded if it still runs that broker's ``broker.toml`` (it may not have written the file
+    yet)."""
+    pid = live_pid(Path(state_dir) / name)
+    if pid is not None or info is None:
+        return pid
+    recorded, config = int(info.get("pid", 0)), str(info.get("config", ""))
+    if recorded <= 0 or recorded == os.getpid() or not alive(recorded):
+        return None
+    cmdline = command_line(recorded) or ()
+    return recorded if config and config in cmdline else None
+
+
+def _broker_names(state_dir: Path, data: dict[str, Any]) -> list[str]:
+    """The brokers of a state folder: those ``cluster.json`` lists, then every other folder
+    holding a ``broker.toml`` (brokers started by hand after the file was gone)."""
+    names = list(data)
+    if Path(state_dir).is_dir():
+        names += sorted(
+            p.name
+            for p in Path(state_dir).iterdir()
+            if p.name not in data and (p / "broker.toml").is_file()
+        )
+    return names
+
+
+def running_brokers(state_dir: Path) -> dict[str, int]:
+    """Each broker of ``state_dir`` that runs, with its pid."""
+    data: dict[str, Any] = {}
+    with contextlib.suppress(StateError):
+        data = _read_cluster_file(state_dir)
+    out = {}
+    for name in _broker_names(state_dir, data):
+        pid = _broker_pid(state_dir, name, data.get(name))
+        if pid is not None:
+            out[name] = pid
+    return out
+
+
+def stop_cluster(state_dir: Path) -> list[str]:
+    """``pubguard cluster down``: stop every broker of ``state_dir``, however it was started
+    (found from the pid files, see :func:`running_brokers`). ``cluster.json`` goes only once
+    none runs; a broker that cannot be stopped is a :class:`StateError` and keeps it."""
+    running = running_brokers(state_dir)
+    stop_crl_agent(Path(state_dir))
+    left = set(stop_pids(running.values()))
+    stuck = [n for n, pid in running.items() if pid in left]
+    if stuck:
+        raise StateError(
+            f"could not stop {', '.join(stuck)} of {state_dir} "
+            f"(pids {', '.join(str(running[n]) for n in stuck)}); cluster.json kept"
+        )
+    (Path(state_dir) / CLUSTER_FILE).unlink(missing_ok=True)
+    return [n for n in running if n not in stuck]
+
+
+def _last_words(log: Path, start: int | None) -> str:
+    """Why a broker that just exited stopped: the last line this run wrote to its log (the
+    lines before ``start`` are earlier runs', and would mislead), on one line."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours counts as dead
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return False
-    return True
+        with log.open("rb") as f:
+            f.seek(start or 0)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "no log"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):  # the CLI's one-line error, when the broker printed one
+        if ln.startswith("pubguard: error: "):
+            return ln.removeprefix("pubguard: error: ")
+    return lines[-1][-600:] if lines else "no output"
+
+
+async def restart_brokers(
+    state_dir: Path, names: list[str] | None = None, *, running_too: bool = False
+) -> list[str]:
+    """Start again the brokers of a running cluster that are down (``names``: only those; all
+    by default) from their ``broker.toml``, on their old ports, and wait until every broker is
+    linked to its parent again; returns the ones started. ``running_too``: stop the named ones
+    that run first (``pubguard cluster restart NAME``)."""
+    state_dir = Path(state_dir)
+    data = _read_cluster_file(state_dir)
+    for n in names or ():
+        if n not in data:
+            raise StateError(f"the cluster in {state_dir} has no broker {n!r}")
+    chosen = list(names or data)
+    if running_too:
+        pids = {n: _broker_pid(state_dir, n, data[n]) for n in chosen}
+        stuck = stop_pids(p for p in pids.values() if p is not None)
+        if stuck:
+            raise StateError(f"could not stop pids {', '.join(map(str, stuck))}")
+    down = [n for n in chosen if _broker_pid(state_dir, n, data[n]) is None]
+    procs, starts = {}, {}
+    for n in down:
+        bdir = Path(data[n]["config"]).parent
+        (bdir / "port").unlink(missing_ok=True)
+        log = bdir / "broker.log"
+        starts[n] = log.stat().st_size if log.exists() else 0
+        procs[n] = spawn_broker(Path(data[n]["config"]), log)
+    deadline = time.monotonic() + START_TIMEOUT
+    for n in down:
+        bdir = Path(data[n]["config"]).parent
+        while (port := read_port(bdir)) is None:
+            if procs[n].poll() is not None:
+                why = _last_words(bdir / "broker.log", starts[n])
+                raise StateError(f"broker {n} exited with {procs[n].returncode}: {why}")
+            if time.monotonic() > deadline:
+                raise StateError(f"broker {n} did not start within {START_TIMEOUT}s")
+            await asyncio.sleep(0.02)
+        data[n] = {**data[n], "pid": procs[n].pid, "port": port}
+    if down:
+        (state_dir / CLUSTER_FILE).write_text(json.dumps(data, indent=2))
+        await _wait_linked(state_dir, deadline)
+    return down
+
+
+async def _wait_linked(state_dir: Path, deadline: float) -> None:
+    """Until every broker answers and is linked to its parent (``deadline``: monotonic)."""
+    while True:
+        st = await cluster_status(state_dir)
+        waiting = [
+            n
+            for n, s in st.items()
+            if "error" in s or s.get("down") or (s["parent"] and not _linked(s))
+        ]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise StateError(f"brokers not linked to their parents: {', '.join(waiting)}")
+        await asyncio.sleep(0.1)
+
+
+def _linked(s: dict[str, Any]) -> bool:
+    return bool(s["link_state"].get(s["parent"], {}).get("connected"))
+
+
+async def _one_status(state_dir: Path, name: str, info: dict[str, Any]) -> dict[str, Any]:
+    if _broker_pid(state_dir, name, info) is None:
+        return {"broker": name, "port": info.get("port"), "down": True}
+    pki = ClusterPki(Path(state_dir) / "pki")
+
+    async def ask() -> dict[str, Any]:
+        c = await connect(
+            f"tls://127.0.0.1:{info['port']}",
+            identity=f"admin/{secrets.token_hex(4)}",  # two status commands never replace each other
+            ssl=pki.client_context("admin"),
+            reconnect=False,
+        )
+        try:
+            return await c.status()
+        finally:
+            await c.close()
+
+    try:
+        return await asyncio.wait_for(ask(), STATUS_TIMEOUT)
+    except TimeoutError:
+        return {"broker": name, "error": f"no answer within {STATUS_TIMEOUT:g}s"}
+    except TransportError as exc:
+        return {"broker": name, "error": str(exc)}
 
 
 async def cluster_status(state_dir: Path) -> dict[str, Any]:
-    """``pubguard cluster status``: each recorded broker's status, or why it is unreachable."""
-    f = Path(state_dir) / CLUSTER_FILE
-    try:
-        data = json.loads(f.read_text())
-    except (OSError, ValueError):
-        raise StateError(f"no cluster is running from {state_dir}") from None
-    pki = ClusterPki(Path(state_dir) / "pki")
-    out: dict[str, Any] = {}
-    for name, info in data.items():
-        try:
-            c = await connect(
-                f"tls://127.0.0.1:{info['port']}",
-                identity="admin",
-                ssl=pki.client_context("admin"),
-                reconnect=False,
-            )
-            try:
-                out[name] = await c.status()
-            finally:
-                await c.close()
-        except TransportError as exc:
-            out[name] = {"broker": name, "error": str(exc)}
-    return out
+    """``pubguard cluster status``: each recorded broker's status; ``{"down": true}`` for one
+    that does not run, ``{"error": ...}`` for one that runs and does not answer."""
+    data = _read_cluster_file(state_dir)
+    names = list(data)
+    got = await asyncio.gather(*(_one_status(state_dir, n, data[n]) for n in names))
+    return dict(zip(names, got, strict=True))

@@ -38,7 +38,16 @@ from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS, MODES, PROFILE
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["PROFILES", "match_protected", "run_pipeline", "spark_errors", "write_protected"]
+    from pubguard.sim.workloads import Workload
+
+__all__ = [
+    "PROFILES",
+    "load_run_workload",
+    "match_protected",
+    "run_pipeline",
+    "spark_errors",
+    "write_protected",
+]
 
 PROFILES = (PROFILE,)
 TABLE_META = "_pubguard.json"  # inside a Parquet dir: Spark ignores files starting with "_"
@@ -224,9 +233,29 @@ def match_protected(
     }
 
 
+def load_run_workload(
+    workload: Path | str, *, profile: str = PROFILE, mode: str = "randomized"
+) -> Workload:
+    """Everything :func:`run_pipeline` checks before it needs Spark: the profile and mode, and
+    the workload folder read strictly (every record, every event against its type), each
+    subscription filter with an id. A caller that starts Spark itself calls this first, so a
+    bad workload fails in about a second, with one line and no JVM."""
+    from pubguard.sim.workloads import load_workload  # shares each distinct filter (codec)
+
+    _check_mode(profile, mode)
+    wl = load_workload(workload)
+    _check_filter_ids(wl, str(workload))
+    return wl
+
+
+def _check_filter_ids(wl: Workload, where: str) -> None:
+    if len(wl.filters) != len({s.filter for s in wl.subscriptions}):
+        raise InputError("every subscription filter needs an id", path=where)
+
+
 def run_pipeline(
     spark: SparkSession,
-    workload: Path | str,
+    workload: Path | str | Workload,
     out: Path | str,
     *,
     profile: str = PROFILE,
@@ -237,18 +266,20 @@ def run_pipeline(
     max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
     progress: Progress = _noop,
 ) -> dict[str, Any]:
-    """protect -> validate -> match -> deliver -> open on a workload folder; the summary."""
+    """protect -> validate -> match -> deliver -> open on a workload folder (or one already
+    loaded by :func:`load_run_workload`); the summary."""
     from pubguard.crypto import random_bytes
-    from pubguard.sim.workloads import load_workload  # shares each distinct filter (codec)
 
     _check_mode(profile, mode)
     outp = Path(out)
     secs: dict[str, float] = {}
     t = time.perf_counter()
-    wl = load_workload(workload)
+    if isinstance(workload, Path | str):
+        wl = load_run_workload(workload, profile=profile, mode=mode)
+    else:
+        wl = workload
+        _check_filter_ids(wl, "workload")
     filters = wl.filters
-    if len(filters) != len({s.filter for s in wl.subscriptions}):
-        raise InputError("every subscription filter needs an id", path=str(workload))
     secs["load"] = time.perf_counter() - t
     progress("load", f"{len(wl.events)} events, {len(wl.subscriptions)} subscriptions")
     now = int(time.time() * 1000) if now_ms is None else now_ms

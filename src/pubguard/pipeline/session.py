@@ -5,6 +5,12 @@
 Pipeline). The session is tuned for small and medium jobs on a laptop-class machine: few
 shuffle partitions, adaptive execution, no UI, quiet logs, Arrow for pandas exchange.
 
+Quiet logs: the driver JVM logs errors only, through the ``log4j2.properties`` shipped beside
+this module (``spark.driver.extraJavaOptions``; Spark and Hadoop print their start-up lines
+before ``setLogLevel`` could apply), and the one line the JVM prints itself before any logging
+is configured ("WARNING: Using incubator modules", from Spark's own ``--add-modules``) is taken
+out of its stderr, which is otherwise copied to ours unchanged.
+
 ``PUBGUARD_SPARK_SHUFFLE_PARTITIONS`` overrides the shuffle and default parallelism (tiny test
 jobs run faster with fewer tasks); ``PUBGUARD_SPARK_DRIVER_MEMORY`` the driver memory.
 
@@ -16,16 +22,29 @@ every node (see docs/pipeline.md).
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
-from typing import TYPE_CHECKING
+import threading
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Final
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_DRIVER_MEMORY", "DEFAULT_SHUFFLE_PARTITIONS", "get_spark", "spark_home"]
+__all__ = [
+    "DEFAULT_DRIVER_MEMORY",
+    "DEFAULT_SHUFFLE_PARTITIONS",
+    "LOG4J2_CONFIG",
+    "get_spark",
+    "spark_home",
+]
 
 DEFAULT_DRIVER_MEMORY = os.environ.get("PUBGUARD_SPARK_DRIVER_MEMORY", "4g")
 DEFAULT_SHUFFLE_PARTITIONS = 8
+LOG4J2_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
+# What the JVM itself writes to stderr at start-up, outside any logging configuration.
+_JVM_NOTICES: Final = re.compile(rb"WARNING: Using incubator modules: ")
 
 
 def spark_home() -> str:
@@ -94,9 +113,41 @@ def get_spark(
     if not master.startswith("local"):
         conf["spark.executor.memory"] = os.environ.get("PUBGUARD_SPARK_EXECUTOR_MEMORY", "1g")
     conf.update(extra_conf or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    session = builder.getOrCreate()
+    # first, so that a -Dlog4j2.configurationFile of the caller's own (later) wins
+    opts = conf.get("spark.driver.extraJavaOptions", "")
+    conf["spark.driver.extraJavaOptions"] = (
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()} {opts}".strip()
+    )
+    _start_context(master, app_name, conf)
+    session = SparkSession.builder.getOrCreate()  # on the context just started
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _start_context(master: str, app_name: str, conf: dict[str, str]) -> None:
+    """Start the SparkContext, launching the driver JVM with its stderr through
+    :func:`_copy_jvm_stderr` (a JVM this process already runs is reused as is)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    spark_conf.setAll(list(conf.items()))
+    gateway = None
+    if SparkContext._gateway is None:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": subprocess.PIPE})
+        threading.Thread(
+            target=_copy_jvm_stderr, args=(gateway.proc.stderr,), name="jvm-stderr", daemon=True
+        ).start()
+    SparkContext(conf=spark_conf, gateway=gateway)
+
+
+def _copy_jvm_stderr(pipe: IO[bytes]) -> None:
+    """Copy the driver JVM's stderr (and that of the Python workers it starts) to this
+    process's, line by line, without the JVM's own start-up notices; ends with the JVM."""
+    with pipe:
+        for line in iter(pipe.readline, b""):
+            if not _JVM_NOTICES.match(line):
+                try:
+                    os.write(2, line)
+                except OSError:  # our stderr is gone: keep draining so the JVM never blocks
+                    pass

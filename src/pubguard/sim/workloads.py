@@ -48,6 +48,7 @@ from pubguard.model import (
     Filter,
     Op,
     Subscription,
+    parse_json,
     read_events,
     read_subscriptions,
 )
@@ -443,10 +444,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+    meta = parse_json(text, path=str(path))
     if not isinstance(meta, dict):
         raise InputError("workload.json must hold a JSON object", path=str(path))
     for key, kind in (("shape", str), ("seed", int), ("params", dict), ("types", list)):

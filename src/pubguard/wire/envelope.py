@@ -9,8 +9,10 @@ build and check them, and import nothing from the server or client (nats-py's ``
 ``t``       fields                                           meaning
 ==========  ===============================================  =====================================
 ``hello``   ``v name role session durable rx [resumed]``     first frame each way; ``rx`` is the
-                                                             highest sequence already processed
-                                                             from the peer (resend what follows)
+            ``[profiles]``                                   highest sequence already processed
+                                                             from the peer (resend what follows);
+                                                             a broker tells a client the profiles
+                                                             it serves in ``profiles``
 ``m``       ``s m``                                          reliable message number ``s`` (>= 1)
                                                              carrying broker message ``m``
 ``mb``      ``s m``                                          a batch: messages ``s``, ``s+1``, ...
@@ -21,6 +23,14 @@ build and check them, and import nothing from the server or client (nats-py's ``
 ``st``      ``q data``                                       status reply
 ``bye``     ``reason``                                       the sender closes the link, and why
 ==========  ===============================================  =====================================
+
+``profiles`` is optional: a client that gets no list (an older broker) sends as before; with a
+list it refuses locally to send a profile the broker does not serve (its broker would drop the
+message as ``unknown profile``). A broker sends it only in reply to a client (``role`` client),
+so links between brokers look as they always did. A ``bye`` whose reason starts with
+:data:`BYE_REPLACED` tells a client that a newer connection with its identity took its place
+(:func:`bye_replaced`, :func:`is_replaced`): the client stops instead of reconnecting, which
+would knock the other one off in turn.
 
 A batch frame is exactly its messages sent one ``m`` frame each (sequence numbers, acks,
 duplicates and gaps apply per message, :func:`reliable`); a sender coalesces what it has
@@ -37,6 +47,7 @@ on once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from pubguard.errors import FrameError
@@ -45,12 +56,16 @@ __all__ = [
     "PROTOCOL_VERSION",
     "ROLES",
     "MAX_BATCH",
+    "BYE_REPLACED",
+    "MAX_PROFILES",
     "ack",
     "batch",
     "bye",
+    "bye_replaced",
     "check_envelope",
     "heartbeat",
     "hello",
+    "is_replaced",
     "message",
     "reliable",
     "status_reply",
@@ -61,11 +76,21 @@ PROTOCOL_VERSION: Final = 2  # 2: batch frames (``mb``)
 MAX_BATCH: Final = 4096  # messages in one batch frame (a link's window)
 ROLES: Final = ("broker", "client")
 MAX_NAME: Final = 200
+MAX_PROFILES: Final = 32  # profile names in a broker's hello
+#: how a ``bye`` reason starts when a newer connection with the same identity took over
+BYE_REPLACED: Final = "replaced:"
 _SEQ_MAX: Final = 2**63 - 1
 
 
 def hello(
-    name: str, role: str, session: str, *, durable: bool, rx: int, resumed: bool | None = None
+    name: str,
+    role: str,
+    session: str,
+    *,
+    durable: bool,
+    rx: int,
+    resumed: bool | None = None,
+    profiles: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     d: dict[str, Any] = {
         "t": "hello",
@@ -78,6 +103,8 @@ def hello(
     }
     if resumed is not None:
         d["resumed"] = resumed
+    if profiles is not None:
+        d["profiles"] = list(profiles)
     return d
 
 
@@ -117,6 +144,16 @@ def bye(reason: str) -> dict[str, Any]:
     return {"t": "bye", "reason": reason[:500]}
 
 
+def bye_replaced(identity: str) -> dict[str, Any]:
+    """The ``bye`` a broker sends a connection that a newer one with its identity replaced."""
+    return bye(f"{BYE_REPLACED} a newer connection with identity {identity!r} took over")
+
+
+def is_replaced(reason: str) -> bool:
+    """Whether a ``bye`` reason says that a newer connection replaced this one."""
+    return reason.startswith(BYE_REPLACED)
+
+
 def _int(d: dict[str, Any], k: str, lo: int = 0) -> int:
     v = d.get(k)
     if type(v) is not int or not lo <= v <= _SEQ_MAX:
@@ -132,7 +169,10 @@ def _str(d: dict[str, Any], k: str, max_len: int = MAX_NAME, empty: bool = False
 
 
 _FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
-    "hello": (frozenset({"v", "name", "role", "session", "durable", "rx"}), frozenset({"resumed"})),
+    "hello": (
+        frozenset({"v", "name", "role", "session", "durable", "rx"}),
+        frozenset({"resumed", "profiles"}),
+    ),
     "m": (frozenset({"s", "m"}), frozenset()),
     "mb": (frozenset({"s", "m"}), frozenset()),
     "a": (frozenset({"u"}), frozenset()),
@@ -189,4 +229,11 @@ def check_envelope(d: dict[str, Any]) -> str:
         if type(d["durable"]) is not bool or type(d.get("resumed", False)) is not bool:
             raise FrameError("hello flags must be booleans")
         _int(d, "rx")
+        if "profiles" in d:
+            ps = d["profiles"]
+            if type(ps) is not list or len(ps) > MAX_PROFILES:
+                raise FrameError(f"hello profiles must be a list of at most {MAX_PROFILES}")
+            for p in ps:
+                if type(p) is not str or not 0 < len(p) <= MAX_NAME:
+                    raise FrameError("hello profiles must be non-empty strings")
     return t  # type: ignore[return-value]

@@ -101,7 +101,10 @@ def freeze_wire(value: Any, *, what: str = "value") -> Any:
         if frozen is not None:
             return frozen
     budget = [MAX_WIRE_ITEMS]
-    return _freeze(value, 0, budget, what)
+    try:
+        return _freeze(value, 0, budget)
+    except _BadValue as exc:  # named by its path: "routing.price: integer out of range ..."
+        raise ValidationError(f"{what}{''.join(reversed(exc.where))}: {exc.message}") from None
 
 
 def _freeze_flat(d: dict[Any, Any]) -> MappingProxyType[str, Any] | None:
@@ -129,34 +132,58 @@ def _flat_ok(d: dict[Any, Any]) -> bool:
     return True
 
 
-def _freeze(v: Any, depth: int, budget: list[int], what: str) -> Any:
+class _BadValue(Exception):
+    """A value :func:`_freeze` refuses; ``where`` collects the map keys and list indexes on the
+    way out of the recursion (leaf first), so the error names the attribute."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.where: list[str] = []
+
+
+_INT_RANGE: Final = "wire integers are -2**63 .. 2**64-1"
+
+
+def _freeze(v: Any, depth: int, budget: list[int]) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
-        raise ValidationError(f"{what}: more than {MAX_WIRE_ITEMS} values")
+        raise _BadValue(f"more than {MAX_WIRE_ITEMS} values")
     if v is None or isinstance(v, bool | str):
         return v
     if isinstance(v, int):
         if not _INT_MIN <= v <= _INT_MAX:
-            raise ValidationError(f"{what}: integer out of range")
+            raise _BadValue(f"integer out of range ({_INT_RANGE})")
         return v
     if isinstance(v, float):
         if math.isnan(v):
-            raise ValidationError(f"{what}: NaN is not a wire value")
+            raise _BadValue("NaN is not a wire value")
         return v
     if isinstance(v, bytes | bytearray | memoryview):
         return bytes(v)
     if depth >= MAX_WIRE_DEPTH:
-        raise ValidationError(f"{what}: nested deeper than {MAX_WIRE_DEPTH}")
+        raise _BadValue(f"nested deeper than {MAX_WIRE_DEPTH}")
     if isinstance(v, list | tuple):
-        return tuple(_freeze(x, depth + 1, budget, what) for x in v)
+        items = []
+        for i, x in enumerate(v):
+            try:
+                items.append(_freeze(x, depth + 1, budget))
+            except _BadValue as exc:
+                exc.where.append(f"[{i}]")
+                raise
+        return tuple(items)
     if isinstance(v, Mapping):
         out: dict[str, Any] = {}
         for k, x in v.items():
             if not isinstance(k, str):
-                raise ValidationError(f"{what}: mapping keys must be strings")
-            out[k] = _freeze(x, depth + 1, budget, what)
+                raise _BadValue("mapping keys must be strings")
+            try:
+                out[k] = _freeze(x, depth + 1, budget)
+            except _BadValue as exc:
+                exc.where.append(f".{k}")
+                raise
         return MappingProxyType(out)
-    raise ValidationError(f"{what}: {type(v).__name__} is not a wire value")
+    raise _BadValue(f"{type(v).__name__} is not a wire value")
 
 
 def thaw_wire(v: Any) -> Any:

@@ -14,7 +14,7 @@ from pubguard.net.client.client import Delivery, connect
 from pubguard.net.config import BrokerConfig, TlsFiles
 from pubguard.net.server.server import BrokerServer
 from pubguard.ops.pki import ClusterPki
-from tests.loopback import LoopThread
+from tests.loopback import PATIENCE, LoopThread
 
 
 def _config(tmp: Path, pki: ClusterPki, port: int = 0) -> BrokerConfig:
@@ -47,15 +47,15 @@ def test_pubsub_api_backpressure_slow_consumer_and_resubscription(
                     high = max(high, len(pub_c._unacked))
                 assert high <= 8  # the publisher is held to its window (credit)
                 await pub_c.flush()
-                got = [(await it.next(timeout=5)).event.id for _ in range(160)]
+                got = [(await it.next(timeout=PATIENCE)).event.id for _ in range(160)]
                 assert got == [f"e{i}" for i in range(200) if i % 10 > 1]
                 while len(seen) < 80:
                     await asyncio.sleep(0.01)
                 assert [d.sub_id for d in seen] == [cb.id] * 80
                 with pytest.raises(SlowConsumerError) as ei:
-                    await slow.next(timeout=5)
+                    await slow.next(timeout=PATIENCE)
                 assert ei.value.capacity == 3 and slow.dropped == 197
-                assert (await slow.next(timeout=5)).event.id == "e0"  # then it goes on
+                assert (await slow.next(timeout=PATIENCE)).event.id == "e0"  # then it goes on
 
                 await cb.unsubscribe()
                 await slow.unsubscribe()
@@ -69,7 +69,7 @@ def test_pubsub_api_backpressure_slow_consumer_and_resubscription(
                 await sub_c.flush()
                 await pub_c.publish(Event({"x": 7}, id="after"))
                 await pub_c.flush()
-                assert (await it.next(timeout=10)).event.id == "after"
+                assert (await it.next(timeout=PATIENCE)).event.id == "after"
                 assert server.status()["subscriptions"] == 1
             finally:
                 await pub_c.close()
@@ -77,7 +77,7 @@ def test_pubsub_api_backpressure_slow_consumer_and_resubscription(
         with pytest.raises(StopAsyncIteration):
             await it.next(timeout=1)  # closing the client ends its subscriptions
 
-    aloop.run(scenario(), timeout=60)
+    aloop.run(scenario(), timeout=3 * PATIENCE)
 
 
 def test_connect_errors(aloop: LoopThread, tmp_path: Path) -> None:

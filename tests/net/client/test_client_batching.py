@@ -21,7 +21,7 @@ from pubguard.model import Event
 from pubguard.net.client.client import Client, Subscription
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.plain import PlainScheme
-from tests.loopback import LoopThread, keyed_cluster
+from tests.loopback import PATIENCE, LoopThread, keyed_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ def _events(topic: str, tag: str, n: int) -> list[Event]:
 
 
 async def _drain(sub: Subscription, n: int) -> list[Event]:
-    return [(await sub.next(timeout=10)).event for _ in range(n)]
+    return [(await sub.next(timeout=PATIENCE)).event for _ in range(n)]
 
 
 async def _pair(

@@ -24,7 +24,7 @@ import pytest
 from pubguard.net.config import chain_toml, parse_cluster_config
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
-from tests.loopback import LoopThread
+from tests.loopback import PATIENCE, LoopThread
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def test_generations_whose_epoch_ended_during_an_outage_are_not_sent(
                 await pub.advertise(f'topic = "{w}"')
             for i, w in enumerate(TOPICS):
                 await pub.publish({"topic": w, "x": i})
-            got = [(await s.next(timeout=5)).event["x"] for s in subs]
+            got = [(await s.next(timeout=PATIENCE)).event["x"] for s in subs]
             errors = [f"{e.ref}: {e.reason}" for e in sub.errors]
             drops = (await cluster.status("b1"))["drops"]
             return drops, errors, sub.renewals - renewed, got
@@ -86,7 +86,7 @@ def test_generations_whose_epoch_ended_during_an_outage_are_not_sent(
             await sub.close()
             await cluster.stop()
 
-    drops, errors, renewals, got = aloop.run(scenario(), timeout=90)
+    drops, errors, renewals, got = aloop.run(scenario(), timeout=3 * PATIENCE)
     assert renewals >= 2 * len(TOPICS)  # a generation per topic and change, built while away
     # none refused: no strike against an honest client
     assert errors == [] and not drops, (errors, drops)

@@ -30,6 +30,7 @@ from pubguard.net.keyservice.kdc import KdcConfig, KdcService
 from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.registry import HOSPITAL
+from tests.loopback import PATIENCE
 
 MASTER = random.Random(77).randbytes(32)
 ALL = 'topic = "cardiology" && age >= 0 && age <= 127'
@@ -62,7 +63,7 @@ def ev(i: int) -> Event:
     )
 
 
-async def until(pred, what: str, timeout: float = 20.0):
+async def until(pred, what: str, timeout: float = PATIENCE):
     deadline = time.monotonic() + timeout
     while True:
         got = await pred()

@@ -20,7 +20,7 @@ from pubguard.net.config import load_broker_config, parse_cluster_config
 from pubguard.net.server.server import BrokerServer
 from pubguard.net.tls import TLS_PASSPHRASE_ENV
 from pubguard.ops.cluster import LocalCluster
-from tests.loopback import LoopThread
+from tests.loopback import PATIENCE, LoopThread
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_a_cluster_runs_with_encrypted_identity_keys(
         pub = await cluster.connect("b0", "writer")
         await cluster.wait_quiescent()
         await pub.publish(Event({"topic": "x"}, id="e1"))
-        got = [(await s.next(timeout=10)).event.id]
+        got = [(await s.next(timeout=PATIENCE)).event.id]
         await pub.close()
         await sub.close()
         return got
@@ -68,5 +68,6 @@ def test_a_cluster_runs_with_encrypted_identity_keys(
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match="passphrase is missing or wrong") as ei:
         BrokerServer(conf)
-    assert time.monotonic() - t0 < 5 and "\n" not in str(ei.value)
+    # no prompt (one would wait for ever; the bound is generous: a loaded machine is slow)
+    assert time.monotonic() - t0 < 60 and "\n" not in str(ei.value)
     assert passphrase not in str(ei.value)

@@ -24,7 +24,18 @@ When the link fails (EOF, TLS error, no frame for ``heartbeat_timeout``) the cli
 with exponential back-off. If the broker *resumed* the session (a durable client, or a broker
 that persisted this link) the client resends what the broker had not processed; otherwise it
 re-subscribes every live subscription and resends unacknowledged publications (the broker's
-de-dup window drops any that had in fact been processed).
+de-dup window drops any that had in fact been processed). Such a fresh session may have missed
+what was published while the link was down: ``fresh_sessions`` counts them and
+``on_reconnect(resumed)`` is told of every reconnection.
+
+What the broker does not serve is never sent: its ``hello`` names the profiles it serves, and
+a publish, subscribe or advertise of another profile raises
+:class:`~pubguard.errors.ProfileNotServedError` before the message is built. The broker's
+verdict on what was sent comes back as the link's cumulative ack (accepted) or an ``Error``
+reply (refused); :meth:`Client.confirm` waits for both and raises
+:class:`~pubguard.errors.RefusedError` for refusals. When a newer connection with the same
+identity replaces this one at the broker, the client stops: its calls and its subscriptions'
+iterations raise :class:`~pubguard.errors.ReplacedError`.
 
 A :class:`Client` owns three collaborators and hands each what it needs, never itself: its
 :class:`~pubguard.net.client.link.ClientLink` (the connection: handshake, resumption,
@@ -62,7 +73,9 @@ from urllib.parse import urlsplit
 
 from pubguard.errors import (
     DropError,
+    ProfileNotServedError,
     PubguardError,
+    RefusedError,
     StateError,
     TransportError,
     ValidationError,
@@ -137,6 +150,7 @@ class Client:
         batch_sign: bool | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         renew_grace: float = DEFAULT_RENEW_GRACE,
+        on_reconnect: Callable[[bool], None] | None = None,
     ) -> None:
         if not identity or len(identity) > envelope.MAX_NAME:
             raise ValidationError("identity must be a non-empty name")
@@ -148,7 +162,6 @@ class Client:
         self.window = window
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
-        self.reconnect = reconnect
         signs = self.scheme.merkle_batches
         if batch_sign and not signs:
             raise ValidationError(
@@ -178,7 +191,9 @@ class Client:
             heartbeat_timeout=heartbeat_timeout,
             subs=self._subs,
             fresh_session_msgs=self._fresh_session_msgs,
+            on_reconnect=on_reconnect,
         )
+        self._confirmed = 0  # the link's error_count at the last confirm()
         self._renewal = SubscriptionRenewal(
             self.scheme,
             identity=identity,
@@ -205,8 +220,34 @@ class Client:
         return self._link.errors
 
     @property
+    def reconnect(self) -> bool:
+        """Whether a failed link is reconnected; set it False to let the link lapse (the
+        link's own flag: a copy here would change nothing)."""
+        return self._link.reconnect
+
+    @reconnect.setter
+    def reconnect(self, value: bool) -> None:
+        self._link.reconnect = value
+
+    @property
     def reconnects(self) -> int:
         return self._link.reconnects
+
+    @property
+    def fresh_sessions(self) -> int:
+        """Reconnections the broker did not resume (events published meanwhile may be lost)."""
+        return self._link.fresh_sessions
+
+    @property
+    def served(self) -> tuple[str, ...] | None:
+        """The profiles the broker serves (its hello), or None if it did not say."""
+        return self._link.served
+
+    def _check_served(self, profile: str) -> None:
+        """ProfileNotServedError unless the broker serves ``profile`` (or did not say)."""
+        served = self._link.served
+        if served is not None and profile not in served:
+            raise ProfileNotServedError(profile, served, broker=self._link.broker_name)
 
     @property
     def delivers(self) -> int:
@@ -325,6 +366,7 @@ class Client:
         """Publish ``event`` (an Event or an attribute mapping); returns its event id."""
         ev = event if isinstance(event, Event) else Event(event)
         prof = profile or self.scheme.profile
+        self._check_served(prof)
         if self.batch_sign:
             return await self._publish_batched(ev, prof)
         pe = await self._off_loop_if_due(self.scheme.protect_event, ev)
@@ -381,6 +423,7 @@ class Client:
         """Send an event protected earlier by this client's scheme (a publisher may protect
         ahead of time; the guards' timestamp window still applies)."""
         prof = profile or self.scheme.profile
+        self._check_served(prof)
         await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
         return pe.event_id
 
@@ -390,6 +433,7 @@ class Client:
         if not self.scheme.merkle_batches or len(events) < 2 or self.batch_sign:
             return [await self.publish(e, profile=profile) for e in events]
         prof = profile or self.scheme.profile
+        self._check_served(prof)
         ids = []
         for pe in self.scheme.protect_events(events, now=time.time()):
             await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
@@ -406,6 +450,7 @@ class Client:
     ) -> Subscription:
         """Subscribe with a filter (text or Filter); iterate the result or pass ``handler``."""
         f = Filter.parse(filter) if isinstance(filter, str) else filter
+        self._check_served(self.scheme.profile)
         sid = sub_id or f"s{next(self._ids)}-{secrets.token_hex(4)}"
         if GENERATION_SEP in sid:
             raise ValidationError(f"a subscription id may not contain {GENERATION_SEP!r}")
@@ -435,6 +480,7 @@ class Client:
 
     async def advertise(self, filter: str | Filter, *, adv_id: str | None = None) -> str:
         f = Filter.parse(filter) if isinstance(filter, str) else filter
+        self._check_served(self.scheme.profile)
         aid = adv_id or f"a{next(self._ids)}-{secrets.token_hex(4)}"
         self._adverts[aid] = f
         await self._send(self._advertise_msg(aid, f))
@@ -452,19 +498,40 @@ class Client:
         """Wait until the broker has acknowledged everything sent so far."""
         self._sign_batch()
         link = self._link
+        if link.failure is not None:
+            raise link.failure
         target = link.chan.tx_next - 1
 
         async def _wait() -> None:
             while not link.chan.acked_through(target):
+                if link.failure is not None:
+                    raise link.failure
                 if link.closing:
                     raise TransportError("client closed")
                 await link.wait_credit()
 
         await asyncio.wait_for(_wait(), timeout)
 
+    async def confirm(self, timeout: float | None = 10.0) -> None:
+        """Wait for the broker's verdict on everything sent so far (:meth:`flush`), then raise
+        :class:`~pubguard.errors.RefusedError` if it refused any of it since the last
+        confirm (an ``Error`` reply: unauthorised, malformed, stale, ...). The broker writes
+        a refusal before the acknowledgement that covers the refused message."""
+        await self.flush(timeout)
+        link = self._link
+        n, self._confirmed = link.error_count - self._confirmed, link.error_count
+        if n:
+            recent = list(link.errors)[-n:]  # (the deque keeps the last 100)
+            first = recent[0]
+            raise RefusedError(
+                first.reason, first.ref, first.detail, broker=link.broker_name or "", count=n
+            )
+
     async def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The broker's status report (links, tables, queues, drop counters)."""
         link = self._link
+        if link.failure is not None:
+            raise link.failure
         await asyncio.wait_for(link.connected.wait(), timeout)
         q = next(self._ids)
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -545,7 +612,11 @@ class Client:
         """Wait until one more message fits in the window beside those in flight and the
         pending batch (which is signed and sent first: only then can it be acknowledged)."""
         link = self._link
+        if link.failure is not None:
+            raise link.failure
         while link.chan.in_flight + len(self._signer) >= self.window:
+            if link.failure is not None:
+                raise link.failure
             if link.closing:
                 raise TransportError("client closed")
             if self._signer.pending:
@@ -584,8 +655,11 @@ async def connect(
     batch_sign: bool | None = None,
     max_batch: int = DEFAULT_MAX_BATCH,
     renew_grace: float = DEFAULT_RENEW_GRACE,
+    on_reconnect: Callable[[bool], None] | None = None,
 ) -> Client:
-    """Connect to the broker at ``url`` (``tls://host:port``); TransportError if refused."""
+    """Connect to the broker at ``url`` (``tls://host:port``); TransportError if refused.
+    ``on_reconnect(resumed)`` is called after each reconnection (``resumed`` False: a fresh
+    session, which may have missed what was published while the link was down)."""
     use_tls, host, port = parse_url(url)
     if use_tls and ssl is None:
         raise ValidationError("a tls:// URL needs an ssl context (client_ssl_context(...))")
@@ -603,5 +677,6 @@ async def connect(
         batch_sign=batch_sign,
         max_batch=max_batch,
         renew_grace=renew_grace,
+        on_reconnect=on_reconnect,
     )
     return await client._start()

@@ -15,9 +15,15 @@ with exponential back-off (``BACKOFF_MIN`` doubling up to ``BACKOFF_MAX``). If t
 *resumed* the session (a durable client, or a broker that persisted this link) the client
 resends what the broker had not processed; otherwise it re-subscribes every live subscription
 and resends unacknowledged publications (the broker's de-dup window drops any that had in fact
-been processed). Deliveries are reliable messages: a sequence gap closes the link, a resent
-duplicate is skipped, and what arrived is acknowledged cumulatively: at once when
-``ACK_EVERY`` deliveries are unacknowledged, otherwise at most ``ACK_DELAY`` seconds later (one
+been processed); ``on_reconnect(resumed)`` is called after each reconnection, and
+``fresh_sessions`` counts those the broker did not resume (events published meanwhile may have
+been missed). A broker's ``bye`` saying that a newer connection with this identity replaced
+this one (``envelope.is_replaced``) ends the link for good: the client's calls then raise
+:class:`~pubguard.errors.ReplacedError` (``failure``) instead of reconnecting, which would
+knock the other connection off in turn. Deliveries are reliable messages: a sequence gap
+closes the link, a resent duplicate is skipped, and what arrived is acknowledged
+cumulatively: at once when ``ACK_EVERY`` deliveries are unacknowledged, otherwise at most
+``ACK_DELAY`` seconds later (one
 ack frame covers every delivery of a burst instead of one per read, which halves the frames a
 broker reads when it fans events out to many subscribers). A delivery whose opening asks a
 remote key service first (the scheme's ``open_due``: an eventguard subscriber's first event of
@@ -37,7 +43,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from pubguard.errors import FrameError, PubguardError, TransportError
+from pubguard.errors import FrameError, PubguardError, ReplacedError, TransportError
 from pubguard.model.events import Event
 from pubguard.net.client.renewal import GENERATION_SEP, sub_id_of
 from pubguard.net.client.subscription import Delivery, Subscription
@@ -109,6 +115,7 @@ class ClientLink:
         heartbeat_timeout: float,
         subs: dict[str, Subscription],
         fresh_session_msgs: Callable[[], Awaitable[list[dict[str, Any]]]],
+        on_reconnect: Callable[[bool], None] | None = None,
     ) -> None:
         self.host, self.port, self.ssl, self.identity = host, port, ssl, identity
         self.session, self.durable, self.scheme = session, durable, scheme
@@ -119,8 +126,17 @@ class ClientLink:
         self._fresh_session_msgs = fresh_session_msgs
         self.chan: ReliableChannel[Queued] = ReliableChannel(window=window)
         self.broker_name: str | None = None
+        #: the profiles the broker serves (its hello), None if it did not say (older brokers)
+        self.served: tuple[str, ...] | None = None
         self.errors: deque[Error] = deque(maxlen=100)
+        self.error_count = 0  # Error replies received in all
         self.reconnects = 0
+        #: reconnections the broker did not resume: what was published meanwhile is lost
+        self.fresh_sessions = 0
+        self.on_reconnect = on_reconnect
+        self.resumed = False  # whether the broker resumed the session at the last handshake
+        #: why the link ended for good (a newer connection with this identity took over)
+        self.failure: PubguardError | None = None
         self.delivers = 0  # Deliver messages received (before subscription routing)
         self.closing = False
         self.writer: FrameConnection | None = None
@@ -154,6 +170,11 @@ class ClientLink:
             conn = await asyncio.wait_for(
                 open_frame_connection(self.host, self.port, ssl=self.ssl), CONNECT_TIMEOUT
             )
+        except _ssl.SSLCertVerificationError as exc:  # say it in words, without _ssl.c:NNNN
+            raise TransportError(
+                f"cannot connect to {self.host}:{self.port}: the broker's certificate does not "
+                f"verify ({exc.verify_message})"
+            ) from exc
         except (TimeoutError, OSError, _ssl.SSLError) as exc:
             raise TransportError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         try:
@@ -177,12 +198,15 @@ class ClientLink:
             conn.close()
             raise
         resumed = bool(first.get("resumed", False))
+        self.resumed = resumed
         try:  # a fresh session's re-subscriptions, built before anything is written
             fresh = [] if resumed else await self._fresh_session_msgs()
         except BaseException:
             conn.close()
             raise
         self.broker_name = first["name"]
+        ps = first.get("profiles")
+        self.served = None if ps is None else tuple(ps)
         self.writer = conn
         self._last_rx = time.monotonic()
         self._resume(resumed, first["rx"], fresh)
@@ -235,6 +259,10 @@ class ClientLink:
         while not self.closing:
             try:
                 await self._read_loop()
+            except ReplacedError as exc:
+                log.info("client %s: %s", self.identity, exc)
+                self._fail(exc)
+                return
             except (OSError, _ssl.SSLError, PubguardError) as exc:
                 log.info("client %s: link lost: %s", self.identity, exc)
             self.drop_connection()
@@ -249,13 +277,34 @@ class ClientLink:
                     await self.handshake()
                     self.reconnects += 1
                     backoff = BACKOFF_MIN
+                    self._reconnected(self.resumed)
                     break
                 except TransportError as exc:
                     log.info("client %s: reconnect failed: %s", self.identity, exc)
                     backoff = min(backoff * 2, BACKOFF_MAX)
 
+    def _reconnected(self, resumed: bool) -> None:
+        if not resumed:
+            self.fresh_sessions += 1
+        if self.on_reconnect is not None:
+            try:
+                self.on_reconnect(resumed)
+            except Exception:  # a callback's bug must not end the link
+                log.exception("client %s: on_reconnect failed", self.identity)
+
+    def _fail(self, exc: PubguardError) -> None:
+        """End the link for good: every pending and later call raises ``exc``."""
+        self.failure = exc
+        self.drop_connection()
+        for s in self._subs.values():
+            s._close(exc)
+        for f in self.status_waiters.values():
+            if not f.done():
+                f.set_exception(exc)
+        self.credit.set()
+
     async def heartbeats(self) -> None:
-        while not self.closing:
+        while not self.closing and self.failure is None:
             await asyncio.sleep(self.heartbeat_interval)
             w = self.writer
             if w is None:
@@ -306,6 +355,8 @@ class ClientLink:
                 if fut is not None and not fut.done():
                     fut.set_result(env["data"])
             elif t == "bye":
+                if envelope.is_replaced(env["reason"]):
+                    raise ReplacedError(self.identity, broker=self.broker_name)
                 raise TransportError(f"broker closed the link: {env['reason']}")
             elif t == "hello":
                 raise FrameError("unexpected second hello")
@@ -343,7 +394,9 @@ class ClientLink:
             self._hand_over(msg, self._open(msg, now))
         elif isinstance(msg, Error):
             self.errors.append(msg)
-            log.warning(
+            self.error_count += 1
+            # info: the caller learns it from Client.confirm() (RefusedError) or .errors
+            log.info(
                 "client %s: broker dropped %s: %s %s",
                 self.identity,
                 msg.ref,

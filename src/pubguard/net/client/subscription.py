@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pubguard.errors import SlowConsumerError
+from pubguard.errors import PubguardError, SlowConsumerError
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 
@@ -66,6 +66,7 @@ class Subscription:
         self._waiter: asyncio.Future[None] | None = None
         self._slow = False
         self._closed = False
+        self._error: PubguardError | None = None  # why it ended, if not by the caller
         self._task: asyncio.Task[None] | None = None
         if handler is not None:
             self._task = asyncio.get_running_loop().create_task(self._run_handler(handler))
@@ -88,13 +89,17 @@ class Subscription:
         if w is not None and not w.done():
             w.set_result(None)
 
-    def _close(self) -> None:
+    def _close(self, error: PubguardError | None = None) -> None:
+        """End the iteration: StopAsyncIteration after the buffered deliveries, or ``error``
+        (the link ended for good, e.g. :class:`~pubguard.errors.ReplacedError`)."""
         if not self._closed:
             self._closed = True
+            self._error = error
             self._push(_CLOSED)
 
     async def next(self, timeout: float | None = None) -> Delivery:
-        """The next delivery; TimeoutError after ``timeout``; StopAsyncIteration when closed."""
+        """The next delivery; TimeoutError after ``timeout``; StopAsyncIteration when closed,
+        or the error that ended the client's link for good (ReplacedError)."""
         if self._slow:
             self._slow = False
             raise SlowConsumerError(
@@ -109,6 +114,8 @@ class Subscription:
                 self._waiter = None
         item = self._items[0]
         if item is _CLOSED:
+            if self._error is not None:
+                raise self._error
             raise StopAsyncIteration
         self._items.popleft()
         return item  # type: ignore[no-any-return]
@@ -128,6 +135,9 @@ class Subscription:
             except SlowConsumerError as exc:
                 log.warning("%s", exc)
                 continue
+            except PubguardError as exc:  # the link ended for good
+                log.warning("subscription %s ended: %s", self.id, exc)
+                return
             try:
                 r = handler(d)
                 if r is not None:

@@ -95,10 +95,13 @@ class KeyServiceCore:
         *,
         tdn: TopicDiscoveryNode | None = None,
         kdc: KdcService | None = None,
+        health: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        """``health``: the shell's health report (its CRL), answered in ``info``."""
         if ms is None and tdn is None and kdc is None:
             raise ValidationError("a key service hosts an MS, a TDN, a KDC or several")
         self.ms, self.tdn, self.kdc = ms, tdn, kdc
+        self.health = health
         self.stats: Counter[str] = Counter()
         self._ops: dict[str, Op] = {"info": self._info}
         if ms is not None:
@@ -180,6 +183,8 @@ class KeyServiceCore:
             out["ms_key"] = self.ms.public_key.to_bytes()
         if self.kdc is not None:
             out["kdc"] = self.kdc.info()
+        if self.health is not None:
+            out["health"] = self.health()
         return out
 
 

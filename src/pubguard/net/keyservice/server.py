@@ -15,6 +15,11 @@ hands each decoded request to the core.
 
 A frame that cannot be decoded at all gets one ``malformed`` error frame and its connection is
 closed, while the server keeps serving every other connection.
+
+With a :class:`~pubguard.net.crl.CrlWatch` (``crl=``; its ``server_context`` is the
+``ssl_context``) client certificates are checked against the CA's CRL, reloaded when the file
+changes; an expired CRL is logged as an error, every handshake it makes OpenSSL refuse too,
+and :meth:`KeyServiceServer.status` (also the ``info`` op's ``health``) reports unhealthy.
 :class:`~pubguard.net.keyservice.client.KeyServiceClient` is the blocking client.
 """
 
@@ -32,6 +37,7 @@ from typing import Any, Final
 
 from pubguard.crypto.x509 import Certificate
 from pubguard.errors import FrameError, ValidationError
+from pubguard.net.crl import CrlWatch
 from pubguard.net.keyservice.core import KeyServiceCore
 from pubguard.net.keyservice.protocol import MAX_REQUEST_SIZE
 from pubguard.net.tls import peer_identity
@@ -58,22 +64,41 @@ class KeyServiceServer:
         port: int = 0,
         clock: Callable[[], float] = time.time,
         rng: _random.Random | None = None,
+        crl: CrlWatch | None = None,
     ) -> None:
         if ssl_context.verify_mode != _ssl.CERT_REQUIRED:
             raise ValidationError("the key service requires client certificates (mutual TLS)")
         self.core, self.ssl, self.host, self.port = core, ssl_context, host, port
         self.clock, self.rng = clock, rng
+        self.crl = crl
         self.stats: Counter[str] = Counter()
         self._server: asyncio.Server | None = None
+        self._crl_task: asyncio.Task[None] | None = None
+
+    def status(self) -> dict[str, Any]:
+        """Health and counters: ``healthy`` is false when the CRL the service checks its
+        clients against has expired (or no longer loads): every handshake is then refused."""
+        out: dict[str, Any] = {"port": self.port, "stats": dict(self.stats), "healthy": True}
+        if self.crl is not None:
+            out["crl"] = self.crl.status()
+            out["healthy"] = out["crl"]["healthy"]
+        return out
 
     async def start(self) -> int:
         """Listen; returns the bound port."""
         self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("keyservice: listening on %s:%d", self.host, self.port)
+        if self.crl is not None:
+            self._crl_task = asyncio.get_running_loop().create_task(self.crl.run())
         return self.port
 
     async def stop(self) -> None:
+        if self._crl_task is not None:
+            self._crl_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._crl_task
+            self._crl_task = None
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):

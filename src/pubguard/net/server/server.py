@@ -28,7 +28,9 @@ A malformed frame closes only its link, with the reason logged; the broker keeps
 Revocation: with ``[revocation]`` in its configuration the broker polls the authority's signed
 revocation list (:mod:`pubguard.net.server.revocation`) and revokes newly listed keys in its schemes
 while it runs; publications dropped as ``revoked`` are logged (the first per link, then every
-:data:`REVOKED_LOG_EVERY` th) and counted in the status.
+:data:`REVOKED_LOG_EVERY` th) and counted in the status. With ``crl`` in ``[tls]`` every peer
+certificate is checked against the CA's X.509 CRL, reloaded when the file changes, and an
+expired CRL is logged and reported in the status (:class:`~pubguard.net.crl.CrlWatch`).
 
 Collaborators
 -------------
@@ -67,9 +69,11 @@ from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, 
 from pubguard.net import gc_tuning
 from pubguard.net.config import BrokerConfig
 from pubguard.net.conn import FrameConnection, PeerClosed
+from pubguard.net.crl import CrlWatch
 from pubguard.net.server.batching import BatchProcessor
 from pubguard.net.server.links import BROKER_WINDOW, Link
 from pubguard.net.server.parent_link import ParentConnector, read_hello
+from pubguard.net.server.pidfile import remove_pidfile, write_pidfile
 from pubguard.net.server.revocation import RevocationWatcher
 from pubguard.net.server.upkeep import Upkeep
 from pubguard.net.tls import peer_identity
@@ -87,6 +91,7 @@ __all__ = [
     "REVOKED_LOG_EVERY",
     "BrokerServer",
     "RevokedDrops",
+    "check_identity",
     "read_port",
     "run_broker",
     "schemes_for",
@@ -124,6 +129,24 @@ def schemes_for(
     bk = keys if isinstance(keys, BrokerKeys) else BrokerKeys.load(keys)
     t = time.time() if now is None else now
     return build_registry(names, bk, now=t, state_dir=state_dir, replay_db=replay_db)
+
+
+def check_identity(config: BrokerConfig) -> None:
+    """ConfigError unless the broker's ``name`` is its certificate's common name. Peers know
+    a broker by the name in its certificate (a child checks its parent's, the parent its
+    children's), and the broker announces ``name`` in its ``hello``: two different names would
+    let a broker speak for another and route under a name no certificate vouches for."""
+    if config.tls is None:
+        return
+    from pubguard.crypto.x509 import load_certificate
+
+    cn = load_certificate(config.tls.cert).name
+    if cn != config.name:
+        raise ConfigError(
+            f"broker name {config.name!r} differs from the common name {cn!r} of its "
+            f"certificate {config.tls.cert}: they must be equal",
+            key="name",
+        )
 
 
 def _peer_identity(writer: FrameConnection) -> tuple[str | None, str | None]:
@@ -176,14 +199,21 @@ class BrokerServer:
     ) -> None:
         self.config = config
         self.name = config.name
+        self.crl: CrlWatch | None = None
         if config.tls is not None and ssl_server is None:
-            from pubguard.crypto.x509 import client_ssl_context, server_ssl_context
-            from pubguard.net.tls import tls_password
-
-            t, pw = config.tls, tls_password()  # an encrypted key: PUBGUARD_TLS_PASSPHRASE
-            ssl_server = server_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw)
-            ssl_client = client_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw)
+            if config.tls.crl is not None:  # checked against the CA's CRL, reloaded live
+                self.crl = CrlWatch(
+                    f"broker {self.name}",
+                    config.tls.crl,
+                    config.tls.ca,
+                    self._tls_contexts,
+                    on_reload=self._crl_reloaded,
+                )
+                ssl_server, ssl_client = self.crl.server_context, self.crl.client_context
+            else:
+                ssl_server, ssl_client = self._tls_contexts()
         self.ssl_server, self.ssl_client = ssl_server, ssl_client
+        check_identity(config)  # (after the TLS files were read) before any state is opened
         self.store: BrokerStore | None = None
         if config.durable:
             config.state_dir.mkdir(parents=True, exist_ok=True)
@@ -240,6 +270,27 @@ class BrokerServer:
                 serve=self._read_loop,
                 on_down=self._link_down,
             )
+
+    def _tls_contexts(self) -> tuple[_ssl.SSLContext, _ssl.SSLContext]:
+        """The (server, client) contexts of ``[tls]`` as its files are now."""
+        from pubguard.crypto.x509 import client_ssl_context, server_ssl_context
+        from pubguard.net.tls import tls_password
+
+        t, pw = self.config.tls, tls_password()  # an encrypted key: PUBGUARD_TLS_PASSPHRASE
+        assert t is not None
+        return (
+            server_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw),
+            client_ssl_context(t.cert, t.key, t.ca, crl_path=t.crl, password=pw),
+        )
+
+    def _crl_reloaded(self, ssl_client: _ssl.SSLContext | None) -> None:
+        """A new CRL: links dialled from now on check their peer against it (new inbound
+        connections get the new server context from :class:`CrlWatch` itself)."""
+        self.ssl_client = ssl_client
+        if self.parent is not None:
+            self.parent.ssl = ssl_client
+        if self.revocation is not None:
+            self.revocation.ssl = ssl_client  # for its next dial
 
     def _watch_revocations(self) -> RevocationWatcher:
         """The live revocation list of ``[revocation]`` (narada-secure-delivery.txt §IV-A,
@@ -335,13 +386,19 @@ class BrokerServer:
         if port == 0 and self.store is not None:
             port = int(self.store.get_meta("port") or 0)  # sticky across restarts
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: FrameConnection(self._on_connection),
-            cfg.host,
-            port,
-            ssl=self.ssl_server,
-            reuse_address=True,
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: FrameConnection(self._on_connection),
+                cfg.host,
+                port,
+                ssl=self.ssl_server,
+                reuse_address=True,
+            )
+        except OSError as exc:  # name the port really tried (the sticky one, not 0)
+            code = exc.errno or 0  # asyncio wraps bind errors in a long message
+            why = os.strerror(code) if code > 0 else (exc.strerror or str(exc))
+            where = f"listen address {cfg.host}:{port}"
+            raise ConfigError(f"broker {self.name}: {where}: {why}", key="port") from None
         self.port = self._server.sockets[0].getsockname()[1]
         if self.store is not None:
             self.store.set_meta("port", str(self.port))
@@ -350,6 +407,8 @@ class BrokerServer:
         tmp.write_text(str(self.port))
         os.replace(tmp, cfg.state_dir / "port")
         self._spawn(self.upkeep.run())
+        if self.crl is not None:
+            self._spawn(self.crl.run())
         if self.revocation is not None:
             self._spawn(self.revocation.run())
         if self.parent is not None:
@@ -413,6 +472,8 @@ class BrokerServer:
                         durable=link.durable,
                         rx=link.rx_seq,
                         resumed=resumed,
+                        # a client learns what it may send (envelope.py); brokers need not
+                        profiles=self.core.schemes.profiles if link.role == "client" else None,
                     )
                 )
             )
@@ -454,11 +515,9 @@ class BrokerServer:
         else:
             lid = f"c:{name}"
         link = self.links.get(lid)
-        old = link.detach() if link is not None else None
-        if old is not None:
-            self.stats["replaced"] += 1
-            old.close()
         session, durable = hello["session"], hello["durable"]
+        if link is not None and (old := link.detach()) is not None:
+            self._replace(link, old, session)
         resumed = link is not None and link.session == session
         if link is not None and not resumed:
             if role == "client" and link.durable and durable:
@@ -477,6 +536,28 @@ class BrokerServer:
             self.store.put_link(LinkRow(lid, link.kind, session, True, link.rx_seq, link.tx_next))
         self.batches.flush()
         return link, resumed
+
+    def _replace(self, link: Link, old: FrameConnection, session: str) -> None:
+        """A new connection takes ``link`` over from ``old``. The same session is the peer
+        itself reconnecting (its old connection is dead to it). Another session is another
+        process under the same identity: the old connection is told why (its client stops
+        instead of taking the identity back, which would knock this one off in a loop) and
+        the replacement is logged as a warning."""
+        self.stats["replaced"] += 1
+        if link.session == session:
+            log.info("broker %s: %s reconnected", self.name, link.link_id)
+        else:
+            self.stats["replaced.other_session"] += 1
+            log.warning(
+                "broker %s: %s replaced by a new connection with the same identity %r "
+                "(two processes under one identity?)",
+                self.name,
+                link.link_id,
+                link.peer,
+            )
+            with contextlib.suppress(Exception):
+                old.write(encode_frame(envelope.bye_replaced(link.peer)))
+        old.close()
 
     def _drop_link(self, link: Link) -> None:
         """Forget a link and everything that came over it."""
@@ -570,6 +651,8 @@ class BrokerServer:
         st["no_catch_up"] = sorted(self.core.no_catch_up)
         if self.revocation is not None:
             st["revocation"] = self.revocation.status()
+        if self.crl is not None:
+            st["crl"] = self.crl.status()
         return st
 
 
@@ -578,7 +661,7 @@ async def run_broker(config: BrokerConfig, *, ready: asyncio.Event | None = None
     server = BrokerServer(config)
     try:
         await server.start()
-        (config.state_dir / "pid").write_text(str(os.getpid()))
+        write_pidfile(config.state_dir)  # only once listening: a second broker never clobbers it
         if ready is not None:
             ready.set()
         await server.serve_forever()
@@ -586,6 +669,7 @@ async def run_broker(config: BrokerConfig, *, ready: asyncio.Event | None = None
         raise
     finally:
         await server.close()
+        remove_pidfile(config.state_dir)
 
 
 def read_port(state_dir: Path) -> int | None:

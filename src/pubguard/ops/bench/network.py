@@ -86,7 +86,15 @@ from pubguard.ops.bench.costs import (
     validation_cost,
     validation_costs,
 )
-from pubguard.ops.bench.report import PAPER, PAPER_NOTE, SHARED_MACHINE, _plan, _ratio, _report
+from pubguard.ops.bench.report import (
+    PAPER,
+    PAPER_NOTE,
+    SHARED_MACHINE,
+    _plan,
+    _ratio,
+    _report,
+    goal_verdicts,
+)
 from pubguard.ops.bench.report import _median_run as _median_run  # tests import it from here
 from pubguard.ops.bench.subs import RemoteSubscribers
 from pubguard.ops.cluster import LocalCluster
@@ -500,6 +508,7 @@ async def run_network_bench(
     repeat: int = 1,
     merkle_batch: int = MERKLE_BATCH,
     attribute: str = "topic",
+    on_searches: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every (brokers, payload) combination; a non-plain profile also runs plain for ratios,
     the signing profiles also with Merkle batches, and every secure profile reports its
@@ -508,7 +517,11 @@ async def run_network_bench(
     ``max_throughput_runs_eps``); the profile's and plain's searches alternate, so a change in
     the machine's load falls on both sides of a ratio. ``merkle_batch``: publications under
     one signature in the Merkle runs (2..``MAX_BATCH``). ``attribute``: ``topic`` (every
-    profile) or ``numeric`` (plain, psguard, default: psguard.txt §5.2.3 measured both)."""
+    profile) or ``numeric`` (plain, psguard, default: psguard.txt §5.2.3 measured both).
+    ``on_step`` hears each step (a rate tried, a cost probe); ``on_searches`` hears
+    ``(searches done, searches in all)`` before the first search and after each one. Each
+    report carries ``goals``: every goal of the profile, met or missed
+    (:func:`~pubguard.ops.bench.report.goal_verdicts`)."""
     check_attribute(profile, attribute)
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
@@ -516,6 +529,10 @@ async def run_network_bench(
         raise ValueError(f"merkle_batch must be 2..{MAX_BATCH}")
     out = []
     say = on_step or (lambda s: None)
+    searches = len(brokers) * len(payloads) * len(_plan(profile, merkle_batch)) * repeat
+    done = 0
+    if on_searches is not None:
+        on_searches(done, searches)
     valid: dict[str, Any] = {}
     clients: dict[str, Any] = {}
     if profile != "plain":
@@ -559,6 +576,9 @@ async def run_network_bench(
                     for prof, tag, batch in plan:
                         suffix = f"-r{i}" if repeat > 1 else ""
                         series.setdefault(tag, []).append(await run(prof, tag + suffix, batch))
+                        done += 1
+                        if on_searches is not None:
+                            on_searches(done, searches)
                 r = _report(profile, series, merkle_batch)
                 if profile != "plain":
                     r["broker_validation_us"] = valid
@@ -568,6 +588,7 @@ async def run_network_bench(
                     }
                     r["client_cost_us"] = clients
                 r.update(PAPER[profile])
+                r["goals"] = goal_verdicts(profile, r)
                 r["machine"] = SHARED_MACHINE
                 out.append(r)
     return out

@@ -1,5 +1,6 @@
 """The report of ``pubguard bench network`` (split from :mod:`pubguard.ops.bench.network`): the papers'
-figures and the issue's goals beside ours (:data:`PAPER`), which searches one configuration
+figures and the goals beside ours (:data:`PAPER`), each goal as a check of one figure of the
+report (:data:`GOALS`, judged by :func:`goal_verdicts`: met or missed), which searches one configuration
 runs (:func:`_plan`: the profile, plain, the Merkle-batched form of a signing profile and,
 for psguard, the paper's configuration), and how their medians become one report with ratios
 against plain (:func:`_report`).
@@ -7,11 +8,13 @@ against plain (:func:`_report`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pubguard.ops.bench.costs import MERKLE_BATCH, SIGNING_PROFILES
 
-__all__ = ["LABELS", "PAPER", "PAPER_NOTE", "SHARED_MACHINE"]
+__all__ = ["GOALS", "LABELS", "PAPER", "PAPER_NOTE", "SHARED_MACHINE", "Goal", "goal_verdicts"]
 
 PAPER_NOTE: Final = (
     "EventGuard Fig. 11 (Siena, 550 MHz PIII, LAN): plain throughput grows with nodes until "
@@ -58,6 +61,59 @@ PAPER: Final[dict[str, dict[str, Any]]] = {
         "goal": "throughput drop <= 10%",
     },
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """One goal of :data:`PAPER`'s ``goal`` text as a check: the report's figure ``ours``
+    (None when the run could not measure it) is at most ``limit`` ``unit``."""
+
+    name: str
+    limit: float
+    unit: str
+    ours: Callable[[dict[str, Any]], float | None]
+
+    def verdict(self, report: dict[str, Any]) -> dict[str, Any]:
+        """``{name, goal, limit, unit, ours, met}``; ``met`` is None when not measured."""
+        v = self.ours(report)
+        return {
+            "name": self.name,
+            "goal": f"<= {self.limit:g}{self.text_unit}",
+            "limit": self.limit,
+            "unit": self.unit,
+            "ours": v,
+            "met": None if v is None else v <= self.limit,
+        }
+
+    @property
+    def text_unit(self) -> str:
+        """The unit as written after a number: ``2%``, ``0.3 ms``."""
+        return self.unit if self.unit == "%" else f" {self.unit}"
+
+
+def _validation_ms(r: dict[str, Any]) -> float | None:
+    us = (r.get("broker_validation_us") or {}).get("per_message")
+    return None if us is None else round(us / 1000, 4)
+
+
+_THROUGHPUT_DROP: Final = Goal("throughput drop", 2.0, "%", lambda r: r.get("throughput_drop_pct"))
+_LATENCY_RISE: Final = Goal("latency increase", 1.5, "%", lambda r: r.get("latency_increase_pct"))
+
+#: the goals of :data:`PAPER` as checks on a profile's report (its headline run against plain)
+GOALS: Final[dict[str, tuple[Goal, ...]]] = {
+    "plain": (),
+    "psguard": (_THROUGHPUT_DROP, _LATENCY_RISE),
+    "psguard-paper": (_THROUGHPUT_DROP, _LATENCY_RISE),
+    "eventguard": (Goal("throughput drop", 10.0, "%", _THROUGHPUT_DROP.ours),),
+    "narada": (Goal("broker-side validation", 0.3, "ms", _validation_ms),),
+    "default": (Goal("throughput drop", 10.0, "%", _THROUGHPUT_DROP.ours),),
+}
+
+
+def goal_verdicts(profile: str, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each goal of ``profile`` judged on ``report``: met, missed, or (``met`` None) not
+    measured. A drop or increase below zero (faster than plain) meets its goal."""
+    return [g.verdict(report) for g in GOALS.get(profile, ())]
 
 
 #: how each variant is labelled in the report (``{b}``: the Merkle batch size)

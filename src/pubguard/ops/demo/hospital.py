@@ -54,6 +54,7 @@ from pubguard.net.config import ClusterConfig, parse_cluster_config
 from pubguard.net.keyservice.kdc import KdcConfig
 from pubguard.net.tls import tls_passphrase_for_run
 from pubguard.ops.cluster import LocalCluster, run_local_cluster
+from pubguard.ops.demo.glossary import gloss
 from pubguard.ops.demo.hospital_revocation import (
     ADMIN,
     LAPTOP,
@@ -334,10 +335,12 @@ async def _run(
             f"key service (KDC, authority) on port {cluster.keyservice_port}: every client "
             "fetches its own keys over mutual TLS"
         )
+        say(gloss("KDC"))
         say(
             "TLS identity keys are encrypted at rest (PKCS#8) under PUBGUARD_TLS_PASSPHRASE, "
             "which the broker processes inherit (random for this run)"
         )
+        say(gloss("PKCS#8"))
         clients: list[Client] = []
         subs: dict[str, list[Subscription]] = {}
         ref = ReferenceMatcher()
