@@ -18,7 +18,8 @@ attributes (drop reason, link, identifiers, line, column) and never key material
     │   ├── InputError              a bad line in an input file (.path, .line, .column)
     │   ├── FrameError              malformed / oversize / unknown-version frame (.link)
     │   ├── DropError               a message was dropped (.reason: DropReason)
-    │   │   └── RefusedError        the broker refused a request of this client (.ref)
+    │   │   ├── RefusedError        the broker refused a request of this client (.ref)
+│   │   └── FilterRefusedError  the key service refused a filter (.filter, .identity)
     │   ├── InvalidToken            any authentication failure (opaque on purpose)
     │   └── RevokedError            certificate or entity revoked
     └── TransportError              connection, TLS handshake, timeout
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "DropError",
     "DropReason",
+    "FilterRefusedError",
     "FrameError",
     "InputError",
     "InvalidToken",
@@ -182,6 +184,23 @@ class RefusedError(DropError):
         why = f" ({detail})" if detail else ""
         more = f"; {count} refused in all" if count > 1 else ""
         RemoteError.__init__(self, f"{who} refused {ref}: {self.reason.value}{why}{more}")
+
+
+class FilterRefusedError(DropError):
+    """The key service refused a subscription filter of this client (outside its policy):
+    nothing was sent to the broker. ``filter`` is the filter's text, ``identity`` the client's,
+    ``detail`` the key service's reason."""
+
+    def __init__(self, filter: str, identity: str, detail: str = "") -> None:
+        self.reason = DropReason.UNAUTHORISED
+        self.ids = {"identity": identity}
+        self.filter = filter
+        self.identity = identity
+        self.detail = detail
+        why = f": {detail}" if detail else ""
+        RemoteError.__init__(
+            self, f"key service refused filter {filter!r} for identity {identity!r}{why}"
+        )
 
 
 class InvalidToken(RemoteError):

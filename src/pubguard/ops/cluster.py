@@ -52,6 +52,7 @@ from pubguard.crypto import SecretBytes, random_bytes
 from pubguard.crypto.x509 import Role
 from pubguard.errors import StateError, TransportError
 from pubguard.net.client.client import Client, connect
+from pubguard.net.client.profiles import connect as connect_profile
 from pubguard.net.config import (
     ClusterConfig,
     load_broker_config,
@@ -66,7 +67,9 @@ from pubguard.ops.keyservice_proc import (
     ENDPOINT_FILE,
     KEYSERVICE,
     KeyServiceProcess,
+    client_options,
     keyservice_scheme,
+    serves,
 )
 from pubguard.ops.keyservice_proc import start_keyservice as _start_keyservice
 from pubguard.ops.pki import DEFAULT_CLIENTS, PASSPHRASE_ENV, ClusterPki
@@ -376,8 +379,23 @@ class LocalCluster:
         **kw: Any,
     ) -> Client:
         """A client of ``broker`` with identity ``identity`` (certificate issued on demand).
-        ``profile``: speak that security profile, with keys from :attr:`bundle` (``topics``:
-        the narada topics it needs a KMC token and key for)."""
+        ``profile``: speak that security profile; when the cluster's key service serves it,
+        through :func:`pubguard.net.client.profiles.connect` (keys over mutual TLS, as any
+        ``pubguard.connect`` client), else with keys from :attr:`bundle` in process
+        (``topics``: the narada topics it needs a KMC token and key for)."""
+        ks = self.keyservice
+        if ks is not None and serves(ks, profile) and "scheme" not in kw:
+            assert profile is not None  # (serves() says no to None)
+            ctx = self.pki.client_context(identity)
+            opts = {**client_options(self.bundle, ks, identity), **kw}
+            return await connect_profile(
+                self.url(broker),
+                identity=identity,
+                profile=profile,
+                keyservice=ks.url,
+                ssl=ctx,
+                **opts,
+            )
         if profile is not None and profile != "plain" and "scheme" not in kw:
             kw["scheme"] = keyservice_scheme(
                 self.bundle,

@@ -20,7 +20,10 @@ certificate: eventguard through ``KeyBundle.ms_for`` (a
 :func:`keyservice_scheme` (:class:`~pubguard.net.keyservice.kdc_client.RemoteKdc` and
 :class:`~pubguard.net.keyservice.kdc_client.RemoteAuthority`, which
 :class:`~pubguard.schemes.psguard.client.PSGuardClient` and
-:class:`~pubguard.schemes.default.client.DefaultClient` use unchanged).
+:class:`~pubguard.schemes.default.client.DefaultClient` use unchanged). Building those client
+faces is :mod:`pubguard.net.client.profiles`' job (``pubguard.connect``); this module only
+adds what the bundle knows (:func:`client_options`: the publisher's signing key, the pinned
+public keys) and says which profiles the process serves (:func:`serves`).
 """
 
 from __future__ import annotations
@@ -42,14 +45,12 @@ from pubguard.crypto import VerifyKey
 from pubguard.crypto.secret import raw
 from pubguard.crypto.x509 import Role
 from pubguard.errors import StateError
+from pubguard.net.client.profiles import profile_scheme
 from pubguard.net.keyservice.client import KeyServiceClient
 from pubguard.net.keyservice.kdc import KdcConfig
-from pubguard.net.keyservice.kdc_client import RemoteAuthority, RemoteKdc
 from pubguard.ops.pki import ClusterPki
 from pubguard.ops.process import terminate
 from pubguard.schemes.base import ClientScheme
-from pubguard.schemes.default.client import DefaultClient
-from pubguard.schemes.psguard.client import PSGuardClient
 from pubguard.schemes.registry import KeyBundle
 
 __all__ = [
@@ -58,7 +59,9 @@ __all__ = [
     "KEYSERVICE",
     "POLICY_FILE",
     "KeyServiceProcess",
+    "client_options",
     "keyservice_scheme",
+    "serves",
     "start_keyservice",
 ]
 
@@ -86,6 +89,11 @@ class KeyServiceProcess:
     kdc: bool
     ms_key: VerifyKey = dataclasses.field(repr=False)  # the MS public key, pinned in clients
     pki: ClusterPki = dataclasses.field(repr=False)
+
+    @property
+    def url(self) -> str:
+        """Where clients reach it: ``tls://host:port`` (``pubguard.connect(keyservice=)``)."""
+        return f"tls://{self.host}:{self.port}"
 
     def client(self, identity: str) -> KeyServiceClient:
         """A key-service connection authenticated as ``identity``'s certificate (the name
@@ -183,6 +191,31 @@ async def _wait_endpoint(info: Path, proc: subprocess.Popen[bytes], logf: Path) 
             await asyncio.sleep(0.02)
 
 
+def serves(keyservice: KeyServiceProcess | None, profile: str | None) -> bool:
+    """Whether clients of ``profile`` get their keys from ``keyservice`` (eventguard: the MS
+    always; psguard and default: when it serves the KDC; plain and narada: never)."""
+    if keyservice is None or profile is None:
+        return False
+    if profile == "eventguard":
+        return True
+    return profile in KDC_PROFILES and keyservice.kdc
+
+
+def client_options(
+    bundle: KeyBundle, keyservice: KeyServiceProcess, identity: str
+) -> dict[str, Any]:
+    """What :func:`pubguard.net.client.profiles.connect` takes beside the URLs for a client of
+    ``bundle``'s deployment: the identity's publisher key (the one psguard brokers know), the
+    publishers' keys, the pinned MS and authority keys and the brokers' timestamp window."""
+    return {
+        "signing_key": bundle.signing_key(identity),
+        "publisher_keys": bundle.broker_keys().publishers,
+        "ms_key": keyservice.ms_key,
+        "authority_key": bundle.authority.public_key,
+        "max_delay": bundle.max_delay,
+    }
+
+
 def keyservice_scheme(
     bundle: KeyBundle,
     profile: str,
@@ -192,23 +225,15 @@ def keyservice_scheme(
     now: float,
     topics: tuple[str, ...] = (),
 ) -> ClientScheme:
-    """The client face of ``profile`` for ``identity`` from ``bundle``; with a ``keyservice``
-    that serves the KDC, psguard and default get their KDC / authority as network proxies
-    authenticated as ``identity``'s certificate (its name must be the certificate's: the
-    service serves keys in the caller's own name only)."""
-    scheme = bundle.client(profile, identity, topics=topics, now=now)
-    if profile not in KDC_PROFILES or keyservice is None or not keyservice.kdc:
-        return scheme
+    """The client face of ``profile`` for ``identity`` from ``bundle``; when ``keyservice``
+    serves the profile (:func:`serves`), its keys come from it over mutual TLS, authenticated
+    as ``identity``'s certificate (:func:`~pubguard.net.client.profiles.profile_scheme`; its
+    name must be the certificate's: the service serves keys in the caller's own name only).
+    The key-service connection is closed by the garbage collector: a client that owns it is
+    what :func:`~pubguard.net.client.profiles.connect` makes."""
+    if keyservice is None or not serves(keyservice, profile):
+        return bundle.client(profile, identity, topics=topics, now=now)
+    opts = client_options(bundle, keyservice, identity)
     ks = keyservice.client(identity)
-    if isinstance(scheme, DefaultClient):
-        auth = RemoteAuthority(ks, authority_key=bundle.authority.public_key)
-        return DefaultClient(
-            identity,
-            auth,  # type: ignore[arg-type]
-            signing_key=bundle.signing_key(identity),
-            max_delay=bundle.max_delay,
-        )
-    if isinstance(scheme, PSGuardClient):
-        scheme.service = RemoteKdc(ks)  # type: ignore[assignment]  # no key fetched yet
-        return scheme
-    raise StateError(f"no key-service proxy for a {type(scheme).__name__}")  # pragma: no cover
+    del opts["ms_key"]  # pinned in the key-service client already
+    return profile_scheme(profile, identity, keyservice=ks, **opts)

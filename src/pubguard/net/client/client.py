@@ -73,6 +73,8 @@ from urllib.parse import urlsplit
 
 from pubguard.errors import (
     DropError,
+    DropReason,
+    FilterRefusedError,
     ProfileNotServedError,
     PubguardError,
     RefusedError,
@@ -459,6 +461,12 @@ class Client:
         sub = Subscription(self.unsubscribe, sid, f, handler, max_pending)
         try:
             msg = self._subscribe_msg(sub)  # may be refused by the key service (DropError)
+        except DropError as exc:
+            sub._close()
+            if exc.reason is not DropReason.UNAUTHORISED or isinstance(exc, FilterRefusedError):
+                raise
+            why = str(exc).removeprefix(f"{exc.reason.value}: ")
+            raise FilterRefusedError(str(f), self.identity, why) from exc
         except BaseException:
             sub._close()
             raise
