@@ -361,7 +361,7 @@ async def _run(
             try:
                 await clients[1].subscribe(text)
             except DropError as exc:
-                result.refused.append(f"{who} asked for {text!r}: refused ({exc})")
+                result.refused.append(f"{who} asked for {text!r}: refused as {exc.reason} ({exc})")
                 say(result.refused[-1])
             await cluster.wait_quiescent()
             name, broker = PUBLISHER
