@@ -1,4 +1,6 @@
-"""Security profiles: the scheme hook interface and one module per profile (ARCHITECTURE.md)."""
+"""Security profiles: the scheme hook interface (``base``), the registry, ``plain``, what
+profiles share (``common``) and one package per profile (``eventguard``, ``psguard``,
+``narada``, ``default``); ARCHITECTURE.md."""
 
 from pubguard.schemes.base import (
     BrokerScheme,

@@ -1,4 +1,5 @@
-"""sim layer (see ARCHITECTURE.md): seeded workloads and, later, the virtual-time simulator.
+"""The simulator: seeded workloads (the papers' shapes) and a discrete-event engine in virtual
+time that drives the real broker core (scaling, flooding and the papers' experiments).
 
 Public names are imported on first use (PEP 562 module ``__getattr__``), so that importing one
 submodule, or the command line, does not load every heavy module of the package.
