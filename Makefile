@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast fuzz lint java setup clean
+.PHONY: demo test test-fast fuzz lint java native setup clean
 
 java:
 	@bash scripts/ensure-java.sh
@@ -16,7 +16,11 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-setup: java $(STAMP)
+# The native fast path (native/, Rust): built when cargo exists; the Python backend otherwise.
+native: $(STAMP)
+	@bash scripts/build-native.sh $(BIN)
+
+setup: java $(STAMP) native
 
 demo: setup
 	$(BIN)/pubguard demo
@@ -36,4 +40,4 @@ fuzz: setup
 	PUBGUARD_FUZZ_FRAMES=1000000 $(BIN)/python -m pytest -q tests/net -k fuzz
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis native/target src/pubguard/_native*.so

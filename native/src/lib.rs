@@ -1,0 +1,19 @@
+//! `pubguard._native`: narrow accelerators under pubguard's Python API.
+//!
+//! The Python code stays the reference; every function here has a differential test against it,
+//! and `PUBGUARD_NATIVE=0` turns this module off.
+#![forbid(unsafe_code)]
+
+use pyo3::prelude::*;
+
+/// The crate version, so `pubguard --version` can name the backend it runs.
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    Ok(())
+}
