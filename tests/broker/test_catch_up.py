@@ -87,7 +87,7 @@ class Pair:
             now=at,
         )
         acts = self.child.handle(
-            Publish(eid, self.profile, pe.routing, pe.body, pe.meta), "local", at
+            Publish(pe.event_id, self.profile, pe.routing, pe.body, pe.meta), "local", at
         )
         return {s for a in acts if isinstance(a, DeliverTo) for s in a.message.sub_ids}
 
@@ -98,7 +98,7 @@ class Pair:
             now=at,
         )
         acts = self.parent.handle(
-            Publish(eid, self.profile, pe.routing, pe.body, pe.meta), "pub", at
+            Publish(pe.event_id, self.profile, pe.routing, pe.body, pe.meta), "pub", at
         )
         down = [a for a in acts if isinstance(a, Forward) and a.link == "down"]
         got: set[str] = set()
@@ -251,7 +251,11 @@ def test_a_durable_client_down_across_the_change_gets_its_events_at_its_renewal(
     pair.child.link_live("c", NEXT + 2)
     acts = pair.child.handle(Subscribe("s@1", profile, pf.filter, pf.meta), "c", NEXT + 2)
     got = [a.message for a in acts if isinstance(a, DeliverTo)]
-    assert [(d.event.event_id, d.sub_ids) for d in got] == [("e1", ("s@1",)), ("e2", ("s@1",))]
+    w = pair.pub.wire_id  # publications travel under opaque wire ids
+    assert [(d.event.event_id, d.sub_ids) for d in got] == [
+        (w("e1"), ("s@1",)),
+        (w("e2"), ("s@1",)),
+    ]
     assert pair.child.counters["publish.unparked"] == 2
     assert pair.publish_local("e3", NEXT + 3) == {"s@1"}  # matched as usual from now on
     assert pair.child.counters["publish.parked"] == 2

@@ -82,7 +82,7 @@ class Chain:
         )
         at = at if arrive is None else arrive
         acts = self.parent.handle(
-            Publish(eid, self.profile, pe.routing, pe.body, pe.meta), "pub", at
+            Publish(pe.event_id, self.profile, pe.routing, pe.body, pe.meta), "pub", at
         )
         got: set[str] = set()
         for a in acts:
@@ -330,4 +330,4 @@ def _publication(ch: Chain, eid: str, at: float) -> Publish:
     pe = ch.pub.protect_event(
         Event({"topic": "cardio", "age": 30, "patientRecord": "r"}, id=eid, type="patient"), now=at
     )
-    return Publish(eid, "eventguard", pe.routing, pe.body, pe.meta)
+    return Publish(pe.event_id, "eventguard", pe.routing, pe.body, pe.meta)

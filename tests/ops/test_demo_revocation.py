@@ -34,7 +34,9 @@ def test_the_stolen_laptop_is_cut_off_at_its_first_broker(tmp_path: Path) -> Non
     # the thief's events never left the ward's broker: the curious cloud broker has none
     assert r.curious is not None and r.curious.clean
     seen = {m.get("event_id") for _, m in r.curious.messages}
-    assert {"lap00", "lap01"} <= seen and not seen & set(act.thief)
+    wire = act.wire_ids  # it saw the laptop's events only under their opaque wire ids
+    assert {wire["lap00"], wire["lap01"]} <= seen and not seen & {wire[i] for i in act.thief}
+    assert not seen & set(wire)
     j = r.to_json()["revocation"]
     assert j["ok"] and j["drops"] == {broker: 3}
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)

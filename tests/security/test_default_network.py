@@ -279,8 +279,9 @@ def test_canary_reaches_authorised_subscribers_and_no_broker(net: Net) -> None:
         "capture.in",
         "capture.out",
     } <= kinds  # replay state: broker.db
-    assert sum(b"e35" in data for p, data in everything.items() if p.name == "capture.in") >= 3
-    assert sum(b"e35" in data for p, data in everything.items() if p.name == "capture.out") >= 3
+    w35 = net.schemes["hospital"].wire_id("e35").encode()  # brokers see the opaque wire id only
+    assert sum(w35 in data for p, data in everything.items() if p.name == "capture.in") >= 3
+    assert sum(w35 in data for p, data in everything.items() if p.name == "capture.out") >= 3
     leaks = [str(p) for p, data in everything.items() if CANARY.encode() in data]
     assert leaks == []
     topic = [str(p) for p, d in everything.items() if b"cardio" in d and "capture" in p.name]
@@ -290,10 +291,12 @@ def test_canary_reaches_authorised_subscribers_and_no_broker(net: Net) -> None:
 def test_subscriber_for_20_30_cannot_open_the_captured_age_35_event(net: Net) -> None:
     pubs = {m["event_id"]: m for m in captured(net.state, "b0")}  # the root sees every event
     young = net.schemes["young"]
-    m35, m25 = pubs["e35"], pubs["e25"]
+    w35, w25 = (net.schemes["hospital"].wire_id(i) for i in ("e35", "e25"))
+    m35, m25 = pubs[w35], pubs[w25]
     with pytest.raises(InvalidToken):
-        young.open_event("e35", m35["routing"], m35.get("body", b""), m35["meta"], now=time.time())
-    ok = young.open_event("e25", m25["routing"], m25.get("body", b""), m25["meta"], now=time.time())
+        young.open_event(w35, m35["routing"], m35.get("body", b""), m35["meta"], now=time.time())
+    ok = young.open_event(w25, m25["routing"], m25.get("body", b""), m25["meta"], now=time.time())
+    assert ok.id == "e25"
     assert ok["patientRecord"] == CANARY
 
 
@@ -377,8 +380,9 @@ def test_attack_is_dropped_at_the_first_honest_broker(net: Net, kind: str, reaso
 
 
 def test_replay_is_a_duplicate_then_replayed_after_the_broker_restarts(net: Net) -> None:
-    pub = next(m for m in captured(net.state, "b3") if m["event_id"] == "e25")
-    pe = ProtectedEvent("e25", pub["routing"], pub.get("body", b""), pub["meta"])
+    w25 = net.schemes["hospital"].wire_id("e25")
+    pub = next(m for m in captured(net.state, "b3") if m["event_id"] == w25)
+    pe = ProtectedEvent(w25, pub["routing"], pub.get("body", b""), pub["meta"])
     mallory = net.clients["mallory"]
 
     async def replay(reason: str) -> dict[str, dict[str, int]]:
@@ -446,9 +450,8 @@ def test_after_an_epoch_change_an_unsubscribed_subscriber_cannot_read(net: Net) 
     assert before["age"] == s0["age"] == 26 and after["age"] == 27
     assert after["patientRecord"] == CANARY
     assert not lc.errors and net.subs["leave"].pending == 0
-    m = next(x for x in captured(net.state, "b0") if x["event_id"] == "epoch1")
+    w1 = net.schemes["hospital2"].inner.wire_id("epoch1")
+    m = next(x for x in captured(net.state, "b0") if x["event_id"] == w1)
     assert m["meta"]["e"] == leave.authority.epoch_at(time.time()) + 1
     with pytest.raises(InvalidToken):  # handed the new epoch's ciphertext by a broker
-        leave.open_event(
-            "epoch1", m["routing"], m.get("body", b""), m["meta"], now=time.time() + EPOCH
-        )
+        leave.open_event(w1, m["routing"], m.get("body", b""), m["meta"], now=time.time() + EPOCH)

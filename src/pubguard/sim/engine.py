@@ -39,7 +39,7 @@ from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.overlay.tree import Tree
 from pubguard.schemes.base import BrokerScheme, ClientScheme, LinkKind, withdrawal_meta
-from pubguard.schemes.plain import PlainScheme
+from pubguard.schemes.plain import PlainScheme, new_event_id
 from pubguard.sim.topology import SimTopology
 from pubguard.wire.messages import (
     Ack,
@@ -194,13 +194,19 @@ class Simulator:
         self._send_from_client(c, Unadvertise(adv_id, c.scheme.profile, meta), t)
 
     def publish(self, client_id: str, event: Event, *, at: float | None = None) -> str:
+        """Publish ``event``; returns its (application's) id, drawn if it has none. The wire
+        carries ``scheme.wire_id(id)``, opaque under the secure profiles."""
         c = self._client(client_id)
         t = self._at(at)
+        if event.id is None:
+            event = Event(
+                event.attrs, id=new_event_id(self.rng), type=event.type, payload=event.payload
+            )
         pe = c.scheme.protect_event(event, now=t, rng=self.rng)
         msg = Publish(pe.event_id, c.scheme.profile, pe.routing, pe.body, pe.meta)
         self._published_at.setdefault(pe.event_id, t)
         self._send_from_client(c, msg, t)
-        return pe.event_id
+        return str(event.id)
 
     def send_raw(self, src: str, broker_id: str, raw: Any, *, at: float | None = None) -> None:
         """Inject an arbitrary (possibly malformed) wire value on the link ``src -> broker``."""
@@ -286,9 +292,8 @@ class Simulator:
         match msg:
             case Deliver(event=ev, sub_ids=sids):
                 opened = c.scheme.open_event(ev.event_id, ev.routing, ev.body, ev.meta, now=t)
-                c.deliveries.append(
-                    Delivery(t, ev.event_id, sids, opened, self._published_at.get(ev.event_id))
-                )
+                sent = self._published_at.get(ev.event_id)  # the application's id, restored:
+                c.deliveries.append(Delivery(t, opened.id or ev.event_id, sids, opened, sent))
             case Ack():
                 c.acks.append(msg)
             case Error():

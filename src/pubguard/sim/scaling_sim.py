@@ -338,7 +338,8 @@ class ScalingSim(Simulator):
 
         def finish(done: float) -> None:
             sent = self.offered_at.get(ev.event_id)
-            c.deliveries.append(Delivery(done, ev.event_id, msg.sub_ids, opened, sent))
+            eid = opened.id or ev.event_id  # the application's id, restored by the subscriber
+            c.deliveries.append(Delivery(done, eid, msg.sub_ids, opened, sent))
             if sent is not None:
                 self.latencies.append(done - sent)
 

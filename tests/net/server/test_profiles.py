@@ -61,7 +61,7 @@ def _topic(tag: str) -> str:
 
 
 def _event(tag: str, i: int, age: int) -> Event:
-    """Event ids travel in clear, so they carry the short tag, never the topic."""
+    """The short tag as the id (brokers see only its keyed hash), never the topic."""
     return Event(
         {"topic": _topic(tag), "age": age, "patientRecord": f"CANARY-{tag}-{i}-{age}"},
         id=f"{tag}-{i}",
@@ -103,7 +103,7 @@ def test_brokers_are_configured_with_profiles_and_public_keys_only(cluster: Loca
 def test_authorised_range_exactly_and_no_plaintext_at_the_curious_broker(
     aloop: LoopThread, cluster: LocalCluster, profile: str, topic: str
 ) -> None:
-    async def scenario() -> tuple[list[Event], dict[str, int]]:
+    async def scenario() -> tuple[list[Event], dict[str, int], str]:
         sub = await cluster.connect("b2", f"sub-{topic}", profile=profile)
         pub = await cluster.connect("b0", "hosp", profile=profile)
         try:
@@ -115,19 +115,20 @@ def test_authorised_range_exactly_and_no_plaintext_at_the_curious_broker(
             await cluster.wait_quiescent()
             got = await _drain(s)
             drops = (await cluster.status("b1"))["drops"]
-            return got, drops
+            return got, drops, pub.scheme.wire_id(f"{topic}-1")
         finally:
             await sub.close()
             await pub.close()
 
-    got, drops = aloop.run(scenario())
+    got, drops, wire = aloop.run(scenario())
     assert sorted(e["age"] for e in got) == [20, 25, 27, 30]
     for e in got:  # delivered in plaintext, secret attribute and payload opened
         assert e["patientRecord"] == f"CANARY-{topic}-{AGES.index(e['age'])}-{e['age']}"
         assert e.payload.startswith(f"PAYLOAD-{topic}-".encode())
     assert not drops
     files = _files(cluster, "b1")
-    assert any(f"{topic}-1".encode() in b for b in files)  # it recorded the age-20 event
+    assert any(wire.encode() in b for b in files)  # it recorded the age-20 event (wire id)
+    assert not any(f"{topic}-1".encode() in b for b in files)  # not the application's id
     for i, a in enumerate(AGES):
         for needle in (f"CANARY-{topic}-{i}-{a}", f"PAYLOAD-{topic}-{i}", _topic(topic)):
             assert not any(needle.encode() in b for b in files), needle

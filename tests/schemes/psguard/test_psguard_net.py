@@ -362,13 +362,17 @@ def test_end_to_end_on_a_broker_tree(world):
     sim.publish("hospital", ev(25, eid="stale"), at=NOW + 20 + 301)
     sim.run()
     drops = [(d.broker, d.drop.reason, d.drop.message_id) for d in sim.drops]
-    assert (leaves[0], DropReason.FORGED, "forged") in drops
-    assert (leaves[0], DropReason.STALE, "stale") not in drops  # published 'now': fresh
+    hosp = sim.clients["hospital"].scheme
+    # drops name the opaque wire id, a keyed hash of the application's id
+    assert (leaves[0], DropReason.FORGED, rogue.wire_id("forged")) in drops
+    assert (leaves[0], DropReason.STALE, hosp.wire_id("stale")) not in drops  # fresh
     stale = sim.clients["hospital"].scheme.protect_event(ev(25, eid="old"), now=NOW, rng=rng())
     from pubguard.wire.messages import Publish
 
     raw = Publish(stale.event_id, PSGUARD, stale.routing, stale.body, stale.meta).to_wire()
     sim.send_raw("hospital", leaves[0], raw, at=NOW + 1000)
     sim.run()
-    assert [d.drop.reason for d in sim.drops if d.drop.message_id == "old"] == [DropReason.STALE]
-    assert len([d for d in sim.drops if d.drop.message_id == "forged"]) == 1  # first broker only
+    old = [d.drop.reason for d in sim.drops if d.drop.message_id == hosp.wire_id("old")]
+    assert old == [DropReason.STALE]
+    forged = rogue.wire_id("forged")
+    assert len([d for d in sim.drops if d.drop.message_id == forged]) == 1  # first broker only

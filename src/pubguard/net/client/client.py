@@ -365,8 +365,12 @@ class Client:
     # -- public API ------------------------------------------------------------------------
 
     async def publish(self, event: Event | Mapping[str, Any], *, profile: str | None = None) -> str:
-        """Publish ``event`` (an Event or an attribute mapping); returns its event id."""
+        """Publish ``event`` (an Event or an attribute mapping); returns its event id (the
+        application's; one is drawn if it has none). The wire carries
+        ``scheme.wire_id(id)``, opaque under the secure profiles."""
         ev = event if isinstance(event, Event) else Event(event)
+        if ev.id is None:
+            ev = Event(ev.attrs, id=new_event_id(), type=ev.type, payload=ev.payload)
         prof = profile or self.scheme.profile
         self._check_served(prof)
         if self.batch_sign:
@@ -374,7 +378,7 @@ class Client:
         pe = await self._off_loop_if_due(self.scheme.protect_event, ev)
         msg = publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta)
         await self._send(msg)
-        return pe.event_id  # type: ignore[no-any-return]
+        return str(ev.id)
 
     async def _publish_batched(self, ev: Event, prof: str) -> str:
         """publish() with ``batch_sign``: prepare now, sign with the loop iteration's batch."""
@@ -436,11 +440,15 @@ class Client:
             return [await self.publish(e, profile=profile) for e in events]
         prof = profile or self.scheme.profile
         self._check_served(prof)
-        ids = []
+        events = [
+            e
+            if e.id is not None
+            else Event(e.attrs, id=new_event_id(), type=e.type, payload=e.payload)
+            for e in events
+        ]
         for pe in self.scheme.protect_events(events, now=time.time()):
             await self._send(publish_wire(pe.event_id, prof, pe.routing, pe.body, pe.meta))
-            ids.append(pe.event_id)
-        return ids
+        return [str(e.id) for e in events]
 
     async def subscribe(
         self,

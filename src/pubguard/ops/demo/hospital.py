@@ -160,10 +160,12 @@ def hospital_events(n: int, seed: int) -> list[Event]:
 
 def plaintext_needles(events: Iterable[Event]) -> dict[str, bytes]:
     """Label -> bytes a broker holding plaintext of ``events`` would have: every record,
-    payload and topic as UTF-8, and every age as the msgpack / JSON ``age`` entry. (Attribute
-    *names* are the public schema: a sealed secret is labelled with its name.)"""
-    needles: dict[str, bytes] = {}
+    payload, topic and event id as UTF-8, every age as the msgpack / JSON ``age`` entry, and
+    the secret attribute's name (the wire carries opaque ids and keyed labels instead:
+    ``pubguard.schemes.common.wire_id``)."""
+    needles: dict[str, bytes] = {"secret-attribute name patientRecord": b"patientRecord"}
     for e in events:
+        needles[f"event id {e.id}"] = str(e.id).encode()
         needles[f"patientRecord of {e.id}"] = str(e["patientRecord"]).encode()
         needles[f"payload of {e.id}"] = e.payload
         needles[f"topic {e['topic']}"] = str(e["topic"]).encode()
@@ -233,6 +235,8 @@ class HospitalDemoResult:
     events: list[Event]
     received: dict[str, list[Event]] = field(default_factory=dict)  # unit -> plaintext events
     expected: dict[str, list[str]] = field(default_factory=dict)  # unit -> event ids
+    #: event id -> the opaque id its publication carried on the wire (the publisher's keyed hash)
+    wire_ids: dict[str, str] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)  # what the key service refused
     key_sources: dict[str, str] = field(default_factory=dict)  # client -> where its keys came from
     curious: CuriousView | None = None
@@ -368,6 +372,7 @@ async def _run(
             pub = await cluster.connect(broker, name, profile=profile)
             clients.append(pub)
             result.key_sources[name] = _key_source(pub.scheme)
+            result.wire_ids = {str(e.id): pub.scheme.wire_id(str(e.id)) for e in evs}
             for i in range(0, len(evs), 8):  # one signature per batch of 8 (Merkle root)
                 await pub.publish_batch(evs[i : i + 8])
             await pub.flush()

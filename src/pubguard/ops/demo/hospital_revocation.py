@@ -49,6 +49,8 @@ class RevocationAct:
     errors: list[tuple[str, str]] = field(default_factory=list)  # (event id, reason) replies
     drops: dict[str, int] = field(default_factory=dict)  # broker -> publications dropped revoked
     leaked: dict[str, list[str]] = field(default_factory=dict)  # unit -> thief events received
+    #: event id -> the opaque id its publication carried on the wire (the laptop's keyed hash)
+    wire_ids: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
@@ -138,6 +140,7 @@ async def revocation_act(
     before, after = laptop_events()
     await _drain(subs)
     laptop = await cluster.connect(broker, name, profile=profile)
+    act.wire_ids = {str(e.id): laptop.scheme.wire_id(str(e.id)) for e in before + after}
     try:
         await laptop.publish_batch(before)
         await laptop.flush()
@@ -185,7 +188,9 @@ async def revocation_act(
             deadline = time.monotonic() + WAIT
             while len(laptop.errors) < len(after) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-        act.errors = [(e.ref, e.reason.value) for e in laptop.errors]
+        # a broker's error names the opaque wire id; the publisher maps it back to its own id
+        mine = {w: i for i, w in act.wire_ids.items()}
+        act.errors = [(mine.get(e.ref, e.ref), e.reason.value) for e in laptop.errors]
         sts = await cluster.statuses()
         act.drops = {
             b: n for b, s in sts.items() if (n := s["drops"].get("revoked", 0) - drops0.get(b, 0))

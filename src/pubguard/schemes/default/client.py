@@ -41,6 +41,7 @@ from pubguard.schemes.common.guards import DEFAULT_MAX_DELAY, SignedRootVerifier
 from pubguard.schemes.common.merkle import merkle_batch, signed_root
 from pubguard.schemes.common.revocation_list import SignedRevocations
 from pubguard.schemes.common.verified import VerifiedCredentials
+from pubguard.schemes.common.wire_id import WireIds
 from pubguard.schemes.default.broker import (
     DEFAULT,
     PUBLISH,
@@ -203,6 +204,7 @@ class DefaultClient(ClientScheme):
         self.name = name
         self.authority = authority
         self._sk = signing_key or SigningKey.generate()
+        self._wire_ids = WireIds.for_key(self._sk)  # opaque wire ids (common/wire_id.py)
         # max_delay: the brokers' timestamp window (default: the default broker's); how long
         # past its epoch a filter's keys are kept (PSGuardClient._hold) and a subscribe permit
         # is still re-sent (permit_lapsed)
@@ -345,7 +347,9 @@ class DefaultClient(ClientScheme):
             event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
         publisher = self._ps.publisher(now=now)
         ts, seq = self._stamp(now)
-        return publisher.protect(event, now_ms=ts, rng=rng), seq
+        assert event.id is not None
+        wid = self._wire_ids(event.id)
+        return publisher.protect(event, now_ms=ts, rng=rng, wire_id=wid), seq
 
     def sign_prepared(
         self,
@@ -391,6 +395,10 @@ class DefaultClient(ClientScheme):
         self, event: Event, *, now: float, rng: _random.Random | None = None
     ) -> ProtectedEvent:
         return self.protect_events([event], now=now, rng=rng)[0]
+
+    def wire_id(self, event_id: str) -> str:
+        """The opaque wire id of ``event_id``: a keyed hash under this client's key."""
+        return self._wire_ids(event_id)
 
     # -- delivery -------------------------------------------------------------------------------
     def open_event(

@@ -49,6 +49,7 @@ from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.common.guards import SignedRootVerifier
 from pubguard.schemes.common.merkle import merkle_batch, pack_path, signed_root
 from pubguard.schemes.common.verified import VerifiedCredentials
+from pubguard.schemes.common.wire_id import WireIds
 from pubguard.schemes.eventguard.wire import (
     EVENTGUARD,
     ROOT_TAG,
@@ -110,6 +111,7 @@ class EventGuardClient(ClientScheme):
         self.name = name
         self.ms = ms
         self._sk = signing_key or SigningKey.generate()
+        self._wire_ids = WireIds.for_key(self._sk)  # opaque wire ids (common/wire_id.py)
         self._keys: dict[tuple[bytes, int], SecretBytes] = {}  # (T(w), epoch) -> K(w, e)
         self._topics: dict[bytes, str] = {}  # T(w) -> w
         #: an epoch for which every known topic's key is held: ``open_due`` answers its
@@ -271,6 +273,10 @@ class EventGuardClient(ClientScheme):
             out.append(ProtectedEvent(pe.event_id, pe.routing, pe.body, meta))
         return out
 
+    def wire_id(self, event_id: str) -> str:
+        """The opaque wire id of ``event_id``: a keyed hash under the publication key."""
+        return self._wire_ids(event_id)
+
     def key_service_due(self, event: Event, now: float) -> bool:
         """Whether protecting ``event`` at ``now`` first asks the MS (its topic's newest grant
         ran out with its epoch, §4.8): ``pubguard.net.client.client`` then protects it in a worker
@@ -301,9 +307,12 @@ class EventGuardClient(ClientScheme):
             raise ValidationError("an eventguard event needs a string 'topic' attribute")
         g = self._grant_for(w, now)
         e, tok = g.permit.epoch, g.permit.token
-        eid = event.id if event.id is not None else new_event_id(rng)
+        app_id = event.id if event.id is not None else new_event_id(rng)
+        eid = self._wire_ids(app_id)  # the application's id travels inside pbl
         attrs = {k: v for k, v in event.attrs.items() if k != TOPIC}
-        pbl = msgpack.packb({"a": attrs, "t": event.type, "p": event.payload}, use_bin_type=True)
+        pbl = msgpack.packb(
+            {"a": attrs, "t": event.type, "p": event.payload, "i": app_id}, use_bin_type=True
+        )
         kr = random_bytes(32, rng)  # §4.4: a fresh random key per publication
         body = seal(kr, pbl, aad=body_aad(eid, e), rng=rng)
         wrapped = seal(g.key, kr, aad=key_aad(eid, e, tok), rng=rng)
@@ -426,7 +435,7 @@ class EventGuardClient(ClientScheme):
             try:
                 attrs = dict(pbl["a"])
                 attrs[TOPIC] = self._topics[tok]
-                return Event(attrs, id=event_id, type=pbl["t"], payload=pbl["p"])
+                return Event(attrs, id=str(pbl["i"]), type=pbl["t"], payload=pbl["p"])
             except (KeyError, TypeError, ValueError):
                 raise InvalidToken() from None
         raise InvalidToken()  # no key for any of its topics in this epoch

@@ -55,6 +55,7 @@ from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.common.verified import VerifiedCredentials
+from pubguard.schemes.common.wire_id import WireIds
 from pubguard.schemes.eventguard.client import topic_of
 from pubguard.schemes.narada.broker import NARADA, payload_aad, service_kind, signed_digest
 from pubguard.schemes.plain import new_event_id
@@ -100,6 +101,7 @@ class NaradaClient(ClientScheme):
         if cert.verify_key != signing_key.public:
             raise ValidationError("the certificate does not match the signing key")
         self._sk = signing_key
+        self._wire_ids = WireIds.for_key(signing_key)  # opaque wire ids (common/wire_id.py)
         self.cert = cert
         self._cert_der = cert.to_der()
         self.kmc_keys: dict[str, VerifyKey] = dict(kmc_keys or {})
@@ -219,9 +221,12 @@ class NaradaClient(ClientScheme):
             return ProtectedEvent(eid, {"topic": topic}, event.payload, {"src": self.source})
         tok = self.token(topic)
         kv = self._latest[topic]
-        eid = event.id if event.id is not None else new_event_id(rng)
+        app_id = event.id if event.id is not None else new_event_id(rng)
+        eid = self._wire_ids(app_id)  # the application's id travels inside the payload
         attrs = {k: v for k, v in event.attrs.items() if k != TOPIC}
-        mp = msgpack.packb({"a": attrs, "t": event.type, "p": event.payload}, use_bin_type=True)
+        mp = msgpack.packb(
+            {"a": attrs, "t": event.type, "p": event.payload, "i": app_id}, use_bin_type=True
+        )
         body = seal(self._keys[(topic, kv)], mp, aad=payload_aad(topic, kv, eid), rng=rng)
         blob = tok.encode()
         ts, seq = self._stamp(now)
@@ -235,6 +240,11 @@ class NaradaClient(ClientScheme):
             "sig": self._sk.sign(digest),
         }
         return ProtectedEvent(eid, {"topic": topic}, body, meta)
+
+    def wire_id(self, event_id: str) -> str:
+        """The opaque wire id of ``event_id`` (a keyed hash under the entity's key); events on
+        the KMC's service topics keep theirs (the library draws them at random)."""
+        return self._wire_ids(event_id)
 
     def open_event(
         self,
@@ -280,7 +290,7 @@ class NaradaClient(ClientScheme):
             mp = msgpack.unpackb(open_(key, body, aad=payload_aad(topic, kv, event_id)), raw=False)
             attrs = dict(mp["a"])
             attrs[TOPIC] = topic
-            return Event(attrs, id=event_id, type=mp["t"], payload=mp["p"])
+            return Event(attrs, id=str(mp["i"]), type=mp["t"], payload=mp["p"])
         except (KeyError, TypeError, ValueError, ValidationError):
             raise InvalidToken() from None
 

@@ -27,6 +27,7 @@ from pubguard.errors import InvalidToken, KeyError_, ValidationError
 from pubguard.keys.cache import DEFAULT_LRU_CAPACITY, LruCache
 from pubguard.keys.kdc import KDC
 from pubguard.model import AttributeSpec, Constraint, Event, EventType, Filter, Op
+from pubguard.schemes.common.wire_id import secret_labels, unpack_inner
 from pubguard.schemes.psguard import tokens as tk_
 from pubguard.schemes.psguard.keytree import (
     absent_all,
@@ -323,12 +324,24 @@ class FilterKeys:
             secrets = r["secrets"]
             if isinstance(secrets, bytes | bytearray):
                 secrets = decode_secrets(bytes(secrets))
-            for name, ct in secrets:
+            # keyed labels back to names (schemes/common/wire_id.py): only K(e) maps them
+            names = {
+                label: name
+                for name, label in secret_labels(k_e, eid, [a.name for a in et.secret]).items()
+            }
+            for label, ct in secrets:
+                name = names.get(label)
+                if name is None or name in attrs:
+                    raise InvalidToken()
                 attrs[name] = json.loads(
                     open_(k_e, ct, aad=aad_for(tid, name, epoch, eid.encode()))
                 )
             aad = aad_for(tid, PAYLOAD_ATTR, epoch, eid.encode())
-            return Event(attrs, id=eid, type=et.name, payload=open_(k_e, r["payload"], aad=aad))
+            try:
+                app_id, payload = unpack_inner(open_(k_e, r["payload"], aad=aad))
+            except ValidationError:
+                raise InvalidToken() from None
+            return Event(attrs, id=app_id, type=et.name, payload=payload)
         raise InvalidToken()
 
     def open_matching(self, rec: ProtectedRecord | Mapping[str, Any]) -> Event | None:

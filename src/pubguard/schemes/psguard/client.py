@@ -29,6 +29,7 @@ from pubguard.model import Event, Filter
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.common.guards import SignedRootVerifier
 from pubguard.schemes.common.merkle import merkle_batch, pack_path, signed_root
+from pubguard.schemes.common.wire_id import WireIds
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.psguard.authority import FilterKeys
 from pubguard.schemes.psguard.keyservice import NEXT_EPOCH_WINDOW, PSGuardKeyService, filter_id
@@ -95,6 +96,8 @@ class PSGuardClient(ClientScheme):
             raise ValidationError(f"unknown psguard mode {mode!r} (valid: {', '.join(MODES)})")
         self.name, self.service, self.mode = name, keys, mode
         self._sk = signing_key
+        #: opaque wire ids under the record key (schemes/common/wire_id.py)
+        self._wire_ids = WireIds.for_key(signing_key) if signing_key is not None else None
         self._signer: Any = signing_key if sign_records else _NullSigner()
         self.publisher_keys = dict(publisher_keys or {})
         self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
@@ -267,7 +270,20 @@ class PSGuardClient(ClientScheme):
         """psguard.txt §4.1: the protected record of ``event`` (an id is drawn if missing)."""
         if event.id is None:
             event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
-        return self.publisher(now=now).protect(event, now_ms=int(now * 1000), rng=rng)
+        return self.publisher(now=now).protect(
+            event, now_ms=int(now * 1000), rng=rng, wire_id=self._wire_of(event)
+        )
+
+    def _wire_of(self, event: Event) -> str | None:
+        """``wire_id(event.id)`` (None without a signing key: the publisher's own choice)."""
+        assert event.id is not None
+        return None if self._wire_ids is None else self._wire_ids(event.id)
+
+    def wire_id(self, event_id: str) -> str:
+        """The opaque wire id of ``event_id``: a keyed hash under the record key."""
+        if self._wire_ids is None:
+            raise KeyError_("this client has no signing key: it cannot publish")
+        return self._wire_ids(event_id)
 
     def protect_event(
         self, event: Event, *, now: float, rng: Random | None = None
@@ -292,7 +308,9 @@ class PSGuardClient(ClientScheme):
         each event as it is published and signs them together with :meth:`sign_prepared`."""
         if event.id is None:
             event = Event(event.attrs, id=new_event_id(rng), type=event.type, payload=event.payload)
-        return self.publisher(now=now).protect(event, now_ms=int(now * 1000), rng=rng, sign=False)
+        return self.publisher(now=now).protect(
+            event, now_ms=int(now * 1000), rng=rng, sign=False, wire_id=self._wire_of(event)
+        )
 
     def sign_prepared(
         self, recs: list[ProtectedRecord], *, now: float, rng: Random | None = None

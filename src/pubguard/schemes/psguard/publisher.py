@@ -30,6 +30,7 @@ from pubguard.errors import ValidationError
 from pubguard.keys.cache import DEFAULT_LRU_CAPACITY, LruCache
 from pubguard.keys.kdc import KDC, TopicKeys
 from pubguard.model import AttributeSpec, Event, EventType
+from pubguard.schemes.common.wire_id import WireIds, pack_inner, secret_labels
 from pubguard.schemes.psguard import tokens as tk_
 from pubguard.schemes.psguard.keytree import (
     absent_all,
@@ -94,7 +95,7 @@ class _Leaf:
 class Publisher:
     """Protects events (trusted side: holds the KDC's keys for its topics)."""
 
-    __slots__ = ("_cache", "_kdc", "_sk", "epoch", "mode", "name", "schema")
+    __slots__ = ("_cache", "_kdc", "_sk", "_wire_ids", "epoch", "mode", "name", "schema")
 
     def __init__(
         self,
@@ -111,6 +112,11 @@ class Publisher:
         self.schema, self.name, self._sk = schema, name, signing_key
         self.epoch, self.mode = epoch, check_mode(mode)
         self._cache: LruCache[Hashable, Any] = LruCache(cache_size)
+        # the keyed wire ids (schemes/common/wire_id.py) under the record key; a publisher
+        # whose records someone else signs (the default profile) passes ``wire_id`` itself
+        self._wire_ids = (
+            WireIds.for_key(signing_key) if isinstance(signing_key, SigningKey) else None
+        )
 
     def __repr__(self) -> str:
         return f"Publisher({self.name!r}, mode={self.mode!r}, epoch={self.epoch})"
@@ -163,12 +169,27 @@ class Publisher:
         return w, toks
 
     def protect(
-        self, event: Event, *, now_ms: int, rng: random.Random | None = None, sign: bool = True
+        self,
+        event: Event,
+        *,
+        now_ms: int,
+        rng: random.Random | None = None,
+        sign: bool = True,
+        wire_id: str | None = None,
     ) -> ProtectedRecord:
         """The protected record of ``event``; ``sign=False`` leaves ``sig`` empty (the caller
-        signs a Merkle root over a batch of records instead)."""
+        signs a Merkle root over a batch of records instead).
+
+        The record's ``event_id`` is the opaque wire id (``wire_id``, or the keyed hash of
+        ``event.id`` under this publisher's key: :class:`WireIds`); ``event.id`` itself is
+        sealed with the payload (:func:`pack_inner`), and each secret attribute travels under
+        a keyed label, not its name (:func:`secret_labels`), so a broker learns neither."""
         if not event.id:
             raise ValidationError("psguard: events need an id (dedup and AAD bind to it)")
+        if wire_id is None:
+            if self._wire_ids is None:
+                self._wire_ids = WireIds.random()
+            wire_id = self._wire_ids(event.id)
         et, _, sc, leaves = self._derive(event)
         x, toks, prfs = sc.absent, list(sc.toks), list(sc.prfs)
         for lf in leaves:
@@ -183,29 +204,30 @@ class Publisher:
             nonce, ints = b"", tuple(tok64(x) for x in toks)
         routable = {s.name: event.attrs[s.name] for s in et.routable if s.name in event.attrs}
         hint_pt = json.dumps({"t": et.name, "a": routable}, sort_keys=True).encode()
-        hint = seal(sc.hint_key, hint_pt, aad=hint_aad(self.epoch, event.id), rng=rng)
-        tid = et.type_id
+        hint = seal(sc.hint_key, hint_pt, aad=hint_aad(self.epoch, wire_id), rng=rng)
+        tid, eid = et.type_id, wire_id.encode()
+        names = [s.name for s in et.secret if s.name in event.attrs]
+        labels = secret_labels(k_e, wire_id, names) if names else {}
         secrets = tuple(
             (
-                s.name,
+                labels[n],
                 seal(
                     k_e,
-                    json.dumps(event.attrs[s.name]).encode(),
-                    aad=aad_for(tid, s.name, self.epoch, event.id.encode()),
+                    json.dumps(event.attrs[n]).encode(),
+                    aad=aad_for(tid, n, self.epoch, eid),
                     rng=rng,
                 ),
             )
-            for s in et.secret
-            if s.name in event.attrs
+            for n in names
         )
         payload = seal(
             k_e,
-            event.payload,
-            aad=aad_for(tid, PAYLOAD_ATTR, self.epoch, event.id.encode()),
+            pack_inner(event.id, event.payload),
+            aad=aad_for(tid, PAYLOAD_ATTR, self.epoch, eid),
             rng=rng,
         )
         rec = ProtectedRecord(
-            event.id,
+            wire_id,
             self.name,
             int(now_ms),
             self.epoch,
