@@ -38,6 +38,7 @@ test-fast: setup
 
 fuzz: setup
 	PUBGUARD_FUZZ_FRAMES=1000000 $(BIN)/python -m pytest -q tests/net -k fuzz
+	@bash scripts/fuzz-native.sh
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis native/target src/pubguard/_native*.so

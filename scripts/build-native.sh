@@ -15,6 +15,9 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 out="native/target/wheels"
 mkdir -p native/target
+# one build at a time: concurrent maturin runs share native/target and break each other
+exec 9>native/target/.build.lock
+flock 9
 rm -rf "$out"
 if ! "$BIN/maturin" build --quiet --release --manifest-path native/Cargo.toml --out "$out" \
     --interpreter "$BIN/python" >native/target/build.log 2>&1; then
@@ -32,6 +35,10 @@ wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
 with zipfile.ZipFile(wheel) as zf:
     name = next(n for n in zf.namelist() if n.endswith(".so") and "_native" in n)
     target = pathlib.Path("src/pubguard") / pathlib.Path(name).name
-    target.write_bytes(zf.read(name))
+    # a new file renamed over the old one: a running broker keeps the library it mapped
+    # (truncating it in place kills such processes with SIGBUS)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(zf.read(name))
+    tmp.replace(target)
 print(f"pubguard: native extension built ({target})", file=sys.stderr)
 PY

@@ -11,14 +11,17 @@ from hypothesis import HealthCheck, settings
 
 from pubguard.ops.cluster import LocalCluster
 from tests.loopback import LoopThread, start_cluster
+from tests.native_backends import backend  # noqa: F401 - the both-backends fixture
 
+# make test keeps hypothesis's own default of 100 examples (the suite's time budget);
+# PUBGUARD_HYPOTHESIS=deep runs every property with 1,000.
 settings.register_profile(
-    "pubguard", deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow]
+    "pubguard", deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
-    "ci", deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow]
+    "deep", deadline=None, max_examples=1000, suppress_health_check=[HealthCheck.too_slow]
 )
-settings.load_profile("ci" if os.environ.get("CI") else "pubguard")
+settings.load_profile(os.environ.get("PUBGUARD_HYPOTHESIS", "pubguard"))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,11 @@
 
 use pyo3::prelude::*;
 
+mod guard;
+mod keycache;
+mod keys;
+mod tokens;
+
 /// The crate version, so `pubguard --version` can name the backend it runs.
 #[pyfunction]
 fn version() -> &'static str {
@@ -15,5 +20,9 @@ fn version() -> &'static str {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    guard::register(m)?;
+    keycache::register(m)?;
+    keys::register(m)?;
+    tokens::register(m)?;
     Ok(())
 }

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pubguard.cli.main import cli
-from pubguard.ops.bench import network
+from pubguard.ops.bench import network, steady
 from pubguard.ops.bench.report import PAPER, SHARED_MACHINE, _plan, _report, goal_verdicts
 
 
@@ -58,6 +58,16 @@ def fake_bench(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return [r]
 
     monkeypatch.setattr(network, "run_network_bench", fake)
+
+    async def fake_steady(profile: str, brokers: int, payload: int, plan: Any, rate: float, **kw):
+        # the steady runs' aggregate for a profile 5% above plain on each backend
+        per = {tag: {"cpu_us": 100.0, "cpu_runs_us": [100.0]} for _, tag, _ in plan}
+        for _, tag, _ in plan[1:]:
+            per[tag] = {"cpu_us": 105.0, "cpu_ratio": 1.05, "cpu_ratio_spread": [1.0, 1.1]}
+        return {"rate_eps": rate, "seconds": 4.0, "rounds": kw["repeat"], "python": per}
+
+    monkeypatch.setattr(steady, "run_steady", fake_steady)
+    monkeypatch.setattr(steady, "core_costs_by_backend", lambda *a, **k: {"python": {"plain": 9.0}})
     return calls
 
 
@@ -89,8 +99,26 @@ def test_the_json_carries_a_verdict_per_goal(fake_bench: list[str]) -> None:
     assert [(g["name"], g["goal"], g["ours"], g["met"]) for g in obj["goals"]] == [
         ("throughput drop", "<= 2%", 1.0, True),
         ("latency increase", "<= 1.5%", 10.0, False),
+        ("broker CPU ratio, steady (python)", "<= 1.02", 1.05, False),  # on psguard-paper
     ]
     assert obj["goal"] == PAPER["psguard"]["goal"]  # the text stays beside the verdicts
+
+
+def test_the_steady_headline_runs_near_the_slowest_and_is_judged(fake_bench: list[str]) -> None:
+    res = CliRunner().invoke(cli, [*ARGS, "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    # plain searched 1000 ev/s, the Merkle form 990: 0.8 x the slower one
+    assert obj["steady"]["rate_eps"] == pytest.approx(0.8 * 990.0)
+    assert obj["steady_headline_run"] == "eventguard-merkle" and obj["backend"] in (
+        "python",
+        "native",
+    )
+    (g,) = [g for g in obj["goals"] if g["name"].startswith("broker CPU ratio, steady")]
+    assert (g["ours"], g["limit"], g["met"]) == (1.05, 1.11, True)
+    res = CliRunner().invoke(cli, ARGS)
+    assert "steady (headline): broker CPU us per publication at 792 ev/s" in res.stdout
+    assert "eventguard-merkle 105.0 (x1.05 [1.0, 1.1])" in res.stdout
 
 
 @pytest.mark.slow

@@ -173,13 +173,13 @@ EG = [
 
 
 @pytest.mark.parametrize("v", PS)
-def test_psguard_vector(v: dict[str, Any]) -> None:
+def test_psguard_vector(v: dict[str, Any], backend: str) -> None:  # both backends
     assert code_psguard(v["name"], v["inputs"]).hex() == v["hex"]
     assert ref_psguard(v["name"], v["inputs"]).hex() == v["hex"]
 
 
 @pytest.mark.parametrize("v", EG)
-def test_eventguard_vector(v: dict[str, Any]) -> None:
+def test_eventguard_vector(v: dict[str, Any], backend: str) -> None:
     assert code_eventguard(v["name"], v["inputs"]).hex() == v["hex"]
     assert ref_eventguard(v["name"], v["inputs"]).hex() == v["hex"]
 

@@ -323,13 +323,18 @@ def _eventguard(n: int, rep: int) -> tuple[list[dict[str, Any]], float]:
     return out, sha_us
 
 
-@click.command("keys", help="psguard.txt Tables 1-2 and eventguard.txt Table 1, ours vs the paper.")
+@click.command(
+    "keys",
+    help="psguard.txt Tables 1-2 and eventguard.txt Table 1, ours vs the paper; "
+    "the Python and native backends side by side at |R| = 10^4.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--quick", is_flag=True, help="Few iterations (smoke test; noisy numbers).")
 @click.option("--seed", type=int, default=1, show_default=True)
 def bench_keys(as_json: bool, quick: bool, seed: int) -> None:
     from pubguard.crypto import SecretBytes
     from pubguard.keys import KDC
+    from pubguard.ops.bench.backends import key_backends
 
     n, rep, items = (2, 2, 5) if quick else (20, 15, 200)  # calls per run, runs, work items
     rng = random.Random(seed)
@@ -356,6 +361,7 @@ def bench_keys(as_json: bool, quick: bool, seed: int) -> None:
         "psguard_table2_avg": t2,
         "key_cache": cached,
         "eventguard_table1": eg,
+        "backends": key_backends(quick=quick, seed=seed),
         "goals": goals,
         "quick": quick,
     }
@@ -415,6 +421,16 @@ def _print_tables(r: dict[str, Any]) -> None:
             f"{x['speedup']:.1f}x",
         )
     console.print(t)
+    from pubguard.ops.bench.backends import rows_for_table
+
+    b = r["backends"]
+    t = Table(title=f"|R| = 10^4 (tree {b['tree_size']}, depth {b['depth']}): python | native")
+    for col in ("metric", "python us", "native us", "speedup", "native goal us", "paper us"):
+        t.add_column(col, justify="right")
+    for row in rows_for_table(b):
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"backends agree: {b['agree']}; active: {b['backend_active']}")
     goals = ", ".join(f"{k} {'met' if ok else 'missed'}" for k, ok in r["goals"].items())
     console.print(
         f"baseline: one SHA-256 call = {r['baseline']['sha256_33B_us']:.3f} us; goals: {goals}"

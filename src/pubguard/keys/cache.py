@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 from math import inf
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
+from pubguard import native as nb
 from pubguard.crypto import SecretBytes
 from pubguard.errors import KeyError_, ValidationError
 from pubguard.keys.nakt import derive_path
@@ -119,24 +120,46 @@ class BoundedLru(Generic[K, V]):
 
 
 class KeyCache:
-    """Pinned authorisation keys plus an LRU of derived keys, per key tree."""
+    """Pinned authorisation keys plus an LRU of derived keys, per key tree.
 
-    __slots__ = ("_derived", "_pinned", "hits", "misses")
+    With the native backend active at construction (:mod:`pubguard.native`), the cache lives
+    in ``pubguard._native.KeyCache`` (same behaviour, differential-tested); this class is then
+    a thin front, and the code below is the reference."""
+
+    __slots__ = ("_core", "_derived", "_hits", "_misses", "_pinned")
 
     def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
+        capacity = _check_capacity(capacity)
+        n = nb.NATIVE
+        self._core: Any = None if n is None else n.KeyCache(capacity, SecretBytes)
         self._pinned: dict[tuple[Hashable, Node], SecretBytes] = {}
         self._derived: BoundedLru[tuple[Hashable, Node], SecretBytes] = BoundedLru(capacity)
-        self.hits = 0
-        self.misses = 0
+        self._hits = 0
+        self._misses = 0
 
     def __repr__(self) -> str:
         return (
-            f"KeyCache(pinned={len(self._pinned)}, derived={len(self._derived)}, "
+            f"KeyCache(pinned={self._sizes()[0]}, derived={self._sizes()[1]}, "
             f"capacity={self.capacity})"
         )
 
+    def _sizes(self) -> tuple[int, int]:
+        if self._core is not None:
+            return self._core.sizes  # type: ignore[no-any-return]
+        return len(self._pinned), len(self._derived)
+
     def __len__(self) -> int:
-        return len(self._pinned) + len(self._derived)
+        return sum(self._sizes())
+
+    @property
+    def hits(self) -> int:
+        """Derivations answered from the cache."""
+        return self._hits if self._core is None else self._core.hits  # type: ignore[no-any-return]
+
+    @property
+    def misses(self) -> int:
+        """Derivations that hashed (from the longest cached prefix)."""
+        return self._misses if self._core is None else self._core.misses  # type: ignore[no-any-return]
 
     @property
     def capacity(self) -> int:
@@ -146,7 +169,11 @@ class KeyCache:
         """Pin an authorisation key for ``node`` of ``tree``."""
         if not isinstance(node, str | tuple):
             raise ValidationError(f"a key tree node is a str or a tuple, got {node!r}")
-        self._pinned[(tree, node)] = key if isinstance(key, SecretBytes) else SecretBytes(key)
+        sb = key if isinstance(key, SecretBytes) else SecretBytes(key)
+        if self._core is not None:
+            self._core.add(tree, node, sb, sb.reveal())
+            return
+        self._pinned[(tree, node)] = sb
 
     def add_all(self, tree: Hashable, keys: dict[str, SecretBytes]) -> None:
         """Pin every key of e.g. ``KDC.numeric_auth_keys(...)``."""
@@ -155,6 +182,9 @@ class KeyCache:
 
     def forget_tree(self, tree: Hashable) -> None:
         """Drop every key of ``tree`` (on unsubscription or at the end of an epoch)."""
+        if self._core is not None:
+            self._core.forget_tree(tree)
+            return
         for k in [k for k in self._pinned if k[0] == tree]:
             del self._pinned[k]
         for k in self._derived.keys():
@@ -162,6 +192,8 @@ class KeyCache:
                 self._derived.discard(k)
 
     def clear(self) -> None:
+        if self._core is not None:
+            self._core.clear()
         self._pinned.clear()
         self._derived.clear()
 
@@ -171,11 +203,17 @@ class KeyCache:
 
     def derive(self, tree: Hashable, target: Node) -> SecretBytes:
         """Key of ``target``, from the longest cached ancestor; caches the intermediates."""
+        core = self._core
+        if core is not None:
+            k = core.derive(tree, target)
+            if k is None:
+                raise KeyError_(f"no cached authorisation key is an ancestor of {target!r}")
+            return k  # type: ignore[no-any-return]
         hit = self._lookup((tree, target))
         if hit is not None:
-            self.hits += 1
+            self._hits += 1
             return hit
-        self.misses += 1
+        self._misses += 1
         start = None
         for i in range(len(target) - 1, -1, -1):
             start = self._lookup((tree, target[:i]))

@@ -40,13 +40,16 @@ Who uses what:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from pubguard import native as nb
 from pubguard.crypto import KeyedHash, SecretBytes
 from pubguard.crypto.primitives import sha256_fast
+from pubguard.crypto.secret import raw as raw_key
 from pubguard.errors import KeyError_, ValidationError
 from pubguard.keys.nakt import (
     MAX_DEPTH,
+    NATIVE_MAX_DEPTH,
     check_ktid,
     cover_heap,
     cover_keys,
@@ -63,6 +66,7 @@ __all__ = [
     "derive_category",
     "derive_prefix",
     "derive_suffix",
+    "keyed_hash",
     "label",
 ]
 
@@ -72,6 +76,13 @@ KINDS = ("numeric", "category", "prefix", "suffix")
 ROOT_MEMO_SIZE = 4096
 #: Bound on the memoised NAKT nodes per attribute tree (32-byte keys: about 2 MB at most).
 NODE_MEMO_SIZE = 1 << 15
+
+
+def keyed_hash(key: SecretBytes | bytes) -> Callable[[bytes], bytes]:
+    """``KH_key`` with its HMAC pads precomputed: :class:`~pubguard.crypto.KeyedHash`, or its
+    native twin when the native backend is active (:mod:`pubguard.native`)."""
+    n = nb.NATIVE
+    return KeyedHash(key) if n is None else n.KeyedHash(raw_key(key))  # type: ignore[no-any-return]
 
 
 def label(what: str, value: object) -> bytes:
@@ -107,7 +118,7 @@ class TopicKeys:
     __slots__ = ("_kh", "_roots", "_trees")
 
     def __init__(self, topic_key: SecretBytes | bytes) -> None:
-        self._kh = KeyedHash(topic_key)
+        self._kh = keyed_hash(topic_key)
         self._roots: dict[tuple[str, str], bytes] = {}
         self._trees: dict[str, tuple[dict[int, bytes], dict[int, SecretBytes]]] = {}
 
@@ -145,6 +156,9 @@ class TopicKeys:
         k = raw.get(n)
         if k is not None:
             return k
+        nat = nb.NATIVE
+        if nat is not None and n >> (NATIVE_MAX_DEPTH + 1) == 0:
+            return nat.memo_node(raw, n)  # type: ignore[no-any-return]
         path = []
         while k is None:
             path.append(n & 1)
@@ -193,6 +207,9 @@ class TopicKeys:
                 return {bin(n)[3:]: wrapped[n] for n in cover_heap(lo, hi, m)}
             except KeyError:
                 pass
+        nat = nb.NATIVE
+        if nat is not None and m <= NATIVE_MAX_DEPTH:  # the same walk, memo and wrapping
+            return nat.numeric_auth_keys(raw[1], lo, hi, m, wrapped, SecretBytes)  # type: ignore[no-any-return]
         out: dict[str, SecretBytes] = {}
         for n, k in cover_keys(raw[1], lo, hi, m):
             out[bin(n)[3:]] = wrapped[n] = SecretBytes(k)
@@ -252,7 +269,7 @@ class KDC:
         m = master.reveal() if isinstance(master, SecretBytes) else master
         if not isinstance(m, bytes) or len(m) < 16:
             raise ValidationError("the KDC master secret must be at least 16 bytes")
-        self._kh = KeyedHash(m)
+        self._kh = keyed_hash(m)
         self._topics: OrderedDict[tuple[str, str | None], TopicKeys] = OrderedDict()
 
     def __repr__(self) -> str:

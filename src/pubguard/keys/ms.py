@@ -36,10 +36,10 @@ import random as _random
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from pubguard.crypto import H, KeyedHash, SecretBytes, SigningKey, VerifyKey, random_bytes
-from pubguard.crypto.primitives import KH, KH_verify
+from pubguard.crypto import H, SecretBytes, SigningKey, VerifyKey, random_bytes
+from pubguard.crypto.primitives import KH_verify
 from pubguard.errors import InvalidToken, ValidationError
-from pubguard.keys.kdc import label
+from pubguard.keys.kdc import keyed_hash, label
 from pubguard.keys.permits import (
     PERMIT_ID_BYTES,
     AdvertisementPermit,
@@ -113,7 +113,7 @@ class MetaService:
         if _time("epoch_length", epoch_length) <= 0:
             raise ValidationError("epoch_length must be positive")
         self._rk = master
-        self._kh = KeyedHash(master)
+        self._kh = keyed_hash(master)  # native KH when the native backend is active
         self._signer = SigningKey.from_seed(self._kh(b"\x00ms-signing"))
         self.epoch_length = float(epoch_length)
         self.origin = _time("origin", origin)
@@ -150,7 +150,7 @@ class MetaService:
         """eventguard.txt §4.8: ``K(w, e) = KH_{KH_rk(e)}(w)``, ``e`` in ASCII decimal."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValidationError(f"epoch must be a non-negative integer, got {epoch!r}")
-        return SecretBytes(KH(self._kh(str(epoch).encode()), label("topic", w)))
+        return SecretBytes(keyed_hash(self._kh(str(epoch).encode()))(label("topic", w)))
 
     def ust(self, sb_id: bytes) -> SecretBytes:
         """eventguard.txt §4.5: ``UST = KH_rk(sbId)``."""

@@ -17,6 +17,10 @@ value ranges partition ``[low, high]`` exactly (the canonical dyadic decompositi
 boundaries (``low % lc == 0`` and ``(high + 1) % lc == 0``) unless ``snap=True`` widens the range
 outwards to whole ``lc`` buckets (which then authorises the whole buckets).
 
+With the native backend (:mod:`pubguard.native`) :func:`derive_path`, :func:`derive_from` and
+:func:`cover_keys` run in ``pubguard._native`` (trees up to :data:`NATIVE_MAX_DEPTH`); this
+code stays the reference, and the differential tests hold the two equal.
+
 Everything here is pure; errors are :class:`~pubguard.errors.ValidationError` for malformed
 parameters and :class:`~pubguard.errors.KeyError_` for refused derivations.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pubguard import native as nb
 from pubguard.crypto import SecretBytes
 from pubguard.crypto.primitives import sha256_fast
 from pubguard.crypto.secret import raw
@@ -47,6 +52,10 @@ __all__ = [
 
 #: Deepest NAKT accepted (|R| / lc <= 2**64); deeper trees are certainly a mistake.
 MAX_DEPTH = 64
+
+#: Deepest tree the native backend derives (heap indices are 64-bit there); deeper trees, up
+#: to :data:`MAX_DEPTH`, take the Python path.
+NATIVE_MAX_DEPTH = 62
 
 _BIT = {"0": b"0", "1": b"1"}
 
@@ -176,6 +185,9 @@ def cover_keys(root: bytes, lo: int, hi: int, m: int) -> list[tuple[int, bytes]]
     common prefix of ``lo`` and ``hi``, then down each boundary, hashing every sibling that
     falls wholly inside the range. Same nodes as :func:`cover_heap` (property-tested).
     """
+    n = nb.NATIVE
+    if n is not None and m <= NATIVE_MAX_DEPTH and len(root) == 32:
+        return n.cover_keys(root, lo, hi, m)  # type: ignore[no-any-return]
     h = sha256_fast
     zero, one = b"0", b"1"
     k, node, d = root, 1, 0
@@ -225,6 +237,12 @@ def derive_path(key: bytes | SecretBytes, labels: Sequence[str]) -> bytes:
     they are node names.
     """
     k = raw(key)
+    n = nb.NATIVE
+    if n is not None:
+        if isinstance(labels, str):
+            return n.derive_chars(k, labels)  # type: ignore[no-any-return]
+        if isinstance(labels, list | tuple) and all(isinstance(lab, str) for lab in labels):
+            return n.derive_labels(k, labels)  # type: ignore[no-any-return]
     h = sha256_fast
     for lab in labels:
         b = _BIT.get(lab) if isinstance(lab, str) and len(lab) == 1 else None
@@ -238,6 +256,11 @@ def derive_from(auth_ktid: str, auth_key: bytes | SecretBytes, target_ktid: str)
     psguard.txt §3.1 "Matching Publications with Subscriptions": allowed only when
     ``auth_ktid`` is a prefix of ``target_ktid``; otherwise :class:`KeyError_`.
     """
+    n = nb.NATIVE
+    if n is not None and type(auth_ktid) is str and type(target_ktid) is str:
+        k = n.derive_from(auth_ktid, raw(auth_key), target_ktid)
+        if k is not None:  # None: not bits or not a prefix; the reference below says which
+            return SecretBytes(k)
     check_ktid(auth_ktid)
     check_ktid(target_ktid)
     if not target_ktid.startswith(auth_ktid):

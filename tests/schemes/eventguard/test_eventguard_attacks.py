@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from pubguard.crypto import SigningKey
 from pubguard.errors import DropReason
 from pubguard.model import Event, Filter
@@ -24,6 +26,9 @@ from pubguard.sim.engine import Simulator
 from pubguard.wire.messages import Subscribe, Unsubscribe
 from tests.schemes.attack_tools import neighbours, tap
 from tests.schemes.eventguard.test_eventguard import TOPIC, _publish_wire, make_ms
+
+#: every attack on both backends: the Python guard and the native one (pubguard._native)
+pytestmark = pytest.mark.usefixtures("backend")
 
 OTHER = "hospital/cardiology"
 F = Filter.parse(f'topic = "{TOPIC}"')

@@ -64,7 +64,6 @@ from pubguard.schemes.common.guards import (
     DEFAULT_STRIKE_WINDOW,
     DEFAULT_STRIKES,
     IdBindings,
-    SignedRootVerifier,
     StrikeCounter,
     TimestampWindow,
     TTLCache,
@@ -77,7 +76,9 @@ from pubguard.schemes.common.merkle import (
     pack_path,
     unpack_path,
 )
+from pubguard.schemes.common.native_guard import FALLBACK, REASONS, root_verifier
 from pubguard.schemes.common.replay import ReplayState
+from pubguard.schemes.default.fast import publication_guard
 from pubguard.schemes.psguard.keyservice import NEXT_EPOCH_WINDOW
 from pubguard.schemes.psguard.record import ProtectedRecord
 from pubguard.schemes.psguard.routing import TokenRouting
@@ -369,7 +370,7 @@ class DefaultBroker(TokenRouting):
         if crl is not None:
             self.update_crl(crl, now=now)
         self.replay = replay if replay is not None else ReplayState(db)
-        self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay)
+        self.roots = root_verifier(ROOT_TAG, ttl=2 * max_delay)  # native when built
         self._permits: TTLCache[bytes, AuthorityPermit] = TTLCache()
         self._keys: dict[bytes, VerifyKey] = {}
         # publish permit blob -> (verified permit, its key parsed, H(blob) for leaves): the
@@ -378,6 +379,15 @@ class DefaultBroker(TokenRouting):
         self._strike_args = (strikes, strike_window, ban)
         self.ban_brokers = ban_brokers
         self._state: dict[str, _PerBroker] = {}
+        # the native port of _check_publish (sharing roots, permits, revocations, replay)
+        self._fast = publication_guard(
+            self.roots,
+            max_delay=max_delay,
+            permit=self.permit,
+            key_of=self._key,
+            revoked=lambda p: p.key in self.revoked or p.serial in self._revoked_serials,
+            replay=self.replay.check_and_accept,
+        )
 
     revokes_publishers = True
 
@@ -479,6 +489,13 @@ class DefaultBroker(TokenRouting):
         # parse_publication's checks without building the record (the broker needs only its
         # signed bytes): ValidationError -> MALFORMED before any other check, as before
         te = self.decoded(routing) or parse_routing(routing)
+        fast = self._fast
+        if fast is not None and fast.roots is self.roots:
+            v = fast.check_publish(
+                m.event_id, te.mode, te.nonce, routing.get("t"), m.body, meta, now, ctx.broker_id
+            )
+            if v != FALLBACK:
+                return REASONS[v] if v else None
         publisher, ts, epoch, signed, sig = signed_from_wire(m.event_id, te, routing, m.body, meta)
         blob, seq, index, size, path = _batch_meta(meta)
         if not blob:

@@ -69,11 +69,12 @@ from pubguard.schemes.common.guards import (
     ExactMatcher,
     IdBindings,
     IdWindow,
-    SignedRootVerifier,
     StrikeCounter,
     TimestampWindow,
     TTLCache,
 )
+from pubguard.schemes.common.native_guard import FALLBACK, REASONS, root_verifier
+from pubguard.schemes.eventguard.fast import publication_guard
 from pubguard.schemes.eventguard.wire import (
     EVENTGUARD,
     ROOT_TAG,
@@ -135,11 +136,15 @@ class EventGuardBroker(BrokerScheme):
         self._strike_args = (strikes, strike_window, ban)
         self.ban_brokers = ban_brokers
         self.revoked: set[bytes] = {bytes(k) for k in revoked}
-        self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay)
+        self.roots = root_verifier(ROOT_TAG, ttl=2 * max_delay)  # native when built
         self._permits: TTLCache[bytes, Permit] = TTLCache()  # verified permit bytes
         self._hot: dict[bytes, Permit] = {}  # publications' permits, verified (bounded)
         self._keys: dict[bytes, VerifyKey] = {}  # pk(P) bytes -> parsed key
         self._state: dict[str, _PerBroker] = {}
+        # the native port of _check_publish (sharing roots, permits, revoked), or None
+        self._fast = publication_guard(
+            self.roots, max_delay=max_delay, permit=self.permit, revoked=self.revoked
+        )
 
     revokes_publishers = True
 
@@ -239,6 +244,11 @@ class EventGuardBroker(BrokerScheme):
 
     def _check_publish(self, m: Any, ctx: CheckContext) -> DropReason | None:
         now = ctx.now
+        fast = self._fast
+        if fast is not None and fast.roots is self.roots:  # not swapped (EventGuard-nosig)
+            v = fast.check_publish(m.event_id, m.profile, m.routing, m.body, m.meta, now)
+            if v != FALLBACK:
+                return REASONS[v] if v else None
         last, toks = self._last_decoded
         tokens = toks if last is m.routing and toks is not None else parse_tokens(m.routing)
         publisher, epoch, ts, sig, index, size, path, wrapped, permits = parse_meta(

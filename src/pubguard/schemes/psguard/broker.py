@@ -36,8 +36,8 @@ from typing import Any, Final
 from pubguard.crypto import H, VerifyKey
 from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.schemes.base import CheckContext
-from pubguard.schemes.common.guards import SignedRootVerifier
 from pubguard.schemes.common.merkle import MAX_BATCH, PACKED_PATH_LENGTHS, check_packed_path
+from pubguard.schemes.common.native_guard import root_verifier
 from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS, PROFILE, PSGUARD_PAPER
 from pubguard.schemes.psguard.routing import TokenRouting
 from pubguard.schemes.psguard.wire import ROOT_TAG, parse_routing, signed_from_wire
@@ -93,7 +93,7 @@ class PSGuardBroker(TokenRouting):
         self.revoked: set[bytes] = set()
         self._revoked_names: set[str] = set()
         self.max_delay_ms = max_delay_ms
-        self.roots = SignedRootVerifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)
+        self.roots = root_verifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)  # native when built
         #: the core's flag: without checks it admits publications on its plain fast path
         self.checks_messages = verify != "none"
         if verify == "none":

@@ -10,6 +10,9 @@ when there is one), then only the remaining groups of clauses whose anchor met.
 :meth:`TokenMatcher.match_batch` evaluates one token over every nonce of a micro-batch in a
 single AES call (:func:`~pubguard.schemes.psguard.tokens.match_randomized`, AES as the PRF),
 which makes randomized tokens nearly free per event when a driver hands the matcher batches.
+Both stages go through :class:`~pubguard.schemes.psguard.tokens.TokenSet`, so with the native
+backend (:mod:`pubguard.native`) each stage is one native call per batch, and a single
+randomized event is matched as a batch of one.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import struct
 from collections.abc import Callable, Hashable, Sequence
 from typing import Final
 
+from pubguard import native as nb
 from pubguard.crypto import AesPrf
 from pubguard.errors import ValidationError
 from pubguard.matching.multimap import discard_member
-from pubguard.schemes.psguard.tokens import NONCE_BYTES, match_randomized, tok64
+from pubguard.schemes.psguard.tokens import NONCE_BYTES, TokenSet, tok64
 from pubguard.schemes.psguard.wire import TokenEvent, TokenFilter
 
 __all__ = ["Clause", "TokenMatcher"]
@@ -65,7 +69,7 @@ class TokenMatcher:
         self._prf: dict[bytes, Callable[[bytes], bytes]] = {}
         self.evaluations = 0  # F_T(r) evaluations (AES calls in single-event matching)
         self._alist: list[tuple[Callable[[bytes], bytes], frozenset[Clause], bool]] | None = None
-        self._afs: list[Callable[[bytes], bytes]] | None = None  # the anchors' F_T, in order
+        self._afs: TokenSet | None = None  # the anchor tokens, in _anchor_list order
 
     def __len__(self) -> int:
         return len(self._filters)
@@ -109,6 +113,8 @@ class TokenMatcher:
     def match(self, pe: TokenEvent) -> set[Hashable]:
         if pe.mode == "deterministic":
             return self._match_det(pe)
+        if nb.NATIVE is not None:  # one native call per stage, even for one event
+            return self.match_batch([pe])[0]
         nonce, tags = pe.nonce, pe.tagset
         if len(nonce) != NONCE_BYTES:
             raise ValidationError("psguard nonce has the wrong length for its mode")
@@ -172,7 +178,7 @@ class TokenMatcher:
                 out[i] = self._match_det(pe)
         if not rnd or not self._anchor:
             return out
-        if len(rnd) < self.batch_min:  # numpy's set-up outweighs the AES calls it saves
+        if len(rnd) < self.batch_min and nb.NATIVE is None:  # numpy's set-up outweighs it
             for i in rnd:
                 out[i] = self.match(pes[i])
             return out
@@ -185,7 +191,7 @@ class TokenMatcher:
         # stage 1: every anchor token over every nonce (one AES call per token), compared
         # in one block against the events' tags
         cand: list[list[frozenset[Clause]]] = [[] for _ in rnd]
-        for e, t in match_randomized(nonces, tags, (), prfs=self._anchor_prfs):
+        for e, t in self._anchor_set.match_batch(nonces, tags):
             _, clauses, single = al[t]
             if single:  # a topic filter: its clauses are met
                 out[rnd[e]].update(c[0] for c in clauses)
@@ -209,7 +215,8 @@ class TokenMatcher:
         self.evaluations += len(rest)
         met: list[set[bytes]] = [set() for _ in rnd]
         prf = self._prf
-        for e, t in match_randomized(nonces, tags, rest, prfs=[prf[t] for t in rest]):
+        kept = None if nb.NATIVE is not None else [prf[t] for t in rest]
+        for e, t in TokenSet(rest, prfs=kept).match_batch(nonces, tags):
             met[e].add(rest[t])
         for e, cl in enumerate(cand):
             m = met[e]
@@ -221,10 +228,10 @@ class TokenMatcher:
         return out
 
     @property
-    def _anchor_prfs(self) -> list[Callable[[bytes], bytes]]:
-        """``F_T`` of every anchor token, in :meth:`_anchor_list` order."""
-        al = self._anchor_list()
+    def _anchor_set(self) -> TokenSet:
+        """Every anchor token (its ``F_T`` kept), in :meth:`_anchor_list` order."""
         fs = self._afs
-        if fs is None:
-            fs = self._afs = [a[0] for a in al]
+        if fs is None or (nb.NATIVE is not None) != fs.is_native:  # built, or backend changed
+            al = self._anchor_list()
+            fs = self._afs = TokenSet(list(self._anchor), prfs=[a[0] for a in al])
         return fs

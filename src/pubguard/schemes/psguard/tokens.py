@@ -36,7 +36,8 @@ is (the broker sees equal tokens for equal values: linkable, frequency analysabl
 ``randomized`` mode ships ``<r, F_T(r)>`` with ``F`` = AES-128 keyed by the token
 (:func:`~pubguard.crypto.prf_aes_blocks`), fresh ``r`` per event, so two events on the same
 topic are unlinkable; a broker evaluates one subscription token over all nonces of a batch in
-one cipher call (:func:`match_randomized`). Joins use :func:`tok64`, the first 64 bits as a
+one cipher call (:func:`match_randomized`; :class:`TokenSet` keeps a broker's tokens ready, and
+runs in ``pubguard._native`` when the native backend is active). Joins use :func:`tok64`, the first 64 bits as a
 signed integer; a chance collision (~2^-64 per pair) can only cause a spurious delivery, which
 the subscriber's AEAD and post-filter reject.
 """
@@ -50,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pubguard import native as nb
 from pubguard.crypto import AesPrf, prf_aes_blocks
 from pubguard.errors import ValidationError
 from pubguard.keys.kdc import TopicKeys
@@ -63,6 +65,7 @@ __all__ = [
     "NONCE_BYTES",
     "TOKEN_BYTES",
     "AttrKind",
+    "TokenSet",
     "NodeGrant",
     "attr_kind",
     "category_path",
@@ -358,6 +361,55 @@ def match_randomized(
     if nt * n * width <= DENSE_COMPARE_MAX:
         return _match_dense(nonces, tags, tokens, prfs, n, counts, width)
     return _match_sorted(nonces, tags, tokens, prfs, n, counts, chunk)
+
+
+class TokenSet:
+    """A broker's distinct subscription tokens, ready for randomized matching: one
+    :meth:`match_batch` call per micro-batch of events (psguard.txt §4.1 ``<r, F_T(r)>``).
+
+    With the native backend active at construction (:mod:`pubguard.native`), the AES key
+    schedules live in ``pubguard._native.TokenSet`` and the whole batch (every token over every
+    nonce, and the tag comparisons) is one native call; otherwise each token keeps its
+    :class:`~pubguard.crypto.AesPrf` context and :func:`match_randomized` is the reference.
+    ``prfs``, when given, are those contexts already set up (``F_{tokens[i]}``). Tokens are
+    public routing values, but ``repr`` shows only their number."""
+
+    __slots__ = ("_native", "_prfs", "tokens")
+
+    def __init__(
+        self, tokens: Sequence[bytes], *, prfs: Sequence[Callable[[bytes], bytes]] | None = None
+    ) -> None:
+        self.tokens = tuple(tokens)
+        n = nb.NATIVE
+        self._native = None if n is None else n.TokenSet(list(self.tokens))
+        self._prfs: Sequence[Callable[[bytes], bytes]] | None = None
+        if n is None:
+            self._prfs = prfs if prfs is not None else [AesPrf(t).unchecked for t in self.tokens]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __repr__(self) -> str:
+        return f"TokenSet(tokens={len(self.tokens)})"
+
+    @property
+    def is_native(self) -> bool:
+        """Whether this set matches in ``pubguard._native``."""
+        return self._native is not None
+
+    def match_batch(self, nonces: bytes, tags: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+        """``match_randomized(nonces, tags, tokens)``: ``[(event index, token index)]`` by
+        token, then event. ValidationError unless ``nonces`` is whole 16-byte nonces with a tag
+        list for each."""
+        if len(nonces) % NONCE_BYTES or len(tags) < len(nonces) // NONCE_BYTES:
+            raise ValidationError("randomized match needs a 16-byte nonce and a tag list per event")
+        core = self._native
+        if core is None:
+            return match_randomized(nonces, tags, (), prfs=self._prfs)
+        try:
+            return core.match_batch(nonces, tags)  # type: ignore[no-any-return]
+        except TypeError:  # tag lists that are not lists/tuples of int (numpy arrays)
+            return core.match_batch(nonces, [[int(x) for x in t] for t in tags])  # type: ignore[no-any-return]
 
 
 def _prf_outputs(

@@ -1,0 +1,620 @@
+//! PyO3 glue of the publication guard: Python values in, the pure core (`core.rs`) run, a
+//! verdict out. Python exceptions raised by the owner's callbacks (a forged permit's
+//! `InvalidToken`, a malformed one's `ValidationError`) pass through unchanged, exactly as
+//! the Python guard raises them to `guard_check.checked`.
+
+use super::core::{
+    AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, RootVerifier, Val, Verdict,
+    VerifyError, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_NODES, DIGEST, HOT_CAPACITY, MAX_PATH,
+};
+use pyo3::exceptions::PyKeyError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString, PyTuple};
+use std::collections::HashMap;
+
+static INVALID_TOKEN: GILOnceCell<PyObject> = GILOnceCell::new();
+
+fn invalid_token(py: Python<'_>) -> PyErr {
+    let cls = INVALID_TOKEN.get_or_try_init(py, || -> PyResult<PyObject> {
+        Ok(py.import("pubguard.errors")?.getattr("InvalidToken")?.unbind())
+    });
+    match cls.and_then(|c| c.bind(py).call0()) {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(e) => e,
+    }
+}
+
+/// A wire value as the core sees it (see `core::Val`).
+fn classify<'a>(v: &'a Bound<'_, PyAny>, missing: &Bound<'_, PyAny>) -> Val<'a> {
+    if v.is(missing) {
+        return Val::Missing;
+    }
+    if v.is_none() {
+        return Val::Null;
+    }
+    if let Ok(b) = v.downcast_exact::<PyBytes>() {
+        return Val::Bytes(b.as_bytes());
+    }
+    if let Ok(s) = v.downcast_exact::<PyString>() {
+        return match s.to_str() {
+            Ok(s) => Val::Str(s),
+            Err(_) => Val::Fallback,
+        };
+    }
+    if let Ok(i) = v.downcast_exact::<PyInt>() {
+        return match i.extract::<i64>() {
+            Ok(i) => Val::Int(i),
+            Err(_) => Val::Fallback,
+        };
+    }
+    if let Ok(f) = v.downcast_exact::<PyFloat>() {
+        return Val::Float(f.value());
+    }
+    if v.is_instance_of::<PyBool>() {
+        return Val::Other;
+    }
+    if v.is_instance_of::<PyBytes>()
+        || v.is_instance_of::<PyString>()
+        || v.is_instance_of::<PyInt>()
+        || v.is_instance_of::<PyFloat>()
+    {
+        return Val::Fallback; // a subclass: the reference's slow path decides
+    }
+    Val::Other
+}
+
+fn exact_bytes<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
+    v.downcast_exact::<PyBytes>().ok().map(|b| b.as_bytes())
+}
+
+fn exact_str<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a str> {
+    v.downcast_exact::<PyString>().ok().and_then(|s| s.to_str().ok())
+}
+
+/// guards.py `SignedRootVerifier` (same API and behaviour; the Python class is the spec).
+#[pyclass(module = "pubguard._native", name = "SignedRootVerifier")]
+pub struct PyRootVerifier {
+    pub inner: RootVerifier,
+}
+
+impl PyRootVerifier {
+    fn run(
+        &mut self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        leaf: &[u8],
+        sig: &Bound<'_, PyAny>,
+        now: f64,
+        index: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
+        path: &[u8],
+    ) -> PyResult<PyObject> {
+        let sig = exact_bytes(sig).ok_or_else(|| invalid_token(py))?;
+        let int = |v: &Bound<'_, PyAny>| -> PyResult<i64> {
+            match v.downcast_exact::<PyInt>().ok().and_then(|i| i.extract::<i64>().ok()) {
+                Some(i) => Ok(i),
+                None => Err(invalid_token(py)),
+            }
+        };
+        let (index, size) = (int(index)?, int(size)?);
+        let pk_obj = key.call_method0(intern!(py, "to_bytes"))?;
+        let pk: &[u8] = pk_obj.downcast::<PyBytes>()?.as_bytes();
+        let check = |msg: &[u8]| -> PyResult<()> {
+            key.call_method1("verify", (PyBytes::new(py, sig), PyBytes::new(py, msg)))?;
+            Ok(())
+        };
+        match self.inner.verify(pk, leaf, sig, now, index, size, path, check) {
+            Ok(root) => Ok(PyBytes::new(py, &root).into_any().unbind()),
+            Err(VerifyError::Forged) => Err(invalid_token(py)),
+            Err(VerifyError::Sig(e)) => Err(e),
+        }
+    }
+}
+
+#[pymethods]
+impl PyRootVerifier {
+    #[new]
+    #[pyo3(signature = (tag, *, ttl, capacity = DEFAULT_CACHE_CAPACITY, max_nodes = DEFAULT_MAX_NODES))]
+    fn new(tag: &[u8], ttl: f64, capacity: usize, max_nodes: usize) -> Self {
+        PyRootVerifier { inner: RootVerifier::new(tag, ttl, capacity, max_nodes) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn verify_packed(
+        &mut self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        leaf: &[u8],
+        sig: &Bound<'_, PyAny>,
+        now: f64,
+        index: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
+        path: &Bound<'_, PyAny>,
+    ) -> PyResult<PyObject> {
+        let path = exact_bytes(path).ok_or_else(|| invalid_token(py))?;
+        self.run(py, key, leaf, sig, now, index, size, path)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (key, leaf, sig, *, now, index = None, size = None, path = None))]
+    fn verify(
+        &mut self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        leaf: &[u8],
+        sig: &Bound<'_, PyAny>,
+        now: f64,
+        index: Option<&Bound<'_, PyAny>>,
+        size: Option<&Bound<'_, PyAny>>,
+        path: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyObject> {
+        let zero = 0i64.into_pyobject(py)?.into_any();
+        let one = 1i64.into_pyobject(py)?.into_any();
+        let index = index.unwrap_or(&zero);
+        let size = size.unwrap_or(&one);
+        let packed: Vec<u8> = match path {
+            None => Vec::new(),
+            Some(p) => match exact_bytes(p) {
+                Some(b) => b.to_vec(),
+                None => {
+                    let mut out = Vec::new();
+                    for x in p.try_iter()? {
+                        let x = x?;
+                        match exact_bytes(&x) {
+                            Some(b) if b.len() == DIGEST && out.len() < MAX_PATH * DIGEST * 4 => {
+                                out.extend_from_slice(b)
+                            }
+                            _ => return Err(invalid_token(py)),
+                        }
+                    }
+                    out
+                }
+            },
+        };
+        self.run(py, key, leaf, sig, now, index, size, &packed)
+    }
+
+    #[getter]
+    fn verifications(&self) -> u64 {
+        self.inner.verifications
+    }
+    #[getter]
+    fn cached_nodes(&self) -> usize {
+        self.inner.cached_nodes()
+    }
+    #[getter]
+    fn cached_trees(&self) -> usize {
+        self.inner.cached_trees()
+    }
+    #[getter]
+    fn cached_roots(&self) -> usize {
+        self.inner.cached_roots()
+    }
+    #[getter]
+    fn ttl(&self) -> f64 {
+        self.inner.ttl
+    }
+    #[getter]
+    fn max_nodes(&self) -> usize {
+        self.inner.max_nodes
+    }
+    #[getter]
+    fn tag<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.tag)
+    }
+}
+
+/// The owner's callbacks, seen by the core as an `EgEnv`.
+struct PyEnv<'a, 'py> {
+    py: Python<'py>,
+    now: f64,
+    permit_fields: &'a Bound<'py, PyAny>,
+    revoked: &'a Bound<'py, PyAny>,
+    key_of: &'a Bound<'py, PyAny>,
+    keys: &'a mut HashMap<Vec<u8>, PyObject>,
+}
+
+impl PyEnv<'_, '_> {
+    fn key_obj(&mut self, pk: &[u8]) -> PyResult<PyObject> {
+        if let Some(k) = self.keys.get(pk) {
+            return Ok(k.clone_ref(self.py));
+        }
+        let k = self.key_of.call1((PyBytes::new(self.py, pk),))?.unbind();
+        if self.keys.len() >= HOT_CAPACITY {
+            self.keys.clear();
+        }
+        self.keys.insert(pk.to_vec(), k.clone_ref(self.py));
+        Ok(k)
+    }
+}
+
+impl EgEnv for PyEnv<'_, '_> {
+    type Err = PyErr;
+
+    fn permit(&mut self, blob: &[u8]) -> PyResult<Option<AdPermit>> {
+        let r = self.permit_fields.call1((PyBytes::new(self.py, blob), self.now))?;
+        if r.is_none() {
+            return Ok(None);
+        }
+        let t = r.downcast::<PyTuple>()?;
+        Ok(Some(AdPermit {
+            token: t.get_item(0)?.extract()?,
+            subject: t.get_item(1)?.extract()?,
+            epoch: t.get_item(2)?.extract::<i64>().ok(),
+            publisher_key: t.get_item(3)?.extract()?,
+            issued_at: t.get_item(4)?.extract()?,
+            expires_at: t.get_item(5)?.extract()?,
+        }))
+    }
+
+    fn revoked(&mut self, pk: &[u8]) -> PyResult<bool> {
+        self.revoked.contains(PyBytes::new(self.py, pk))
+    }
+
+    fn key(&mut self, pk: &[u8]) -> PyResult<()> {
+        self.key_obj(pk).map(|_| ())
+    }
+
+    fn verify(&mut self, pk: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
+        let k = self.key_obj(pk)?;
+        k.bind(self.py)
+            .call_method1("verify", (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)))?;
+        Ok(())
+    }
+}
+
+/// EventGuard's publication guard (eventguard/broker.py `_check_publish`): one broker
+/// scheme's state, sharing its `SignedRootVerifier`.
+#[pyclass(module = "pubguard._native", name = "EventGuardPublicationGuard")]
+pub struct PyEgGuard {
+    inner: EgGuard,
+    roots: Py<PyRootVerifier>,
+    permit_fields: PyObject,
+    revoked: PyObject,
+    key_of: PyObject,
+    keys: HashMap<Vec<u8>, PyObject>,
+    missing: PyObject,
+}
+
+impl PyEgGuard {
+    fn check_one(
+        &mut self,
+        py: Python<'_>,
+        event_id: &Bound<'_, PyAny>,
+        profile: &Bound<'_, PyAny>,
+        routing: &Bound<'_, PyAny>,
+        body: &Bound<'_, PyAny>,
+        meta: &Bound<'_, PyAny>,
+        now: f64,
+    ) -> PyResult<&'static str> {
+        let (Some(event_id), Some(profile), Some(body)) =
+            (exact_str(event_id), exact_str(profile), exact_bytes(body))
+        else {
+            return Ok("fallback");
+        };
+        if routing.len().ok() != Some(1) {
+            return Ok("fallback");
+        }
+        let missing = self.missing.bind(py);
+        let Ok(tokens_obj) = routing.get_item(intern!(py, "tokens")) else {
+            return Ok("fallback");
+        };
+        let Some(tokens_blob) = exact_bytes(&tokens_obj) else {
+            return Ok("fallback");
+        };
+        let keys = [
+            intern!(py, "p"),
+            intern!(py, "e"),
+            intern!(py, "ts"),
+            intern!(py, "sig"),
+            intern!(py, "mi"),
+            intern!(py, "mn"),
+            intern!(py, "mp"),
+            intern!(py, "wk"),
+            intern!(py, "ad"),
+        ];
+        let mut vals = Vec::with_capacity(keys.len());
+        for k in keys {
+            // a mapping's item, or the marker for an absent key (meta is the core's frozen
+            // wire map: a KeyError means absent; any other error goes to the Python guard)
+            match meta.get_item(k) {
+                Ok(v) => vals.push(v),
+                Err(e) if e.is_instance_of::<PyKeyError>(py) => vals.push(missing.clone()),
+                Err(_) => return Ok("fallback"),
+            }
+        }
+        let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
+        let m = EgMeta { p: v[0], e: v[1], ts: v[2], sig: v[3], mi: v[4], mn: v[5], mp: v[6], wk: v[7], ad: v[8] };
+        let mut env = PyEnv {
+            py,
+            now,
+            permit_fields: self.permit_fields.bind(py),
+            revoked: self.revoked.bind(py),
+            key_of: self.key_of.bind(py),
+            keys: &mut self.keys,
+        };
+        let mut roots = self.roots.bind(py).borrow_mut();
+        let verdict =
+            self.inner.check(&mut roots.inner, &mut env, event_id, profile, tokens_blob, body, &m, now)?;
+        Ok(match verdict {
+            Verdict::Pass => "",
+            Verdict::Drop(r) => r.as_str(),
+            Verdict::Fallback => "fallback",
+        })
+    }
+}
+
+#[pymethods]
+impl PyEgGuard {
+    /// `permit_fields(blob, now)`: the MS-verified advertisement permit's `(token, subject,
+    /// epoch, publisher_key, issued_at, expires_at)`, None for another kind, raising as the
+    /// scheme's `permit`; `revoked`: the scheme's set of revoked keys (read live); `key_of(pk)`:
+    /// the publisher's `VerifyKey`.
+    #[new]
+    #[pyo3(signature = (roots, *, max_delay, leaf_tag, permit_fields, revoked, key_of))]
+    fn new(
+        py: Python<'_>,
+        roots: Py<PyRootVerifier>,
+        max_delay: f64,
+        leaf_tag: &[u8],
+        permit_fields: PyObject,
+        revoked: PyObject,
+        key_of: PyObject,
+    ) -> PyResult<Self> {
+        let missing = py.import("builtins")?.getattr("object")?.call0()?.unbind();
+        Ok(PyEgGuard {
+            inner: EgGuard::new(max_delay, leaf_tag),
+            roots,
+            permit_fields,
+            revoked,
+            key_of,
+            keys: HashMap::new(),
+            missing,
+        })
+    }
+
+    /// The scheme's verifier this guard shares.
+    #[getter]
+    fn roots(&self, py: Python<'_>) -> Py<PyRootVerifier> {
+        self.roots.clone_ref(py)
+    }
+
+    /// The verdict on one publication: "" to pass, a drop reason's value, or "fallback"
+    /// (the Python guard decides; nothing was changed).
+    #[allow(clippy::too_many_arguments)]
+    fn check_publish(
+        &mut self,
+        py: Python<'_>,
+        event_id: &Bound<'_, PyAny>,
+        profile: &Bound<'_, PyAny>,
+        routing: &Bound<'_, PyAny>,
+        body: &Bound<'_, PyAny>,
+        meta: &Bound<'_, PyAny>,
+        now: f64,
+    ) -> PyResult<&'static str> {
+        self.check_one(py, event_id, profile, routing, body, meta, now)
+    }
+
+    /// `check_publish` over a batch of `(event_id, profile, routing, body, meta)` frames in
+    /// order (one call per batch); a callback's exception ends the batch.
+    fn check_batch(
+        &mut self,
+        py: Python<'_>,
+        frames: &Bound<'_, PyAny>,
+        now: f64,
+    ) -> PyResult<Vec<&'static str>> {
+        let mut out = Vec::new();
+        for f in frames.try_iter()? {
+            let f = f?;
+            let t = f.downcast::<PyTuple>()?;
+            if t.len() != 5 {
+                return Err(pyo3::exceptions::PyTypeError::new_err("a frame is a 5-tuple"));
+            }
+            out.push(self.check_one(
+                py,
+                &t.get_item(0)?,
+                &t.get_item(1)?,
+                &t.get_item(2)?,
+                &t.get_item(3)?,
+                &t.get_item(4)?,
+                now,
+            )?);
+        }
+        Ok(out)
+    }
+}
+
+/// The default profile's callbacks, seen by the core as a `DfEnv`.
+struct PyDfEnv<'a, 'py> {
+    py: Python<'py>,
+    now: f64,
+    broker_id: &'a Bound<'py, PyAny>,
+    permit_fields: &'a Bound<'py, PyAny>,
+    revoked: &'a Bound<'py, PyAny>,
+    replay: &'a Bound<'py, PyAny>,
+    /// permit blob -> (the Python permit, its parsed key)
+    objs: &'a mut HashMap<Vec<u8>, (PyObject, PyObject)>,
+}
+
+impl DfEnv for PyDfEnv<'_, '_> {
+    type Err = PyErr;
+
+    fn permit(&mut self, blob: &[u8]) -> PyResult<DfPermit> {
+        let r = self.permit_fields.call1((PyBytes::new(self.py, blob), self.now))?;
+        let t = r.downcast::<PyTuple>()?;
+        let p = DfPermit {
+            publish: t.get_item(0)?.extract()?,
+            subject: t.get_item(1)?.extract()?,
+            key: t.get_item(2)?.extract()?,
+            epoch: t.get_item(3)?.extract::<i64>().ok(),
+            not_before: t.get_item(4)?.extract()?,
+            not_after: t.get_item(5)?.extract()?,
+            digest: t.get_item(6)?.extract()?,
+        };
+        if self.objs.len() >= HOT_CAPACITY {
+            self.objs.clear();
+        }
+        self.objs.insert(blob.to_vec(), (t.get_item(7)?.unbind(), t.get_item(8)?.unbind()));
+        Ok(p)
+    }
+
+    fn revoked(&mut self, blob: &[u8]) -> PyResult<bool> {
+        let p = self.obj(blob)?.0;
+        self.revoked.call1((p,))?.is_truthy()
+    }
+
+    fn verify(&mut self, blob: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
+        let k = self.obj(blob)?.1;
+        k.bind(self.py)
+            .call_method1(intern!(self.py, "verify"), (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)))?;
+        Ok(())
+    }
+
+    fn replayed(&mut self, key: &[u8], ts: i64, seq: i64) -> PyResult<bool> {
+        let r = self.replay.call1((self.broker_id, PyBytes::new(self.py, key), ts, seq))?;
+        Ok(!r.is_none())
+    }
+}
+
+impl PyDfEnv<'_, '_> {
+    fn obj(&mut self, blob: &[u8]) -> PyResult<(PyObject, PyObject)> {
+        if let Some((p, k)) = self.objs.get(blob) {
+            return Ok((p.clone_ref(self.py), k.clone_ref(self.py)));
+        }
+        // dropped with the bounded map: ask again (the scheme's cache answers)
+        self.permit(blob)?;
+        let (p, k) = &self.objs[blob];
+        Ok((p.clone_ref(self.py), k.clone_ref(self.py)))
+    }
+}
+
+/// The default profile's publication guard (default/broker.py `_check_publish`): one broker
+/// scheme's state, sharing its `SignedRootVerifier`.
+#[pyclass(module = "pubguard._native", name = "DefaultPublicationGuard")]
+pub struct PyDfGuard {
+    inner: DfGuard,
+    roots: Py<PyRootVerifier>,
+    permit_fields: PyObject,
+    revoked: PyObject,
+    replay: PyObject,
+    objs: HashMap<Vec<u8>, (PyObject, PyObject)>,
+    missing: PyObject,
+}
+
+#[pymethods]
+impl PyDfGuard {
+    /// `permit_fields(blob, now)`: the verified publish permit's `(is_publish, subject, key,
+    /// epoch, not_before, not_after, H(blob), permit, parsed key)`, raising as the scheme's
+    /// `permit`; `revoked(permit)`: whether its key or certificate is revoked now;
+    /// `replay(broker_id, key, ts, seq)`: the replay state's `check_and_accept`.
+    #[new]
+    #[pyo3(signature = (roots, *, max_delay, permit_fields, revoked, replay))]
+    fn new(
+        py: Python<'_>,
+        roots: Py<PyRootVerifier>,
+        max_delay: f64,
+        permit_fields: PyObject,
+        revoked: PyObject,
+        replay: PyObject,
+    ) -> PyResult<Self> {
+        let missing = py.import("builtins")?.getattr("object")?.call0()?.unbind();
+        Ok(PyDfGuard {
+            inner: DfGuard::new(max_delay),
+            roots,
+            permit_fields,
+            revoked,
+            replay,
+            objs: HashMap::new(),
+            missing,
+        })
+    }
+
+    #[getter]
+    fn roots(&self, py: Python<'_>) -> Py<PyRootVerifier> {
+        self.roots.clone_ref(py)
+    }
+
+    /// The verdict on one publication whose routing part decoded to `(mode, nonce)` with
+    /// tags `toks`: "" to pass, a drop reason's value, or "fallback" (nothing was changed).
+    #[allow(clippy::too_many_arguments)]
+    fn check_publish(
+        &mut self,
+        py: Python<'_>,
+        event_id: &Bound<'_, PyAny>,
+        mode: &Bound<'_, PyAny>,
+        nonce: &Bound<'_, PyAny>,
+        toks: &Bound<'_, PyAny>,
+        body: &Bound<'_, PyAny>,
+        meta: &Bound<'_, PyAny>,
+        now: f64,
+        broker_id: &Bound<'_, PyAny>,
+    ) -> PyResult<&'static str> {
+        let (Some(event_id), Some(mode), Some(nonce), Some(body)) =
+            (exact_str(event_id), exact_str(mode), exact_bytes(nonce), exact_bytes(body))
+        else {
+            return Ok("fallback");
+        };
+        let missing = self.missing.bind(py);
+        let keys = [
+            intern!(py, "p"),
+            intern!(py, "ts"),
+            intern!(py, "e"),
+            intern!(py, "h"),
+            intern!(py, "s"),
+            intern!(py, "sig"),
+            intern!(py, "pm"),
+            intern!(py, "q"),
+            intern!(py, "mi"),
+            intern!(py, "mn"),
+            intern!(py, "mp"),
+        ];
+        let mut vals = Vec::with_capacity(keys.len());
+        for k in keys {
+            match meta.get_item(k) {
+                Ok(v) => vals.push(v),
+                Err(e) if e.is_instance_of::<PyKeyError>(py) => vals.push(missing.clone()),
+                Err(_) => return Ok("fallback"),
+            }
+        }
+        let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
+        let m = DfMeta {
+            p: v[0],
+            ts: v[1],
+            e: v[2],
+            h: v[3],
+            s: v[4],
+            sig: v[5],
+            pm: v[6],
+            q: v[7],
+            mi: v[8],
+            mn: v[9],
+            mp: v[10],
+        };
+        let toks = classify(toks, missing);
+        let mut env = PyDfEnv {
+            py,
+            now,
+            broker_id,
+            permit_fields: self.permit_fields.bind(py),
+            revoked: self.revoked.bind(py),
+            replay: self.replay.bind(py),
+            objs: &mut self.objs,
+        };
+        let mut roots = self.roots.bind(py).borrow_mut();
+        let verdict = self.inner.check(&mut roots.inner, &mut env, event_id, mode, nonce, toks, body, &m, now)?;
+        Ok(match verdict {
+            Verdict::Pass => "",
+            Verdict::Drop(r) => r.as_str(),
+            Verdict::Fallback => "fallback",
+        })
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyRootVerifier>()?;
+    m.add_class::<PyEgGuard>()?;
+    m.add_class::<PyDfGuard>()?;
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! Randomized-token matching (psguard.txt §4.1 "Tokenization"): a broker holds subscription
+//! tokens `T`; an event carries `<r, F_T(r)>` for its own tokens, with `F` = AES keyed by the
+//! token (the twin of `pubguard.crypto.AesPrf` / `prf_aes_blocks`). One call evaluates every
+//! token over every nonce of a micro-batch and compares the first 64 bits of each output with
+//! the event's tags (`tok64`), as `pubguard.schemes.psguard.tokens.match_randomized` does.
+//!
+//! AES runs with AES-NI when the CPU has it (the `aes` crate detects it at run time) and
+//! encrypts a token's whole batch of nonces in one pipelined call. The GIL is released for
+//! the computation.
+
+use aes::cipher::{generic_array::GenericArray, BlockEncrypt, KeyInit};
+use aes::{Aes128, Aes256};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use sha2::{Digest, Sha256};
+
+const BLOCK: usize = 16;
+/// Tags per event above which an event's tags are sorted and binary-searched.
+const LINEAR_TAGS_MAX: usize = 8;
+
+enum Prf {
+    A128(Aes128),
+    A256(Aes256),
+}
+
+impl Prf {
+    /// `pubguard.crypto.primitives._prf_key`: 16- and 32-byte keys as they are, any other
+    /// length through `H(k)[:16]`.
+    fn new(key: &[u8]) -> Self {
+        match key.len() {
+            16 => Prf::A128(Aes128::new(GenericArray::from_slice(key))),
+            32 => Prf::A256(Aes256::new(GenericArray::from_slice(key))),
+            _ => {
+                let h = Sha256::digest(key);
+                Prf::A128(Aes128::new(GenericArray::from_slice(&h[..16])))
+            }
+        }
+    }
+
+    fn encrypt(&self, blocks: &mut [aes::Block]) {
+        match self {
+            Prf::A128(c) => c.encrypt_blocks(blocks),
+            Prf::A256(c) => c.encrypt_blocks(blocks),
+        }
+    }
+}
+
+/// One event's tags, ready for membership tests.
+struct Tags(Vec<i64>);
+
+impl Tags {
+    fn new(mut v: Vec<i64>) -> Self {
+        if v.len() > LINEAR_TAGS_MAX {
+            v.sort_unstable();
+        }
+        Tags(v)
+    }
+
+    #[inline]
+    fn contains(&self, x: i64) -> bool {
+        if self.0.len() > LINEAR_TAGS_MAX {
+            self.0.binary_search(&x).is_ok()
+        } else {
+            self.0.contains(&x)
+        }
+    }
+}
+
+/// A bitmap over the low bits of every tag in the batch: an output whose bit is clear is no
+/// event's tag, so most (token, event) pairs cost one L1 load. Tags are PRF outputs, so the
+/// bits are uniform; crafted tags can only make more pairs reach the exact comparison.
+struct TagFilter {
+    words: Vec<u64>,
+    mask: u64,
+}
+
+impl TagFilter {
+    fn new(tags: &[Tags]) -> Self {
+        let total: usize = tags.iter().map(|t| t.0.len()).sum();
+        let bits = (total * 32).next_power_of_two().clamp(1 << 10, 1 << 20);
+        let mut words = vec![0u64; bits / 64];
+        let mask = bits as u64 - 1;
+        for x in tags.iter().flat_map(|t| t.0.iter()) {
+            let b = *x as u64 & mask;
+            words[(b >> 6) as usize] |= 1 << (b & 63);
+        }
+        TagFilter { words, mask }
+    }
+
+    #[inline]
+    fn maybe(&self, x: i64) -> bool {
+        let b = x as u64 & self.mask;
+        self.words[(b >> 6) as usize] & (1 << (b & 63)) != 0
+    }
+}
+
+/// The hits `(event index, token index)`, by token then event.
+fn match_all(prfs: &[Prf], nonces: &[u8], tags: Vec<Vec<i64>>) -> Vec<(usize, usize)> {
+    let n = nonces.len() / BLOCK;
+    let tags: Vec<Tags> = tags.into_iter().take(n).map(Tags::new).collect();
+    let filter = TagFilter::new(&tags);
+    let template: Vec<aes::Block> = nonces
+        .chunks_exact(BLOCK)
+        .map(|c| *GenericArray::from_slice(c))
+        .collect();
+    let mut buf = template.clone();
+    let mut out = Vec::new();
+    for (t, prf) in prfs.iter().enumerate() {
+        buf.copy_from_slice(&template);
+        prf.encrypt(&mut buf);
+        for (e, (blk, tg)) in buf.iter().zip(&tags).enumerate() {
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&blk[..8]);
+            let x = i64::from_be_bytes(first);
+            if filter.maybe(x) && tg.contains(x) {
+                out.push((e, t));
+            }
+        }
+    }
+    out
+}
+
+fn check(nonces: &[u8], tags: &[Vec<i64>]) -> PyResult<()> {
+    if nonces.len() % BLOCK != 0 {
+        return Err(PyValueError::new_err("nonces are not whole 16-byte blocks"));
+    }
+    if tags.len() < nonces.len() / BLOCK {
+        return Err(PyValueError::new_err("fewer tag lists than nonces"));
+    }
+    Ok(())
+}
+
+/// A broker's subscription tokens with their AES key schedules expanded once (the native
+/// `[AesPrf(t) for t in tokens]`). Immutable; not picklable; the repr shows only the size.
+#[pyclass(module = "pubguard._native", frozen)]
+pub struct TokenSet {
+    prfs: Vec<Prf>,
+}
+
+#[pymethods]
+impl TokenSet {
+    #[new]
+    fn new(tokens: Vec<Vec<u8>>) -> Self {
+        Self {
+            prfs: tokens.iter().map(|t| Prf::new(t)).collect(),
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        self.prfs.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("TokenSet(tokens={})", self.prfs.len())
+    }
+
+    /// `match_randomized(nonces, tags, tokens)` over this set: `[(event, token)]`, by token
+    /// then event. `nonces` is the batch's 16-byte nonces concatenated, `tags[i]` event `i`'s
+    /// `tok64` values.
+    fn match_batch(
+        &self,
+        py: Python<'_>,
+        nonces: &[u8],
+        tags: Vec<Vec<i64>>,
+    ) -> PyResult<Vec<(usize, usize)>> {
+        check(nonces, &tags)?;
+        let nonces = nonces.to_vec();
+        Ok(py.allow_threads(|| match_all(&self.prfs, &nonces, tags)))
+    }
+}
+
+/// `F_k` over each 16-byte block of `blocks` (the native `prf_aes_blocks`).
+#[pyfunction]
+fn prf_blocks<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    blocks: &[u8],
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    if blocks.len() % BLOCK != 0 {
+        return Err(PyValueError::new_err(
+            "PRF input is not whole 16-byte blocks",
+        ));
+    }
+    let prf = Prf::new(key);
+    let mut buf: Vec<aes::Block> = blocks
+        .chunks_exact(BLOCK)
+        .map(|c| *GenericArray::from_slice(c))
+        .collect();
+    prf.encrypt(&mut buf);
+    let mut flat = Vec::with_capacity(blocks.len());
+    for b in &buf {
+        flat.extend_from_slice(b);
+    }
+    Ok(pyo3::types::PyBytes::new(py, &flat))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<TokenSet>()?;
+    m.add_function(wrap_pyfunction!(prf_blocks, m)?)?;
+    Ok(())
+}
