@@ -45,10 +45,13 @@ if TYPE_CHECKING:
     import asyncio
     import ssl
 
+    from pubguard.net.keyservice.kmc_service import KmcService
+
 __all__ = ["KDC_MASTER_ENV", "MASTER_ENV", "register"]
 
 MASTER_ENV: Final = "PUBGUARD_MS_MASTER"
 KDC_MASTER_ENV: Final = "PUBGUARD_KDC_MASTER"
+KMC_MASTER_ENV: Final = "PUBGUARD_KMC_MASTER"
 
 
 def _master(env: str = MASTER_ENV) -> bytes | None:
@@ -99,6 +102,8 @@ async def _serve(
     parent_pid: int | None = None,
     tdn_ca: Path | None = None,
     kdc: object = None,
+    pid_dir: Path | None = None,
+    kmc_cert: Path | None = None,
 ) -> None:
     import asyncio
 
@@ -142,7 +147,10 @@ async def _serve(
         from pubguard.net.keyservice.revocation import REVOCATIONS_DB
 
         svc = KdcService(kdc, revocations=state / REVOCATIONS_DB)  # type: ignore[arg-type]
-    core = KeyServiceCore(ms, tdn=tdn, kdc=svc, health=watch.status if watch else None)
+    kmc: KmcService | None = None
+    if kmc_cert is not None:  # narada §IV: the KMC, its CA the cluster's (kmc_service.py)
+        kmc = _kmc(state, kmc_cert, ident.ca_path, kdc)
+    core = KeyServiceCore(ms, tdn=tdn, kdc=svc, kmc=kmc, health=watch.status if watch else None)
     server = KeyServiceServer(core, ctx, host=host, port=port, crl=watch)
     bound = await server.start()
     key_b64 = base64.b64encode(ms.public_key.to_bytes()).decode()
@@ -150,6 +158,11 @@ async def _serve(
     if core.kdc is not None:
         out["authority_key"] = base64.b64encode(core.kdc.authority.public_key.to_bytes()).decode()
     (state / "ms-key.json").write_text(json.dumps(out))
+    if pid_dir is not None:  # as a broker's: `cluster status` / `down` find us by it
+        from pubguard.net.server.pidfile import write_pidfile
+
+        pid_dir.mkdir(parents=True, exist_ok=True)
+        write_pidfile(pid_dir)
     if master is None:  # said once serving, so a failed start is one error line
         err_console.print(f"[yellow]no {MASTER_ENV}: a random MS key lives in this process[/]")
     extra = f"; KDC / authority key {out['authority_key']}" if "authority_key" in out else ""
@@ -167,6 +180,36 @@ async def _serve(
         if watcher is not None:
             watcher.cancel()
         await server.stop()
+        if pid_dir is not None:
+            from pubguard.net.server.pidfile import remove_pidfile
+
+            remove_pidfile(pid_dir)
+
+
+def _kmc(state: Path, cert_path: Path, ca_path: Path, kdc: object) -> KmcService:
+    """Narada's KMC with the certificate at ``cert_path`` (its key derived from
+    :data:`KMC_MASTER_ENV`), the CA at ``ca_path`` and the KDC policy's rights (open without
+    one); one-line ConfigError if the secret is missing or the certificate is not its key's."""
+    from pubguard.crypto.x509 import load_certificate
+    from pubguard.errors import ConfigError, ValidationError
+    from pubguard.net.keyservice.kmc_service import KMC_DB, KmcService
+    from pubguard.store import Database
+
+    secret = _master(KMC_MASTER_ENV)
+    if secret is None:
+        raise ConfigError(f"--kmc-cert needs {KMC_MASTER_ENV} (base64)", key=KMC_MASTER_ENV)
+    try:
+        return KmcService(
+            secret,
+            cert=load_certificate(cert_path),
+            ca_cert=load_certificate(ca_path),
+            db=Database(state / KMC_DB),
+            # the KDC policy's rights (KdcConfig); open without one
+            subscribers=getattr(kdc, "subscribers", None),
+            publishers=getattr(kdc, "publishers", None),
+        )
+    except ValidationError as exc:
+        raise ConfigError(f"{cert_path}: {exc}", path=str(cert_path)) from None
 
 
 def _endpoint(state: Path, keyservice: str | None) -> tuple[str, int]:
@@ -290,6 +333,19 @@ def register(cli: click.Group) -> None:
         help="Also serve the PSGuard KDC / default authority with this policy (JSON; the "
         f"master from {KDC_MASTER_ENV}).",
     )
+    @click.option(
+        "--pid-dir",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Write a pid file here once listening (set by cluster up).",
+    )
+    @click.option(
+        "--kmc-cert",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Also serve narada's KMC with this certificate (PEM, role kmc; its key derived "
+        f"from {KMC_MASTER_ENV}).",
+    )
     def serve(
         state: Path,
         host: str,
@@ -299,6 +355,8 @@ def register(cli: click.Group) -> None:
         parent_pid: int | None,
         tdn_ca: Path | None,
         kdc_policy: Path | None,
+        pid_dir: Path | None,
+        kmc_cert: Path | None,
     ) -> None:
         """Serve the meta-service (and optionally the PSGuard KDC / default authority):
         permits, tokens and epoch keys for authenticated clients."""
@@ -310,8 +368,16 @@ def register(cli: click.Group) -> None:
             from pubguard.crypto.x509 import load_certificate
 
             load_certificate(tdn_ca)
+        if kmc_cert is not None and _master(KMC_MASTER_ENV) is None:
+            from pubguard.errors import ConfigError
+
+            raise ConfigError(f"--kmc-cert needs {KMC_MASTER_ENV} (base64)", key=KMC_MASTER_ENV)
         state.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_serve(state, host, port, epoch_length, origin, parent_pid, tdn_ca, kdc))
+        asyncio.run(
+            _serve(
+                state, host, port, epoch_length, origin, parent_pid, tdn_ca, kdc, pid_dir, kmc_cert
+            )
+        )
 
     @group.command("revoke")
     @click.option(

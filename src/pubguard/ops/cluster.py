@@ -31,6 +31,11 @@ list from the key service (``[revocation] keyservice_file = "<state>/ms-key.json
 ``revocation_poll`` seconds; :mod:`pubguard.net.server.revocation`), so ``pubguard keyservice revoke``
 (an administrator of the policy; ``admin`` when the cluster made the KDC) takes effect at
 every broker within a poll.
+
+A config with ``[keyservice]`` (``pubguard cluster up``) runs the key service from the
+configured master secret instead of a random one (:mod:`pubguard.ops.cluster_keys`): the
+secret is read first, and a missing one stops :meth:`LocalCluster.start` before anything is
+written or started; ``cluster.json`` records the process under ``"keyservice"``.
 """
 
 from __future__ import annotations
@@ -61,6 +66,16 @@ from pubguard.net.config import (
 from pubguard.net.keyservice.kdc import KdcConfig
 from pubguard.net.server.pidfile import command_line, live_pid
 from pubguard.net.server.server import BrokerServer, read_port
+from pubguard.ops.cluster_keys import (
+    cluster_secrets,
+    issued_publishers,
+    keyservice_profiles,
+    keyservice_record,
+    narada_broker_keys,
+    narada_credentials,
+    running_keyservice,
+    with_publishers,
+)
 from pubguard.ops.crl_agent import AGENT_DIR as CRL_AGENT
 from pubguard.ops.crl_agent import start_crl_agent, stop_crl_agent
 from pubguard.ops.keyservice_proc import (
@@ -80,6 +95,7 @@ __all__ = [
     "LocalCluster",
     "cluster_status",
     "restart_brokers",
+    "restart_keyservice",
     "run_local_cluster",
     "running_brokers",
     "stop_cluster",
@@ -140,11 +156,13 @@ class LocalCluster:
         # one admin link per broker: two asks at once (a retry beside a status still in
         # flight) must not open two connections under one identity, which replace each other
         self._admin_locks: dict[str, asyncio.Lock] = {}
-        self._run_keyservice = keyservice
+        self._run_keyservice = keyservice or config.keyservice is not None
         self.kdc = kdc
         self.revocation_poll = revocation_poll
         #: the key-service process, once :meth:`start_keyservice` started it
         self.keyservice: KeyServiceProcess | None = None
+        #: narada's KMC hosted in the key service: (its secret, its certificate's path)
+        self._kmc: tuple[SecretBytes, Path] | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -191,8 +209,15 @@ class LocalCluster:
         return self._bundle
 
     def write_keys(self) -> Path:
-        """Write the public material brokers need (public keys, certificates, CRL)."""
-        self.bundle.broker_keys(narada="narada" in self.config.served).save(self.keys_path)
+        """Write the public material brokers need (public keys, certificates, CRL); with a
+        ``[keyservice]``, every publication key issued under the PKI too."""
+        hosted = self._kmc is not None  # narada's KMC in the key service, the cluster CA
+        keys = self.bundle.broker_keys(narada="narada" in self.config.served and not hosted)
+        if self.config.keyservice is not None:
+            keys = with_publishers(keys, issued_publishers(self.pki.root))
+        if self._kmc is not None:
+            keys = narada_broker_keys(keys, self.pki, self._kmc[1])
+        keys.save(self.keys_path)
         return self.keys_path
 
     @property
@@ -253,18 +278,31 @@ class LocalCluster:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.config.keyservice is not None and self._bundle is None:
+            # first, before anything is written: no configured secret, nothing started
+            made = cluster_secrets(self.config, self.pki, now=time.time())
+            self.kdc, self._bundle, self._kmc = made.kdc, made.bundle, made.kmc
         self.write_configs()
         if self._run_crl_agent and os.environ.get(PASSPHRASE_ENV):
             # first: it renews a CRL that is due before any broker loads it
             self.procs[CRL_AGENT] = start_crl_agent(self.state_dir)
         for name in self.config.brokers:
             await self._launch(name)
-        for name in self.config.brokers:
-            self.ports[name] = await self._wait_port(name)
-        self._write_cluster_file()
-        await self.wait_connected()
-        if self._run_keyservice:
-            await self.start_keyservice()
+        # the key service starts while the brokers do (brokers poll its endpoint file)
+        ks = asyncio.create_task(self.start_keyservice()) if self._run_keyservice else None
+        try:
+            for name in self.config.brokers:
+                self.ports[name] = await self._wait_port(name)
+            self._write_cluster_file()
+            await self.wait_connected()
+        except BaseException:
+            if ks is not None:
+                ks.cancel()
+                with contextlib.suppress(BaseException):
+                    await ks
+            raise
+        if ks is not None:
+            await ks
 
     async def start_keyservice(self) -> int:
         """Run the bundle's key services as their own process behind mutual TLS (``pubguard
@@ -275,6 +313,7 @@ class LocalCluster:
         if KEYSERVICE in self.procs and self.procs[KEYSERVICE].poll() is None:
             raise StateError("the key service is already running")
         bundle = self.bundle  # first: it makes :attr:`kdc` when the cluster has none
+        settings = self.config.keyservice
         ks = await _start_keyservice(
             host=self.config.host,
             state_dir=self.state_dir,
@@ -282,10 +321,14 @@ class LocalCluster:
             bundle=bundle,
             kdc=self.kdc,
             detached=self.detached,
+            port=settings.port if settings is not None else 0,
+            pid_dir=self.state_dir / KEYSERVICE,
+            kmc=self._kmc,
         )
         self.keyservice = ks
         self.procs[KEYSERVICE] = ks.proc
         bundle.ms_for = ks.client  # eventguard clients get their MS over the network
+        self._write_cluster_file()
         return ks.port
 
     async def _launch(self, name: str) -> None:
@@ -326,6 +369,10 @@ class LocalCluster:
             }
             for name in self.config.brokers
         }
+        ks = self.keyservice
+        if ks is not None:
+            served = tuple(p for p in keyservice_profiles(self.config) if serves(ks, p))
+            data[KEYSERVICE] = keyservice_record(ks.proc.pid, ks.host, ks.port, served)
         (self.state_dir / CLUSTER_FILE).write_text(json.dumps(data, indent=2))
 
     async def stop(self) -> None:
@@ -388,6 +435,8 @@ class LocalCluster:
             assert profile is not None  # (serves() says no to None)
             ctx = self.pki.client_context(identity)
             opts = {**client_options(self.bundle, ks, identity), **kw}
+            if profile == "narada":  # its TLS identity is its narada entity (narada §IV-A)
+                opts.update(narada_credentials(self.pki, identity))
             return await connect_profile(
                 self.url(broker),
                 identity=identity,
@@ -546,7 +595,7 @@ def _broker_pid(state_dir: Path, name: str, info: dict[str, Any] | None = None) 
 def _broker_names(state_dir: Path, data: dict[str, Any]) -> list[str]:
     """The brokers of a state folder: those ``cluster.json`` lists, then every other folder
     holding a ``broker.toml`` (brokers started by hand after the file was gone)."""
-    names = list(data)
+    names = [n for n in data if n != KEYSERVICE]
     if Path(state_dir).is_dir():
         names += sorted(
             p.name
@@ -572,18 +621,22 @@ def running_brokers(state_dir: Path) -> dict[str, int]:
 def stop_cluster(state_dir: Path) -> list[str]:
     """``pubguard cluster down``: stop every broker of ``state_dir``, however it was started
     (found from the pid files, see :func:`running_brokers`). ``cluster.json`` goes only once
-    none runs; a broker that cannot be stopped is a :class:`StateError` and keeps it."""
+    none runs; a broker that cannot be stopped is a :class:`StateError` and keeps it. The key
+    service of a ``[keyservice]`` cluster is stopped too (then named last in the result)."""
     running = running_brokers(state_dir)
     stop_crl_agent(Path(state_dir))
-    left = set(stop_pids(running.values()))
+    ks = running_keyservice(Path(state_dir))  # stopped with the brokers, all at once
+    left = set(stop_pids([*running.values(), *([ks] if ks is not None else [])]))
     stuck = [n for n, pid in running.items() if pid in left]
+    if ks is not None and ks in left:
+        stuck.append(KEYSERVICE)
     if stuck:
         raise StateError(
             f"could not stop {', '.join(stuck)} of {state_dir} "
-            f"(pids {', '.join(str(running[n]) for n in stuck)}); cluster.json kept"
+            f"(pids {', '.join(str(p) for p in left)}); cluster.json kept"
         )
     (Path(state_dir) / CLUSTER_FILE).unlink(missing_ok=True)
-    return [n for n in running if n not in stuck]
+    return [*running, *([KEYSERVICE] if ks is not None else [])]
 
 
 def _last_words(log: Path, start: int | None) -> str:
@@ -612,9 +665,9 @@ async def restart_brokers(
     state_dir = Path(state_dir)
     data = _read_cluster_file(state_dir)
     for n in names or ():
-        if n not in data:
+        if n not in data or n == KEYSERVICE:
             raise StateError(f"the cluster in {state_dir} has no broker {n!r}")
-    chosen = list(names or data)
+    chosen = list(names or (n for n in data if n != KEYSERVICE))
     if running_too:
         pids = {n: _broker_pid(state_dir, n, data[n]) for n in chosen}
         stuck = stop_pids(p for p in pids.values() if p is not None)
@@ -643,6 +696,33 @@ async def restart_brokers(
         (state_dir / CLUSTER_FILE).write_text(json.dumps(data, indent=2))
         await _wait_linked(state_dir, deadline)
     return down
+
+
+async def restart_keyservice(state_dir: Path, config: ClusterConfig) -> int | None:
+    """Start again the key service of a running ``[keyservice]`` cluster that is down (``cluster
+    up`` again), from the same configured master secret; its port, or None when it runs (or
+    the config has none). Brokers find the new port in its endpoint file."""
+    state_dir = Path(state_dir)
+    data = _read_cluster_file(state_dir)
+    if config.keyservice is None or running_keyservice(state_dir) is not None:
+        return None
+    pki = ClusterPki(state_dir / "pki")
+    made = cluster_secrets(config, pki, now=time.time())
+    ks = await _start_keyservice(
+        host=config.host,
+        state_dir=state_dir,
+        pki=pki,
+        bundle=made.bundle,
+        kdc=made.kdc,
+        detached=True,
+        port=config.keyservice.port,
+        pid_dir=state_dir / KEYSERVICE,
+        kmc=made.kmc,
+    )
+    served = tuple(p for p in keyservice_profiles(config) if serves(ks, p))
+    data[KEYSERVICE] = keyservice_record(ks.proc.pid, ks.host, ks.port, served)
+    (state_dir / CLUSTER_FILE).write_text(json.dumps(data, indent=2))
+    return ks.port
 
 
 async def _wait_linked(state_dir: Path, deadline: float) -> None:
@@ -694,6 +774,6 @@ async def cluster_status(state_dir: Path) -> dict[str, Any]:
     """``pubguard cluster status``: each recorded broker's status; ``{"down": true}`` for one
     that does not run, ``{"error": ...}`` for one that runs and does not answer."""
     data = _read_cluster_file(state_dir)
-    names = list(data)
+    names = [n for n in data if n != KEYSERVICE]
     got = await asyncio.gather(*(_one_status(state_dir, n, data[n]) for n in names))
     return dict(zip(names, got, strict=True))

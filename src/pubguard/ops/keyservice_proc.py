@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from pubguard.crypto import VerifyKey
+from pubguard.crypto import SecretBytes, VerifyKey
 from pubguard.crypto.secret import raw
 from pubguard.crypto.x509 import Role
 from pubguard.errors import StateError
@@ -89,6 +89,7 @@ class KeyServiceProcess:
     kdc: bool
     ms_key: VerifyKey = dataclasses.field(repr=False)  # the MS public key, pinned in clients
     pki: ClusterPki = dataclasses.field(repr=False)
+    kmc: bool = False  # whether it hosts narada's KMC (net/keyservice/kmc_service.py)
 
     @property
     def url(self) -> str:
@@ -115,10 +116,16 @@ async def start_keyservice(
     bundle: KeyBundle,
     kdc: KdcConfig | None,
     detached: bool = False,
+    port: int = 0,
+    pid_dir: Path | None = None,
+    kmc: tuple[SecretBytes, Path] | None = None,
 ) -> KeyServiceProcess:
-    """Start the key service of ``bundle`` (and of ``kdc``, when given) on ``host``; its files
-    go to ``state_dir``. ``detached``: it outlives this process (otherwise it stops by itself
-    when this process exits). See the module docstring."""
+    """Start the key service of ``bundle`` (and of ``kdc``, when given) on ``host`` and
+    ``port`` (0: any free one); its files go to ``state_dir``. ``detached``: it outlives this
+    process (otherwise it stops by itself when this process exits). ``pid_dir``: where it
+    writes its pid file once it listens (as a broker does). ``kmc``: also host narada's KMC,
+    ``(its secret, its certificate's path)`` (the secret through the child's environment,
+    ``PUBGUARD_KMC_MASTER``). See the module docstring."""
     pki.identity(KEYSERVICE, Role.MS)  # issued here: the child needs no CA passphrase
     info = state_dir / ENDPOINT_FILE
     with contextlib.suppress(FileNotFoundError):
@@ -131,7 +138,12 @@ async def start_keyservice(
         env["PUBGUARD_KDC_MASTER"] = base64.b64encode(raw(kdc.master)).decode()
         kdc.save_policy(state_dir / POLICY_FILE)
         extra = ["--kdc-policy", str(state_dir / POLICY_FILE)]
+    if kmc is not None:
+        env["PUBGUARD_KMC_MASTER"] = base64.b64encode(raw(kmc[0])).decode()
+        extra += ["--kmc-cert", str(kmc[1])]
     tie = [] if detached else ["--parent-pid", str(os.getpid())]
+    if pid_dir is not None:
+        tie += ["--pid-dir", str(pid_dir)]
     logf = state_dir / LOG_FILE
     with logf.open("ab") as log:
         proc = subprocess.Popen(
@@ -146,7 +158,7 @@ async def start_keyservice(
                 "--host",
                 host,
                 "--port",
-                "0",
+                str(port),
                 "--epoch-length",
                 repr(ms.epoch_length),
                 "--origin",
@@ -171,7 +183,9 @@ async def start_keyservice(
     except BaseException:
         terminate(proc)  # not handed to anyone: ours to end
         raise
-    return KeyServiceProcess(proc, host, int(data["port"]), kdc is not None, ms.public_key, pki)
+    return KeyServiceProcess(
+        proc, host, int(data["port"]), kdc is not None, ms.public_key, pki, kmc is not None
+    )
 
 
 async def _wait_endpoint(info: Path, proc: subprocess.Popen[bytes], logf: Path) -> Any:
@@ -193,11 +207,14 @@ async def _wait_endpoint(info: Path, proc: subprocess.Popen[bytes], logf: Path) 
 
 def serves(keyservice: KeyServiceProcess | None, profile: str | None) -> bool:
     """Whether clients of ``profile`` get their keys from ``keyservice`` (eventguard: the MS
-    always; psguard and default: when it serves the KDC; plain and narada: never)."""
+    always; psguard and default: when it serves the KDC; narada: when it hosts the KMC;
+    plain: never)."""
     if keyservice is None or profile is None:
         return False
     if profile == "eventguard":
         return True
+    if profile == "narada":
+        return keyservice.kmc
     return profile in KDC_PROFILES and keyservice.kdc
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Final
 
+from pubguard.crypto import VerifyKey
 from pubguard.crypto.x509 import (
     CRL_FILE,
     CertificateAuthority,
@@ -94,6 +95,21 @@ class ClusterPki:
         return issue_tls_identity(
             self._ca, name, role, out, now=time.time(), passphrase=tls_password()
         )
+
+    def certify(self, name: str, role: Role | str, public_key: VerifyKey) -> Path:
+        """Have the CA certify ``public_key`` as ``name`` with ``role`` (a key the caller
+        derives and never writes, e.g. the hosted KMC's); the certificate's path
+        (``<root>/<name>/<name>.pem``, replaced if it was there)."""
+        self.ensure_ca()
+        if self._ca is None:
+            raise ConfigError(
+                f"no CA key to certify {name!r}; set {PASSPHRASE_ENV}", key=PASSPHRASE_ENV
+            )
+        cert = self._ca.issue(name, role, public_key, now=time.time())
+        out = self.root / name
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (out / f"{name}.pem").write_bytes(cert.to_pem())
+        return out / f"{name}.pem"
 
     @property
     def crl_path(self) -> Path | None:

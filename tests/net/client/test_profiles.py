@@ -166,7 +166,8 @@ def test_a_filter_outside_the_policy_is_refused_naming_filter_and_identity(
 def test_what_cannot_be_served_is_refused_before_any_connection(tmp_path: Path) -> None:
     url = "tls://127.0.0.1:9"  # nothing listens: a connection attempt would fail otherwise
     ctx = object()
-    with pytest.raises(pubguard.ConfigError, match="narada") as info:
+    # narada's entity is the identity's TLS certificate and key: both must be given
+    with pytest.raises(pubguard.ConfigError, match="narada' needs the identity's TLS") as info:
         pubguard.connect(url, identity="a", profile="narada", keyservice=url, ssl=ctx)  # type: ignore[arg-type]
     assert "\n" not in str(info.value)
     with pytest.raises(pubguard.ConfigError, match=r"needs a key service \(keyservice="):

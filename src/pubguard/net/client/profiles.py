@@ -29,10 +29,13 @@ knows the caller from its certificate's common name and serves keys in that name
   :class:`~pubguard.net.keyservice.kdc_client.RemoteAuthority` (the KDC plus signed permits).
 - ``eventguard``: :class:`~pubguard.schemes.eventguard.client.EventGuardClient` with the
   key-service client as its meta-service (eventguard.txt §3.2: tokens, keys and permits).
+- ``narada``: :class:`~pubguard.net.client.narada_remote.RemoteNaradaClient`, tokens and
+  topic keys from the KMC the key service hosts (narada-secure-delivery.txt §IV-E,
+  :mod:`pubguard.net.keyservice.kmc_service`). Its entity certificate and signing key are the
+  identity's TLS certificate and key (``certificate=``, ``signing_key=``: the cluster CA is
+  narada's CA, §IV-A); ``kmc_certs`` pins the KMC (else taken from the key service's
+  ``info``).
 - ``plain``: no key service.
-- ``narada`` is refused (:class:`~pubguard.errors.ConfigError`): its KMC tokens and topic
-  keys are not served by the key service yet, only by an in-process
-  :class:`~pubguard.schemes.registry.KeyBundle` (``LocalCluster.connect``).
 
 Public verification keys. The MS key (eventguard) and the authority key (default) are taken
 from the key service's ``info`` answer, unless passed as ``ms_key`` / ``authority_key`` (pin
@@ -59,12 +62,14 @@ schemes fetch the next epoch's keys from the key service when it is due.
 from __future__ import annotations
 
 import ssl as _ssl
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import Any, Final
 
 from pubguard.crypto import SigningKey, VerifyKey
+from pubguard.crypto.x509 import Certificate
 from pubguard.errors import ConfigError, ValidationError
 from pubguard.net.client.client import Client, parse_url
+from pubguard.net.client.narada_remote import RemoteNaradaClient
 from pubguard.net.keyservice.client import KeyServiceClient
 from pubguard.net.keyservice.kdc_client import RemoteAuthority, RemoteKdc
 from pubguard.schemes.base import ClientScheme
@@ -83,18 +88,12 @@ __all__ = [
 ]
 
 #: the profiles :func:`connect` speaks with keys from a key service
-KEYSERVICE_PROFILES: Final = ("psguard", "psguard-paper", "eventguard", "default")
+KEYSERVICE_PROFILES: Final = ("psguard", "psguard-paper", "eventguard", "default", "narada")
 #: every profile :func:`connect` speaks
 CONNECT_PROFILES: Final = ("plain", *KEYSERVICE_PROFILES)
 
 
 def _check_profile(profile: str) -> None:
-    if profile == "narada":
-        raise ConfigError(
-            "profile 'narada' is not served by the key service yet (its KMC tokens and topic"
-            " keys are issued in-process only: LocalCluster.connect)",
-            key="profile",
-        )
     if profile not in CONNECT_PROFILES:
         raise ConfigError(
             f"unknown profile {profile!r} (known: {', '.join(CONNECT_PROFILES)})", key="profile"
@@ -123,10 +122,13 @@ def profile_scheme(
     publisher_keys: Mapping[str, VerifyKey] | None = None,
     authority_key: VerifyKey | None = None,
     max_delay: float = DEFAULT_MAX_DELAY,
+    certificate: Certificate | None = None,
+    kmc_certs: Iterable[Certificate] = (),
 ) -> ClientScheme:
     """The client face of ``profile`` for ``identity`` (the name of the certificate that
     ``keyservice`` authenticates with), its keys fetched from ``keyservice``. See the module
-    docstring; ConfigError for narada, an unknown profile, or a missing key service."""
+    docstring; ConfigError for an unknown profile, a missing key service, or narada without
+    the identity's certificate and key."""
     _check_profile(profile)
     if profile == "plain":
         return PlainScheme()
@@ -146,6 +148,14 @@ def profile_scheme(
             )
         case "eventguard":
             return EventGuardClient(identity, keyservice, signing_key=signing_key)
+        case "narada":
+            if certificate is None or signing_key is None:
+                raise ConfigError(
+                    "profile 'narada' needs the identity's TLS certificate and key "
+                    "(certificate=, signing_key=)",
+                    key="certificate",
+                )
+            return RemoteNaradaClient(signing_key, certificate, keyservice, kmc_certs=kmc_certs)
         case _:
             return DefaultClient(
                 identity,
@@ -217,6 +227,8 @@ def connect(
     ms_key: VerifyKey | None = None,
     authority_key: VerifyKey | None = None,
     max_delay: float = DEFAULT_MAX_DELAY,
+    certificate: Certificate | None = None,
+    kmc_certs: Iterable[Certificate] = (),
     **options: Any,
 ) -> Connecting:
     """A client of the broker at ``url`` (``tls://host:port``) speaking ``profile`` as
@@ -226,8 +238,14 @@ def connect(
     broker and to the key service. ``signing_key``: a publisher's Ed25519 key (psguard: the
     one its brokers know). ``ms_key`` / ``authority_key``: pin the key service's public keys
     (otherwise taken from it over the authenticated channel). ``max_delay``: the brokers'
-    timestamp window. ``options``: as for :func:`pubguard.net.client.client.connect`
+    timestamp window. narada: ``certificate`` and ``signing_key`` are the identity's TLS
+    certificate and key; ``kmc_certs`` pins the KMC. ``options``: as for :func:`pubguard.net.client.client.connect`
     (``durable``, ``window``, ``reconnect``, ``batch_sign``, ``renew_grace``, ...).
+
+    ``identity`` may be a session ``NAME/SESSION`` of certificate ``NAME``: the broker keeps it
+    as one session (two processes under one certificate never replace each other), and the
+    profile acts as ``NAME``, since the key service issues keys, tokens and permits in the
+    authenticated certificate's name only.
 
     Everything is checked before any connection is made (ConfigError, ValidationError);
     ``await`` or ``async with`` the result to connect (TransportError if refused)."""
@@ -247,12 +265,14 @@ def connect(
         ks = keyservice_client(keyservice, ssl, ms_key=ms_key)
     scheme = profile_scheme(
         profile,
-        identity,
+        identity.split("/", 1)[0],  # the certificate's name (see above)
         keyservice=ks,
         signing_key=signing_key,
         publisher_keys=publisher_keys,
         authority_key=authority_key,
         max_delay=max_delay,
+        certificate=certificate,
+        kmc_certs=kmc_certs,
     )
     if profile != "plain":  # an old generation lasts as long as the brokers' timestamp window
         options.setdefault("renew_grace", max_delay)

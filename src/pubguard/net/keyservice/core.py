@@ -73,6 +73,7 @@ from pubguard.net.keyservice.protocol import Caller, Op, Refused, field
 
 if TYPE_CHECKING:
     from pubguard.net.keyservice.kdc import KdcService
+    from pubguard.net.keyservice.kmc_service import KmcService
 
 __all__ = ["OPEN_TO_REVOKED", "DiscoveryOps", "KeyServiceCore", "MetaServiceOps"]
 
@@ -95,12 +96,14 @@ class KeyServiceCore:
         *,
         tdn: TopicDiscoveryNode | None = None,
         kdc: KdcService | None = None,
+        kmc: KmcService | None = None,
         health: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        """``health``: the shell's health report (its CRL), answered in ``info``."""
-        if ms is None and tdn is None and kdc is None:
-            raise ValidationError("a key service hosts an MS, a TDN, a KDC or several")
-        self.ms, self.tdn, self.kdc = ms, tdn, kdc
+        """``health``: the shell's health report (its CRL), answered in ``info``. ``kmc``:
+        narada's KMC (:mod:`pubguard.net.keyservice.kmc_service`: the ``kmc_key`` op)."""
+        if ms is None and tdn is None and kdc is None and kmc is None:
+            raise ValidationError("a key service hosts an MS, a TDN, a KDC, a KMC or several")
+        self.ms, self.tdn, self.kdc, self.kmc = ms, tdn, kdc, kmc
         self.health = health
         self.stats: Counter[str] = Counter()
         self._ops: dict[str, Op] = {"info": self._info}
@@ -112,6 +115,8 @@ class KeyServiceCore:
             self._ops.update(DiscoveryOps(tdn).ops())
         if kdc is not None:
             self._ops.update(kdc.ops())
+        if kmc is not None:
+            self._ops.update(kmc.ops())
 
     def __repr__(self) -> str:
         return f"KeyServiceCore(ops={sorted(self._ops)})"
@@ -183,6 +188,8 @@ class KeyServiceCore:
             out["ms_key"] = self.ms.public_key.to_bytes()
         if self.kdc is not None:
             out["kdc"] = self.kdc.info()
+        if self.kmc is not None:
+            out.update(self.kmc.info())
         if self.health is not None:
             out["health"] = self.health()
         return out
