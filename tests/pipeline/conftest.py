@@ -11,7 +11,7 @@ import pytest
 
 from pubguard.pipeline.cluster import ClusterInfo, cluster_down, cluster_up
 from pubguard.sim.workloads import Workload
-from tests.pipeline.helpers import make_workload, run
+from tests.pipeline.helpers import Runs, make_workload, run
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -48,3 +48,9 @@ def psguard_run(
     d, wl = make_workload(root, "psguard")
     out = root / "out-psguard-randomized"
     return out, wl, run(spark, d, out, "randomized")
+
+
+@pytest.fixture(scope="session")
+def profile_runs(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """Every profile's batch run on one small workload, each made on first use."""
+    return Runs(spark, tmp_path_factory.mktemp("profiles"))

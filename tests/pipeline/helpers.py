@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,4 +51,40 @@ def opened_pairs(out: Path) -> set[tuple[str, str]]:
 
 
 def run(spark: Any, wl_dir: Path, out: Path, mode: str) -> dict[str, Any]:
-    return run_pipeline(spark, wl_dir, out, mode=mode, master_secret=MASTER, now_ms=NOW, seed=5)
+    return run_pipeline(
+        spark, wl_dir, out, profile="psguard", mode=mode, master_secret=MASTER, now_ms=NOW, seed=5
+    )
+
+
+class Runs:
+    """Batch runs of every (profile, mode) on one small psguard-shape workload, made on first
+    use and shared by the tests that need them (the matrix, the cluster run)."""
+
+    def __init__(self, spark: Any, root: Path) -> None:
+        self.spark, self.root = spark, root
+        self.wl_dir, wl = make_workload(root, "psguard")
+        # a second subscriber who chose the same constraints under its own filter id
+        # (Filter equality ignores ids: both ids must be matched and delivered)
+        twin = next(s for s in wl.subscriptions if len(s.filter.constraints) > 1)
+        line = {"subscriber": "twin", "filter": twin.filter.with_id("twin-filter").to_json()}
+        with (self.wl_dir / "subscriptions.jsonl").open("a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        self.wl = load_workload(self.wl_dir)
+        self.twin = twin.filter.id
+        self.done: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
+
+    def get(self, profile: str, mode: str) -> tuple[Path, dict[str, Any]]:
+        if (profile, mode) not in self.done:
+            out = self.root / f"out-{profile}-{mode}"
+            summary = run_pipeline(
+                self.spark,
+                self.wl_dir,
+                out,
+                profile=profile,
+                mode=mode,
+                master_secret=MASTER,
+                now_ms=NOW,
+                seed=5,
+            )
+            self.done[(profile, mode)] = (out, summary)
+        return self.done[(profile, mode)]

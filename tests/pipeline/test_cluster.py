@@ -17,36 +17,56 @@ import pytest
 from tests.pipeline.helpers import NOW
 
 
+_MATCH_EACH = """
+import json, sys
+from pubguard.pipeline.run import match_protected
+from pubguard.pipeline.session import get_spark
+
+spark = get_spark(sys.argv[1], "pubguard-profiles-on-cluster")
+for prot, out in zip(sys.argv[3::2], sys.argv[4::2]):
+    r = match_protected(spark, prot, out, now_ms=int(sys.argv[2]))
+    print(json.dumps({k: r[k] for k in ("profile", "deliveries", "drops")}), flush=True)
+"""
+
+
 @pytest.mark.slow
-def test_match_on_standalone_cluster(spark_cluster: Any, psguard_run: Any, tmp_path: Path) -> None:
-    out, _, summary = psguard_run
-    cmd = [
-        sys.executable,
-        "-m",
-        "pubguard.cli.main",
-        "pipeline",
-        "match",
-        "--protected",
-        str(out / "protected"),
-        "--out",
-        str(tmp_path),
-        "--master",
-        spark_cluster.master_url,
-        "--now-ms",
-        str(NOW),
-        "--json",
-    ]
+def test_every_profile_matches_on_standalone_cluster(
+    spark_cluster: Any, psguard_run: Any, profile_runs: Any, tmp_path: Path
+) -> None:
+    """One run per profile on the cluster, from one driver process (one driver JVM for all):
+    the executors get the protected folder only (no key leaves the driver)."""
+    ps_out, _, ps_summary = psguard_run
+    runs = {"psguard": (ps_out, ps_summary)} | {
+        p: profile_runs.get(p, m)
+        for p, m in (
+            ("default", "randomized"),
+            ("eventguard", "deterministic"),
+            ("plain", "deterministic"),
+        )
+    }
+    args = [spark_cluster.master_url, str(NOW)]
+    for p, (out, _) in runs.items():
+        args += [str(out / "protected"), str(tmp_path / p)]
     env = {
         **os.environ,
         "PUBGUARD_SPARK_DRIVER_MEMORY": "1g",
-        "PUBGUARD_SPARK_SHUFFLE_PARTITIONS": "1",  # one worker core: one task per stage
+        "PUBGUARD_SPARK_SHUFFLE_PARTITIONS": "1",
     }
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert res["deliveries"] == summary["deliveries"] and res["drops"] == {}
-    got = pd.read_parquet(tmp_path / "outbox")
-    want = pd.read_parquet(out / "outbox")
-    assert sorted(zip(got["subscriber"].astype(str), got["event_id"], strict=True)) == sorted(
-        zip(want["subscriber"].astype(str), want["event_id"], strict=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _MATCH_EACH, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = [json.loads(line) for line in proc.stdout.strip().splitlines() if line.startswith("{")]
+    assert [g["profile"] for g in got] == list(runs)
+    for g in got:
+        out, summary = runs[g["profile"]]
+        assert g["deliveries"] == summary["deliveries"] and g["drops"] == {}
+        theirs = pd.read_parquet(tmp_path / g["profile"] / "outbox")
+        ours = pd.read_parquet(out / "outbox")
+        assert sorted(
+            zip(theirs["subscriber"].astype(str), theirs["event_id"], strict=True)
+        ) == sorted(zip(ours["subscriber"].astype(str), ours["event_id"], strict=True))

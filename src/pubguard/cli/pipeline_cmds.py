@@ -77,8 +77,15 @@ def register(cli: click.Group) -> None:
     @pipeline.command(name="run")
     @click.option("--workload", required=True, type=click.Path(file_okay=False, path_type=Path))
     @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
-    @click.option("--profile", default="psguard", show_default=True)
-    @click.option("--mode", type=_MODES, default="randomized", show_default=True)
+    @click.option(
+        "--profile",
+        default="default",
+        show_default=True,
+        help="default, eventguard, psguard or plain (pubguard.pipeline.profiles).",
+    )
+    @click.option(
+        "--mode", type=_MODES, default=None, help="Token mode (default: the profile's first)."
+    )
     @click.option(
         "--master", default="local[*]", show_default=True, help="local[N] or spark://host:port"
     )
@@ -88,7 +95,7 @@ def register(cli: click.Group) -> None:
         workload: Path,
         out: Path,
         profile: str,
-        mode: str,
+        mode: str | None,
         master: str,
         seed: int | None,
         as_json: bool,
@@ -99,7 +106,7 @@ def register(cli: click.Group) -> None:
         # everything that can be refused is refused before Spark starts (seconds, a JVM and
         # its log lines): the profile and mode, the master, then every record of the workload
         check_master(master)
-        wl = load_run_workload(workload, profile=profile, mode=mode)
+        wl = load_run_workload(workload, profile=profile, mode=mode)  # refuses a bad mode too
         spark = _session(master, "pubguard-pipeline-run")
         summary = run_pipeline(
             spark, wl, out, profile=profile, mode=mode, seed=seed, progress=_progress(False)
@@ -175,19 +182,27 @@ def register(cli: click.Group) -> None:
 
     @spark_cluster.command(name="up")
     @state_opt
-    @click.option("--cores", type=click.IntRange(min=1), default=2, show_default=True)
-    @click.option("--memory", default="2g", show_default=True)
+    @click.option(
+        "--cores", type=click.IntRange(min=1), default=2, show_default=True, help="Per worker."
+    )
+    @click.option("--memory", default="2g", show_default=True, help="Per worker.")
+    @click.option(
+        "--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Workers."
+    )
     @click.option("--json", "as_json", is_flag=True)
-    def up(state_dir: Path | None, cores: int, memory: str, as_json: bool) -> None:
-        """Start a master and one worker; returns when the worker has registered."""
+    def up(state_dir: Path | None, cores: int, memory: str, workers: int, as_json: bool) -> None:
+        """Start a master and N workers (--cores each); returns when every worker has
+        registered."""
         from pubguard.pipeline.cluster import cluster_up
 
-        info = cluster_up(state_dir, cores=cores, memory=memory)
+        info = cluster_up(state_dir, cores=cores, memory=memory, workers=workers)
         if as_json:
             print_json(info.to_json())
         else:
+            pids = ", ".join(map(str, info.worker_pids))
             console.print(
-                f"master {info.master_url} (ui {info.master_ui}), worker pid {info.worker_pid}"
+                f"master {info.master_url} (ui {info.master_ui}), "
+                f"{info.workers} worker(s) x {info.cores} core(s), pids {pids}"
             )
             console.print(f"run jobs with: pubguard pipeline run --master {info.master_url} ...")
 
@@ -229,6 +244,18 @@ def register(cli: click.Group) -> None:
         show_default=True,
         help="local[N] for the main run",
     )
+    @click.option(
+        "--profile",
+        "profiles",
+        default="default,eventguard",
+        show_default=True,
+        help="Comma-separated pipeline profiles, each beside the plaintext join.",
+    )
+    @click.option(
+        "--master",
+        default=None,
+        help="Run on this cluster (spark://host:port; no scaling run). Default: local[--cores].",
+    )
     @click.option("--no-scaling", is_flag=True, help="Skip the local[1] run (2-core/1-core ratio).")
     @click.option(
         "--sweep",
@@ -244,22 +271,32 @@ def register(cli: click.Group) -> None:
         events: int,
         mode: str,
         cores: int,
+        profiles: str,
+        master: str | None,
         no_scaling: bool,
         sweep_png: Path | None,
         seed: int,
         as_json: bool,
     ) -> None:
-        """Match-stage throughput vs the plaintext join on the same vcaps data."""
+        """Match-stage throughput of each profile vs the plaintext join on the same data."""
         from pubguard.pipeline.bench import bench_pipeline as run_bench
         from pubguard.pipeline.bench import print_bench
+        from pubguard.pipeline.profiles import get_profile
 
         if sweep_png is not None:  # before Spark and the runs, not after
             check_writable(sweep_png, "--sweep")
+        names = [p.strip() for p in profiles.split(",") if p.strip()]
+        for p in names:
+            get_profile(p)  # an unknown name fails here, in one line
+        if master is not None:
+            check_master(master)
         modes = ["deterministic", "randomized"] if mode == "both" else [mode]
         res = run_bench(
             subscriptions=subscriptions,
             events=events,
             modes=modes,
+            profiles=names,
+            master=master,
             cores=cores,
             scaling=not no_scaling,
             sweep_png=sweep_png,

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from pubguard.errors import StateError, TransportError
 from pubguard.pipeline.session import spark_home
@@ -45,10 +46,22 @@ class ClusterInfo:
     master_url: str
     master_ui: str
     master_pid: int
-    worker_pid: int
-    cores: int
-    memory: str
+    worker_pid: int  # the first worker (every worker's pid: worker_pids)
+    cores: int  # per worker
+    memory: str  # per worker
     state_dir: str
+    worker_pids: tuple[int, ...] = ()
+
+    @property
+    def workers(self) -> int:
+        return len(self.worker_pids) or 1
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> ClusterInfo:
+        d = dict(d)
+        pids: Any = d.get("worker_pids") or (d["worker_pid"],)
+        d["worker_pids"] = tuple(int(p) for p in pids)
+        return cls(**d)  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -135,10 +148,10 @@ def cluster_status(state_dir: Path | str | None = None) -> ClusterInfo | None:
     if not f.exists():
         return None
     try:
-        info = ClusterInfo(**json.loads(f.read_text()))
-    except (ValueError, TypeError):
+        info = ClusterInfo.from_json(json.loads(f.read_text()))
+    except (ValueError, TypeError, KeyError):
         return None
-    if not (_alive(info.master_pid) and _alive(info.worker_pid)):
+    if not (_alive(info.master_pid) and all(_alive(p) for p in info.worker_pids)):
         return None
     return info
 
@@ -148,9 +161,13 @@ def cluster_up(
     *,
     cores: int = 2,
     memory: str = "2g",
+    workers: int = 1,
     timeout: float = DEFAULT_START_TIMEOUT,
 ) -> ClusterInfo:
-    """Start a master and one worker on 127.0.0.1; wait until the worker is registered."""
+    """Start a master and ``workers`` workers (``cores`` and ``memory`` each) on 127.0.0.1;
+    wait until every worker is registered."""
+    if workers < 1:
+        raise StateError("a cluster needs at least one worker")
     state = Path(state_dir) if state_dir else default_state_dir()
     running = cluster_status(state)
     if running is not None:
@@ -168,7 +185,7 @@ def cluster_up(
         state,
         "master",
     )
-    worker: subprocess.Popen[bytes] | None = None
+    started: list[subprocess.Popen[bytes]] = []
     try:
         deadline = time.monotonic() + timeout
         while _master_json(ui) is None:
@@ -177,42 +194,45 @@ def cluster_up(
                     f"spark master did not start (see {state / 'logs' / 'master.log'})"
                 )
             time.sleep(0.25)
-        worker = _spawn(
-            WORKER_CLASS,
-            [
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(_free_port()),
-                "--webui-port",
-                str(_free_port()),
-                "--cores",
-                str(cores),
-                "--memory",
-                memory,
-                "--work-dir",
-                str(state / "work"),
-                master_url,
-            ],
-            state,
-            "worker",
-        )
+        for i in range(workers):
+            started.append(
+                _spawn(
+                    WORKER_CLASS,
+                    [
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(_free_port()),
+                        "--webui-port",
+                        str(_free_port()),
+                        "--cores",
+                        str(cores),
+                        "--memory",
+                        memory,
+                        "--work-dir",
+                        str(state / "work" / f"worker-{i}"),
+                        master_url,
+                    ],
+                    state,
+                    "worker" if i == 0 else f"worker-{i}",
+                )
+            )
         while True:
             status = _master_json(ui) or {}
-            if int(status.get("aliveworkers", 0) or 0) >= 1:  # type: ignore[call-overload]
+            if int(status.get("aliveworkers", 0) or 0) >= workers:  # type: ignore[call-overload]
                 break
-            if worker.poll() is not None or time.monotonic() > deadline:
+            if any(w.poll() is not None for w in started) or time.monotonic() > deadline:
                 raise TransportError(
-                    f"spark worker did not register (see {state / 'logs' / 'worker.log'})"
+                    f"spark workers did not register (see {state / 'logs' / 'worker.log'})"
                 )
             time.sleep(0.25)
     except BaseException:
-        for p in (worker, master):
-            if p is not None:
-                _stop_pid(p.pid)
-                p.wait()
+        for p in (*started, master):
+            _stop_pid(p.pid)
+            p.wait()
         raise
-    info = ClusterInfo(master_url, ui, master.pid, worker.pid, cores, memory, str(state))
+    pids = tuple(w.pid for w in started)
+    info = ClusterInfo(master_url, ui, master.pid, pids[0], cores, memory, str(state), pids)
     (state / STATE_FILE).write_text(json.dumps(info.to_json(), indent=2))
     return info
 
@@ -224,11 +244,12 @@ def cluster_down(state_dir: Path | str | None = None) -> ClusterInfo | None:
     if not f.exists():
         return None
     try:
-        info = ClusterInfo(**json.loads(f.read_text()))
-    except (ValueError, TypeError):
+        info = ClusterInfo.from_json(json.loads(f.read_text()))
+    except (ValueError, TypeError, KeyError):
         f.unlink()
         return None
-    _stop_pid(info.worker_pid)
+    for pid in info.worker_pids:
+        _stop_pid(pid)
     _stop_pid(info.master_pid)
     f.unlink()
     return info

@@ -25,7 +25,7 @@ from pubguard.schemes.psguard.authority import FilterKeys
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
-__all__ = ["OpenStats", "open_outbox", "read_opened"]
+__all__ = ["OPENED_COLUMNS", "OpenStats", "open_outbox", "opened_schema", "read_opened"]
 
 BATCH_ROWS = 8192
 
@@ -38,7 +38,7 @@ class OpenStats:
     by_subscriber: dict[str, int] = field(default_factory=dict)
 
 
-def _opened_schema() -> Any:
+def opened_schema() -> Any:
     import pyarrow as pa
 
     return pa.schema(
@@ -154,7 +154,7 @@ def _open_on_driver(
 
     stats = OpenStats()
     opener = _Opener(ctx, filters)
-    schema = _opened_schema()
+    schema = opened_schema()
 
     def write(staging: Path) -> None:
         staging.mkdir(parents=True, exist_ok=True)

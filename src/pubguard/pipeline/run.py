@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pubguard import errors as E
 from pubguard.errors import ConfigError, InputError, ValidationError
 from pubguard.pipeline import stages as S
-from pubguard.pipeline.opener import open_outbox
+from pubguard.pipeline.profiles import PipelineProfile, check_mode, get_profile, profile_names
 from pubguard.pipeline.tables import (
     EVENT_COLUMNS,
     FILTER_COLUMNS,
@@ -33,7 +33,7 @@ from pubguard.pipeline.tables import (
     read_manifest,
     write_manifest,
 )
-from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS, MODES, PROFILE
+from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -41,15 +41,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from pubguard.sim.workloads import Workload
 
 __all__ = [
-    "PROFILES",
+    "DEFAULT_PROFILE",
+    "check_record_rows",
     "load_run_workload",
     "match_protected",
+    "name_filters",
+    "profile_names",
     "run_pipeline",
     "spark_errors",
     "write_protected",
 ]
 
-PROFILES = (PROFILE,)
+DEFAULT_PROFILE = "default"  # the composed profile, as on the broker network
 TABLE_META = "_pubguard.json"  # inside a Parquet dir: Spark ignores files starting with "_"
 
 Progress = Callable[[str, str], None]
@@ -80,29 +83,19 @@ def spark_errors() -> Iterator[None]:
         raise InputError(msg) from None
 
 
-def _check_mode(profile: str, mode: str) -> None:
-    if profile not in PROFILES:
-        raise ConfigError(
-            f"unknown pipeline profile {profile!r} (valid: {', '.join(PROFILES)})", key="profile"
-        )
-    if mode not in MODES:
-        raise ConfigError(f"unknown mode {mode!r} (valid: {', '.join(MODES)})", key="mode")
-
-
-def _table_meta(ctx: S.TrustedContext) -> dict[str, Any]:
-    return {"profile": PROFILE, "mode": ctx.mode, "epoch": ctx.epoch}
-
-
 def write_protected(
     spark: SparkSession,
     events: DataFrame,
     filters: DataFrame,
     subscriptions: DataFrame,
     folder: Path,
-    ctx: S.TrustedContext,
+    ctx: Any,
+    profile: PipelineProfile | None = None,
 ) -> None:
-    """Write a protected folder atomically (events, filters, subscriptions, manifest)."""
-    meta = _table_meta(ctx)
+    """Write a protected folder atomically (events, filters, subscriptions, manifest with the
+    profile's public material only)."""
+    prof = profile or get_profile("psguard")
+    meta = {"profile": prof.name, "mode": ctx.mode, "epoch": ctx.epoch}
 
     def write(staging: Path) -> None:
         with spark_errors():
@@ -110,8 +103,7 @@ def write_protected(
                 df.write.mode("overwrite").parquet(str(staging / name))
                 (staging / name / TABLE_META).write_text(json.dumps(meta))
             subscriptions.write.mode("overwrite").parquet(str(staging / "subscriptions"))
-        pubs = {p: k.hex() for p, k in ctx.verify_keys.items()}
-        write_manifest(staging, {**meta, "publishers": pubs})
+        write_manifest(staging, {**meta, **prof.public(ctx)})
 
     atomic_replace(folder, write)
 
@@ -136,7 +128,9 @@ def _read_parquet(spark: SparkSession, path: Path, what: str) -> DataFrame:
         ) from None
 
 
-def _check_malformed(events: DataFrame, mode: str, path: Path) -> None:
+def check_record_rows(events: DataFrame, mode: str, path: Path) -> None:
+    """The record layout's row checks: no null field, every row in ``mode``, a 16-byte
+    nonce in randomized mode."""
     from pyspark.sql import functions as F
 
     bad = None
@@ -178,11 +172,11 @@ def match_protected(
     max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
     progress: Progress = _noop,
 ) -> dict[str, Any]:
-    """The untrusted part on a protected folder: validate, match, deliver to ``OUT/outbox``."""
+    """The untrusted part on a protected folder: validate, match, deliver to ``OUT/outbox``,
+    with the profile the folder's manifest names."""
     prot, outp = Path(protected), Path(out)
     manifest = read_manifest(prot)
-    _check_mode(manifest["profile"], manifest["mode"])
-    mode = manifest["mode"]
+    prof, mode = check_mode(manifest["profile"], manifest["mode"])
     tables = {n: prot / n for n in ("events", "filters", "subscriptions")}
     em, fm = _read_table_meta(tables["events"]), _read_table_meta(tables["filters"])
     for what, m in (("events", em), ("subscriptions", fm)):
@@ -196,16 +190,15 @@ def match_protected(
     events = _read_parquet(spark, tables["events"], "protected events")
     filters = _read_parquet(spark, tables["filters"], "protected filters")
     subs = _read_parquet(spark, tables["subscriptions"], "subscriptions")
-    check_columns(events, EVENT_COLUMNS, "protected events", str(tables["events"]))
+    check_columns(events, prof.event_columns, "protected events", str(tables["events"]))
     check_columns(filters, FILTER_COLUMNS, "protected filters", str(tables["filters"]))
     check_columns(subs, SUBSCRIPTION_COLUMNS, "subscriptions", str(tables["subscriptions"]))
     secs: dict[str, float] = {}
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    keys = {p: bytes.fromhex(k) for p, k in manifest["publishers"].items()}
     with spark_errors():
         t = time.perf_counter()
-        _check_malformed(events, mode, tables["events"])
-        checked = S.validate(events, verify_keys=keys, now_ms=now, max_delay_ms=max_delay_ms)
+        prof.check_malformed(events, mode, tables["events"])
+        checked = prof.validate(events, manifest, now_ms=now, max_delay_ms=max_delay_ms)
         checked = checked.cache()
         by_reason = S.reason_counts(checked)  # one job: every drop reason and the accepted
         n_events = sum(by_reason.values())
@@ -213,10 +206,10 @@ def match_protected(
         secs["validate"] = time.perf_counter() - t
         progress("validate", f"{n_events} events, drops {drops or 'none'}")
         t = time.perf_counter()
-        deliveries = S.match(S.accepted(checked), filters, subs, mode=mode).cache()
+        deliveries = prof.match(S.accepted(checked), filters, subs, mode=mode).cache()
         n_deliveries = deliveries.count()
         secs["match"] = time.perf_counter() - t
-        progress("match", f"{n_deliveries} deliveries ({mode})")
+        progress("match", f"{n_deliveries} deliveries ({prof.name}, {mode})")
         t = time.perf_counter()
         S.deliver(deliveries, outp / "outbox")
         secs["deliver"] = time.perf_counter() - t
@@ -224,7 +217,7 @@ def match_protected(
         deliveries.unpersist()
         checked.unpersist()
     return {
-        "profile": manifest["profile"],
+        "profile": prof.name,
         "mode": mode,
         "events": n_events,
         "deliveries": n_deliveries,
@@ -234,23 +227,45 @@ def match_protected(
 
 
 def load_run_workload(
-    workload: Path | str, *, profile: str = PROFILE, mode: str = "randomized"
+    workload: Path | str, *, profile: str = DEFAULT_PROFILE, mode: str | None = None
 ) -> Workload:
     """Everything :func:`run_pipeline` checks before it needs Spark: the profile and mode, and
-    the workload folder read strictly (every record, every event against its type), each
-    subscription filter with an id. A caller that starts Spark itself calls this first, so a
-    bad workload fails in about a second, with one line and no JVM."""
+    the workload folder read strictly (every record, every event against its type). A caller
+    that starts Spark itself calls this first, so a bad workload fails in about a second,
+    with one line and no JVM. Filters are named by their ids (:func:`name_filters`)."""
     from pubguard.sim.workloads import load_workload  # shares each distinct filter (codec)
 
-    _check_mode(profile, mode)
-    wl = load_workload(workload)
-    _check_filter_ids(wl, str(workload))
-    return wl
+    check_mode(profile, mode)
+    return name_filters(load_workload(workload), str(workload))
 
 
-def _check_filter_ids(wl: Workload, where: str) -> None:
-    if len(wl.filters) != len({s.filter for s in wl.subscriptions}):
-        raise InputError("every subscription filter needs an id", path=where)
+def name_filters(wl: Workload, where: str) -> Workload:
+    """``wl`` with every subscription's filter named: its own id, or (none given) an id
+    derived from its constraints, so subscriptions with equal constraints share one. Two
+    subscribers who each chose ``age > 20`` under different ids keep both ids (``Filter``
+    equality ignores ids); one id given to two different filters is refused."""
+    import dataclasses
+    import hashlib
+
+    from pubguard.model import Subscription
+
+    by_id: dict[str, Any] = {}
+    subs = []
+    for n, s in enumerate(wl.subscriptions, 1):
+        f = s.filter
+        if f.id is None:
+            f = f.with_id("auto-" + hashlib.sha256(str(f).encode()).hexdigest()[:16])
+            s = Subscription(s.subscriber, f)
+        assert f.id is not None
+        other = by_id.setdefault(f.id, f)
+        if other != f:  # same id, other constraints
+            raise InputError(
+                f"subscription {n}: filter id {f.id!r} names two different filters "
+                f"({other} and {f})",
+                path=where,
+            )
+        subs.append(s)
+    return dataclasses.replace(wl, subscriptions=tuple(subs))
 
 
 def run_pipeline(
@@ -258,53 +273,46 @@ def run_pipeline(
     workload: Path | str | Workload,
     out: Path | str,
     *,
-    profile: str = PROFILE,
-    mode: str = "randomized",
+    profile: str = DEFAULT_PROFILE,
+    mode: str | None = None,
     master_secret: bytes | None = None,
     now_ms: int | None = None,
     seed: int | None = None,
     max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+    revoked: tuple[str, ...] = (),
     progress: Progress = _noop,
 ) -> dict[str, Any]:
     """protect -> validate -> match -> deliver -> open on a workload folder (or one already
-    loaded by :func:`load_run_workload`); the summary."""
+    loaded by :func:`load_run_workload`) with ``profile`` (``mode``: the profile's default
+    when None); the summary. ``revoked``: publisher names the manifest lists as revoked (the
+    key service's revocation feed)."""
     from pubguard.crypto import random_bytes
 
-    _check_mode(profile, mode)
+    prof, mode = check_mode(profile, mode)
     outp = Path(out)
     secs: dict[str, float] = {}
     t = time.perf_counter()
     if isinstance(workload, Path | str):
         wl = load_run_workload(workload, profile=profile, mode=mode)
     else:
-        wl = workload
-        _check_filter_ids(wl, "workload")
+        wl = name_filters(workload, "workload")
     filters = wl.filters
     secs["load"] = time.perf_counter() - t
     progress("load", f"{len(wl.events)} events, {len(wl.subscriptions)} subscriptions")
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    ctx = S.TrustedContext.create(
-        master_secret or random_bytes(32), list(wl.types.values()), mode=mode, now_ms=now, seed=seed
+    ctx = prof.trusted(
+        master_secret or random_bytes(32),
+        list(wl.types.values()),
+        mode=mode,
+        now_ms=now,
+        seed=seed,
+        revoked=revoked,
     )
     t = time.perf_counter()
-    trusted_local = (spark.sparkContext.master or "").startswith("local")
-    ev_plain = S.events_frame(spark, wl.events)
-    f_plain = S.filters_frame(spark, filters)
-    if trusted_local:
-        ev_prot = S.protect_events(ev_plain, ctx)
-        f_prot = S.protect_filters(f_plain, ctx)
-    else:  # never ship keys to a remote cluster: protect on the driver
-        from pubguard.pipeline.tables import events_schema, filters_schema
-
-        with spark_errors():
-            ev_prot = spark.createDataFrame(
-                S.protect_events_pandas(ev_plain.toPandas(), ctx), events_schema()
-            )
-            f_prot = spark.createDataFrame(
-                S.protect_filters_pandas(f_plain.toPandas(), ctx), filters_schema()
-            )
-    subs = S.subscriptions_frame(spark, wl.subscriptions)
-    write_protected(spark, ev_prot, f_prot, subs, outp / "protected", ctx)
+    with spark_errors():
+        ev_prot, f_prot = prof.protect(spark, wl.events, filters, ctx)
+        subs = S.subscriptions_frame(spark, wl.subscriptions)
+        write_protected(spark, ev_prot, f_prot, subs, outp / "protected", ctx, prof)
     secs["protect"] = time.perf_counter() - t
     progress("protect", f"protected tables written to {outp / 'protected'}")
     res = match_protected(
@@ -312,11 +320,12 @@ def run_pipeline(
     )
     secs.update(res["seconds"])
     t = time.perf_counter()
-    stats = open_outbox(outp / "outbox", outp / "opened", ctx, filters, spark=spark)
+    with spark_errors():
+        stats = prof.open_outbox(outp / "outbox", outp / "opened", ctx, filters, spark)
     secs["open"] = time.perf_counter() - t
     progress("open", f"{stats.opened} deliveries opened into {outp / 'opened'}")
     summary = {
-        "profile": profile,
+        "profile": prof.name,
         "mode": mode,
         "master": spark.sparkContext.master,
         "events": len(wl.events),

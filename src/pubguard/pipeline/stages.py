@@ -34,7 +34,6 @@ from pubguard.errors import DropReason
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, EventType, Filter, Subscription, event_from_json, filter_from_json
 from pubguard.pipeline.tables import (
-    DELIVERY_COLUMNS,
     EVENT_COLUMNS,
     FILTER_COLUMNS,
     SUBSCRIPTION_COLUMNS,
@@ -52,7 +51,7 @@ from pubguard.schemes.psguard.record import (
     encode_secrets,
     signed_message,
 )
-from pubguard.schemes.psguard.tokens import NONCE_BYTES, match_randomized
+from pubguard.schemes.psguard.tokens import NONCE_BYTES, TokenSet
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -389,11 +388,24 @@ def prfs_for(tokens: Sequence[bytes]) -> list[Any]:
     return prfs
 
 
+_TOKEN_SET_MEMO: list[Any] = []  # [(tokens list, TokenSet)]: as _PRF_MEMO
+
+
+def token_set_for(tokens: Sequence[bytes]) -> TokenSet:
+    """:func:`prfs_for` as one :class:`~pubguard.schemes.psguard.tokens.TokenSet` (native in
+    a worker where ``pubguard._native`` is active), built once per worker and index."""
+    if _TOKEN_SET_MEMO and _TOKEN_SET_MEMO[0][0] is tokens:
+        return _TOKEN_SET_MEMO[0][1]  # type: ignore[no-any-return]
+    ts = TokenSet(tokens, prfs=None)
+    _TOKEN_SET_MEMO[:] = [(tokens, ts)]
+    return ts
+
+
 def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> DataFrame:
     """``(event_id, tok)`` for every subscription token whose PRF over the event's nonce is
     among the event's tags; the distinct tokens are broadcast once, and each Python worker
-    sets up their AES contexts once (:func:`prfs_for`), then runs one cipher call per token
-    over all the nonces of an Arrow batch (:func:`match_randomized`)."""
+    sets up their AES contexts once (:func:`token_set_for`), then runs one cipher call per token
+    over all the nonces of an Arrow batch (:meth:`TokenSet.match_batch`, native when built)."""
     spark = events.sparkSession
     bc = spark.sparkContext.broadcast(([t for _, t in tokens], [k for k, _ in tokens]))
 
@@ -402,13 +414,13 @@ def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> 
         import pandas as pd
 
         toks, t64 = bc.value
-        prfs = prfs_for(toks)
+        ts = token_set_for(toks)
         t64a = np.asarray(t64, dtype=np.int64)
         for pdf in batches:
             nonces = b"".join(pdf["nonce"].tolist())
             if len(nonces) != NONCE_BYTES * len(pdf):
                 raise ValueError("randomized match needs a 16-byte nonce per event")
-            hits = match_randomized(nonces, pdf["tokens"].tolist(), toks, prfs=prfs)
+            hits = ts.match_batch(nonces, pdf["tokens"].tolist())  # one call per batch
             if not hits:
                 yield pd.DataFrame({"event_id": [], "tok": np.empty(0, dtype=np.int64)})
                 continue
@@ -425,13 +437,15 @@ def match(
     subscriptions: DataFrame,
     *,
     mode: str,
+    body: Sequence[str] = ("epoch", "hint", "secrets", "payload"),
 ) -> DataFrame:
     """Stage *match*: protected events x protected filters x subscriptions -> deliveries
-    ``(subscriber, event_id, filter_id, epoch, hint, secrets, payload)``, one per
-    (subscriber, event) (the smallest matching filter id names the keys to open with)."""
+    ``(subscriber, event_id, filter_id, *body)``, one per (subscriber, event) (the smallest
+    matching filter id names the keys to open with). ``body``: the event columns a delivery
+    carries (psguard's record columns by default; a wire-layout profile's publication)."""
     from pyspark.sql import functions as F
 
-    check_columns(events, EVENT_COLUMNS, "protected events")
+    check_columns(events, ("event_id", "nonce", "tokens", *body), "protected events")
     check_columns(filters, FILTER_COLUMNS, "protected filters")
     check_columns(subscriptions, SUBSCRIPTION_COLUMNS, "subscriptions")
     ftab = filters.select("tok", "filter_id", "n")
@@ -452,8 +466,8 @@ def match(
         .groupBy("subscriber", "event_id")
         .agg(F.min("filter_id").alias("filter_id"))
     )
-    body = events.select("event_id", "epoch", "hint", "secrets", "payload")
-    return per_sub.join(body, "event_id").select(*DELIVERY_COLUMNS)
+    carried = events.select("event_id", *body)
+    return per_sub.join(carried, "event_id").select("subscriber", "event_id", "filter_id", *body)
 
 
 # -- deliver ------------------------------------------------------------------------------------

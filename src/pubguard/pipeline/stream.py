@@ -26,14 +26,14 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pubguard.errors import DropReason
 from pubguard.pipeline import stages as S
+from pubguard.pipeline.profiles import PipelineProfile, check_mode
 from pubguard.pipeline.run import _read_parquet, spark_errors
-from pubguard.pipeline.tables import check_columns, events_schema, read_manifest
+from pubguard.pipeline.tables import check_columns, read_manifest
 from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS
 from pubguard.schemes.psguard.tokens import NONCE_BYTES, match_randomized
 
@@ -60,9 +60,27 @@ def build_index(filters: DataFrame, subscriptions: DataFrame) -> dict[str, Any]:
     return {"by_tok": by_tok, "subs": subs, "toks64": toks, "tokens": [raw[t] for t in toks]}
 
 
-def match_with_index(events: DataFrame, index_bc: Any, mode: str) -> DataFrame:
-    """Stage *match* against a broadcast index (map side; no shuffle of the filter table)."""
-    from pubguard.pipeline.tables import DELIVERY_COLUMNS, deliveries_schema
+def match_with_index(
+    events: DataFrame,
+    index_bc: Any,
+    mode: str,
+    *,
+    body: Sequence[str] = ("epoch", "hint", "secrets", "payload"),
+) -> DataFrame:
+    """Stage *match* against a broadcast index (map side; no shuffle of the filter table);
+    each delivery carries the event's ``body`` columns."""
+    from pyspark.sql import types as T
+
+    cols = ["subscriber", "event_id", "filter_id", *body]
+    fields = {f.name: f for f in events.schema.fields}
+    out_schema = T.StructType(
+        [
+            T.StructField("subscriber", T.StringType(), False),
+            T.StructField("event_id", T.StringType(), False),
+            T.StructField("filter_id", T.StringType(), False),
+            *(fields[c] for c in body),
+        ]
+    )
 
     def fn(batches: Iterable[Any]) -> Iterable[Any]:
         import pandas as pd
@@ -97,21 +115,10 @@ def match_with_index(events: DataFrame, index_bc: Any, mode: str) -> DataFrame:
                             if s not in best or fid < best[s]:
                                 best[s] = fid
                 for s, fid in best.items():
-                    rows.append(
-                        (
-                            s,
-                            ids[i],
-                            fid,
-                            pdf["epoch"].iat[i],
-                            pdf["hint"].iat[i],
-                            pdf["secrets"].iat[i],
-                            pdf["payload"].iat[i],
-                        )
-                    )
-            yield pd.DataFrame(rows, columns=list(DELIVERY_COLUMNS))
+                    rows.append((s, ids[i], fid, *(pdf[c].iat[i] for c in body)))
+            yield pd.DataFrame(rows, columns=cols)
 
-    cols = ["event_id", "nonce", "tokens", "epoch", "hint", "secrets", "payload"]
-    return events.select(*cols).mapInPandas(fn, deliveries_schema())
+    return events.select("event_id", "nonce", "tokens", *body).mapInPandas(fn, out_schema)
 
 
 def _seen_ids(spark: SparkSession, out: Path, since_ms: int) -> DataFrame | None:
@@ -119,11 +126,7 @@ def _seen_ids(spark: SparkSession, out: Path, since_ms: int) -> DataFrame | None
     if not seen.exists() or not any(p.name.startswith("batch=") for p in seen.iterdir()):
         return None
     df = spark.read.parquet(str(seen))
-    return (
-        df.where(df["ts"] >= since_ms)
-        .select("event_id", "sig")
-        .withColumnRenamed("sig", "_seen_sig")
-    )
+    return df.where(df["ts"] >= since_ms)
 
 
 def _process_batch(
@@ -131,15 +134,13 @@ def _process_batch(
     batch_id: int,
     *,
     out: Path,
-    index_bc: Any,
-    mode: str,
-    keys: dict[str, bytes],
+    prof: PipelineProfile,
+    matcher: Callable[[DataFrame], DataFrame],
+    manifest: dict[str, Any],
     now_ms: int | None,
     max_delay_ms: int,
     fail_after_write: int | None = None,
 ) -> None:
-    from pyspark.sql import functions as F
-
     marker = out / BATCHES / f"{batch_id:012d}.json"
     if marker.exists():
         return  # committed by an earlier attempt: exactly once
@@ -150,25 +151,15 @@ def _process_batch(
     shutil.rmtree(out / SEEN / f"batch={batch_id}", ignore_errors=True)
     spark = batch.sparkSession
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    checked = S.validate(batch, verify_keys=keys, now_ms=now, max_delay_ms=max_delay_ms)
+    checked = prof.validate(batch, manifest, now_ms=now, max_delay_ms=max_delay_ms)
     seen = _seen_ids(spark, out, now - max_delay_ms)
     if seen is not None:
-        checked = (
-            checked.join(F.broadcast(seen), "event_id", "left")
-            .withColumn(
-                "drop",
-                F.when(F.col("drop").isNotNull(), F.col("drop"))
-                .when(F.col("_seen_sig").isNull(), F.lit(None))
-                .when(F.col("_seen_sig") == F.col("sig"), F.lit(DropReason.REPLAYED.value))
-                .otherwise(F.lit(DropReason.DUPLICATE.value)),
-            )
-            .drop("_seen_sig")
-        )
+        checked = prof.against_seen(checked, seen)
     checked = checked.cache()
     by_reason = S.reason_counts(checked)  # drops and the event count in one job
     drops = {r: c for r, c in by_reason.items() if r is not None}
     ok = S.accepted(checked)
-    deliveries = match_with_index(ok, index_bc, mode).cache()
+    deliveries = matcher(ok).cache()
     n = deliveries.count()
     staging = out / f".staging-b{batch_id:012d}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -180,7 +171,7 @@ def _process_batch(
     shutil.rmtree(staging, ignore_errors=True)
     if fail_after_write is not None and batch_id == fail_after_write:
         raise RuntimeError(f"simulated crash after writing batch {batch_id}")
-    ok.select("event_id", "sig", "ts").write.parquet(str(out / SEEN / f"batch={batch_id}"))
+    ok.select(*prof.seen_columns()).write.parquet(str(out / SEEN / f"batch={batch_id}"))
     n_events = sum(by_reason.values())
     marker.parent.mkdir(parents=True, exist_ok=True)
     tmp = marker.with_suffix(".tmp")
@@ -223,8 +214,7 @@ def run_stream(
     seconds pass, or it is interrupted; returns the totals of committed batches."""
     src, outp = Path(source), Path(out)
     manifest = read_manifest(src)
-    mode = manifest["mode"]
-    keys = {p: bytes.fromhex(k) for p, k in manifest["publishers"].items()}
+    prof, mode = check_mode(manifest["profile"], manifest["mode"])
     filters = _read_parquet(spark, src / "filters", "protected filters")
     subs = _read_parquet(spark, src / "subscriptions", "subscriptions")
     check_columns(filters, ("filter_id", "n", "tok", "token"), "protected filters")
@@ -232,8 +222,8 @@ def run_stream(
     (src / "events").mkdir(parents=True, exist_ok=True)
     outp.mkdir(parents=True, exist_ok=True)
     with spark_errors():
-        index_bc = spark.sparkContext.broadcast(build_index(filters, subs))
-        reader = spark.readStream.schema(events_schema())
+        matcher, index_bc = prof.stream_matcher(spark, filters, subs, mode)
+        reader = spark.readStream.schema(prof.events_schema())
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
         stream = reader.parquet(str(src / "events"))
@@ -243,9 +233,9 @@ def run_stream(
                 batch,
                 batch_id,
                 out=outp,
-                index_bc=index_bc,
-                mode=mode,
-                keys=keys,
+                prof=prof,
+                matcher=matcher,
+                manifest=manifest,
                 now_ms=now_ms,
                 max_delay_ms=max_delay_ms,
                 fail_after_write=fail_after_write,
@@ -264,4 +254,4 @@ def run_stream(
         exc = query.exception()
         if exc is not None:
             raise RuntimeError(f"streaming query failed: {str(exc).splitlines()[0]}")
-    return {"mode": mode, **stream_summary(outp)}
+    return {"profile": prof.name, "mode": mode, **stream_summary(outp)}

@@ -37,6 +37,7 @@ __all__ = [
     "FILTER_COLUMNS",
     "MANIFEST",
     "SUBSCRIPTION_COLUMNS",
+    "WIRE_EVENT_COLUMNS",
     "atomic_replace",
     "check_columns",
     "deliveries_schema",
@@ -44,6 +45,7 @@ __all__ = [
     "filters_schema",
     "read_manifest",
     "subscriptions_schema",
+    "wire_events_schema",
     "write_manifest",
 ]
 
@@ -64,6 +66,22 @@ EVENT_COLUMNS = (
     "sig",
 )
 FILTER_COLUMNS = ("filter_id", "n", "tok", "token")
+#: the ``wire`` layout (pubguard.pipeline.wire): the scheme's publication as it travels on the
+#: broker network (routing, body, meta; msgpack) and the public fields executors join and
+#: order on, read from it with the broker face's decoder
+WIRE_EVENT_COLUMNS = (
+    "event_id",
+    "publisher",
+    "pkey",
+    "ts",
+    "seq",
+    "mode",
+    "nonce",
+    "tokens",
+    "routing",
+    "body",
+    "meta",
+)
 SUBSCRIPTION_COLUMNS = ("subscriber", "filter_id")
 DELIVERY_COLUMNS = ("subscriber", "event_id", "filter_id", "epoch", "hint", "secrets", "payload")
 
@@ -84,6 +102,26 @@ def events_schema() -> Any:
             T.StructField("secrets", T.BinaryType(), False),  # psguard.encode_secrets
             T.StructField("payload", T.BinaryType(), False),
             T.StructField("sig", T.BinaryType(), False),
+        ]
+    )
+
+
+def wire_events_schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("event_id", T.StringType(), False),
+            T.StructField("publisher", T.StringType(), False),
+            T.StructField("pkey", T.BinaryType(), False),  # the publisher's public key
+            T.StructField("ts", T.LongType(), False),  # signed timestamp, ms
+            T.StructField("seq", T.LongType(), False),  # narada §V-B sequence (0: none)
+            T.StructField("mode", T.StringType(), False),
+            T.StructField("nonce", T.BinaryType(), False),
+            T.StructField("tokens", T.ArrayType(T.LongType(), False), False),
+            T.StructField("routing", T.BinaryType(), False),
+            T.StructField("body", T.BinaryType(), False),
+            T.StructField("meta", T.BinaryType(), False),
         ]
     )
 

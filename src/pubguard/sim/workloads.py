@@ -259,8 +259,8 @@ SHAPES: dict[str, dict[str, int | float]] = {
 class Workload:
     """A loaded workload folder."""
 
-    shape: str
-    seed: int
+    shape: str  # "custom" for a workload a user wrote
+    seed: int | None  # None unless generated
     params: Mapping[str, Any]
     types: Mapping[str, EventType]
     subscriptions: tuple[Subscription, ...]
@@ -447,9 +447,13 @@ def _read_meta(path: Path) -> dict[str, Any]:
     meta = parse_json(text, path=str(path))
     if not isinstance(meta, dict):
         raise InputError("workload.json must hold a JSON object", path=str(path))
-    for key, kind in (("shape", str), ("seed", int), ("params", dict), ("types", list)):
-        if not isinstance(meta.get(key), kind):
-            raise InputError(f"missing or bad {key!r}", path=str(path))
+    if not isinstance(meta.get("types"), list):
+        raise InputError("missing or bad 'types' (a list of event types)", path=str(path))
+    # shape, seed and params describe a generated workload; a user's own needs only types
+    for key, kind, default in (("shape", str, "custom"), ("seed", int, None), ("params", dict, {})):
+        v = meta.setdefault(key, default)
+        if not (isinstance(v, kind) or (v is None and default is None)) or isinstance(v, bool):
+            raise InputError(f"bad {key!r}", path=str(path))
     return meta
 
 
