@@ -1,0 +1,223 @@
+"""``pubguard experiments vcaps``: vcaps.txt §6 (Figs. 3(b)-7) in the simulator.
+
+Runs the 40-broker tree with the real v-CAPS cores (:mod:`pubguard.sim.vcaps_experiment`) for
+plain, RV, SRV and SRV-fast on the five §6.1 workloads (or ``--small``: the smallest, 60
+notifications), prints one table per figure with the paper's values beside ours, and writes
+JSON (``--json``) and a PNG (``--plot``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from pubguard.cli.common import check_writable, console, get_group, print_json
+from pubguard.errors import ValidationError
+
+__all__ = ["register"]
+
+
+def _workloads(small: bool, sizes: tuple[int, ...]) -> list[tuple[int, int]]:
+    from pubguard.sim.vcaps_experiment import WORKLOADS
+
+    if small:
+        return [WORKLOADS[0]]
+    if not sizes:
+        return list(WORKLOADS)
+    known = dict(WORKLOADS)
+    bad = [n for n in sizes if n not in known]
+    if bad:
+        raise ValidationError(f"--filters {bad[0]}: one of {', '.join(str(n) for n in known)}")
+    return [(n, known[n]) for n in sizes]
+
+
+@click.command("vcaps")
+@click.option("--small", is_flag=True, help="Only the smallest workload, 60 notifications.")
+@click.option(
+    "--filters", "sizes", type=int, multiple=True, help="Workload by unique filters; repeat."
+)
+@click.option("--events", type=click.IntRange(3, 10_000), default=None, help="Default 200.")
+@click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    type=click.Choice(["plain", "vcaps-rv", "vcaps-srv", "vcaps-srv-fast"]),
+    help="Profiles to run (default all four); repeat.",
+)
+@click.option(
+    "--srv-max-filters",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Skip the faithful SRV above this many filters (it is slow by design).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", type=click.Path(path_type=Path), default=None, help="Draw Figs. 5-7 (PNG).")
+def vcaps_experiment(
+    small: bool,
+    sizes: tuple[int, ...],
+    events: int | None,
+    profiles: tuple[str, ...],
+    srv_max_filters: int,
+    seed: int,
+    as_json: bool,
+    plot: Path | None,
+) -> None:
+    """v-CAPS (vcaps.txt §6): deliveries, computation, latency excess, one-time costs and
+    header bytes for plain, RV, SRV and SRV-fast on the 40-broker tree."""
+    from pubguard.sim.vcaps_experiment import PAPER, PROFILES, histogram, run_workload
+
+    if plot is not None:
+        check_writable(plot, "--plot")
+    n_events = events or (60 if small else 200)
+    chosen = tuple(profiles) or PROFILES
+    rows = []
+    for nf, ns in _workloads(small, sizes):
+        ps = [p for p in chosen if p != "vcaps-srv" or nf <= srv_max_filters]
+        rows.append(
+            run_workload(nf, ns, events=n_events, profiles=ps, timer=time.perf_counter, seed=seed)
+        )
+    paper: dict[str, Any] = dict(PAPER)
+    doc: dict[str, Any] = {"paper": paper, "workloads": rows}
+    doc["checks"] = _checks(rows)
+    if plot is not None:
+        doc["png"] = str(_plot(rows, plot))
+    if as_json:
+        print_json(doc)
+        return
+    for w in rows:
+        pop = [x for c in w["popularity"].values() for x in c]
+        console.print(
+            f"[bold]{w['filters']} filters, {w['subscriptions']} subscriptions, "
+            f"{w['events']} notifications[/]: reference deliveries {w['reference_deliveries']} "
+            f"(paper: {paper['deliveries']['smallest']} smallest, "
+            f"{paper['deliveries']['largest']} largest); RTT ms {w['rtt_ms']}"
+        )
+        console.print(
+            "Fig. 3(b) subscriptions matched per notification: "
+            + ", ".join(f"{lo}-{hi}: {n}" for lo, hi, n in histogram(pop) if n)
+        )
+        console.print(_table(w))
+    for name, v in doc["checks"].items():
+        console.print(f"{name}: {v}")
+    if plot is not None:
+        console.print(f"plot: {doc['png']}")
+
+
+def _table(w: dict[str, Any]) -> Table:
+    t = Table("profile", "class", "deliv.", "= ref", "pub ms", "broker ms", "excess ms (max)",
+              "hdr B/sub", "new filter ms broker / pub")  # fmt: off
+    for p, r in w["profiles"].items():
+        nb = r["new_filter_broker_ms"]
+        npub = r["new_filter_publisher_ms"]
+        last = (max(nb, key=int) if nb else None, max(npub, key=int) if npub else None)
+        for c in ("popular", "moderate", "esoteric"):
+            t.add_row(
+                p,
+                c,
+                str(r["deliveries"]) if c == "popular" else "",
+                str(r["equal_reference"]) if c == "popular" else "",
+                f"{r['publisher_ms'].get(c, 0):.3f}",
+                f"{r['broker_ms'].get(c, 0):.3f}",
+                f"{r['excess_ms_mean'].get(c, 0):.3f} ({r['excess_ms_max'].get(c, 0):.2f})",
+                str(r["header_bytes_per_subscriber"].get(c)),
+                (
+                    f"{nb[last[0]]:.3f} / {npub[last[1]] if last[1] else 0:.3f}"
+                    if c == "popular" and last[0]
+                    else ""
+                ),
+            )
+    return t
+
+
+def _checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's goals, measured at the largest workload run."""
+    w = rows[-1]
+    p = w["profiles"]
+    out: dict[str, Any] = {
+        "deliveries_equal_reference": all(r["equal_reference"] for r in p.values()),
+        "workload": f"{w['filters']} filters / {w['subscriptions']} subscriptions",
+    }
+    if "plain" in p and "vcaps-rv" in p:
+        plain = sum(p["plain"]["broker_ms"].values())
+        rv = sum(p["vcaps-rv"]["broker_ms"].values())
+        out["rv_over_plain_broker"] = round(rv / plain, 4) if plain else None
+        out["rv_minus_plain_total_ms"] = {
+            c: round(p["vcaps-rv"]["total_ms"][c] - p["plain"]["total_ms"][c], 4)
+            for c in p["plain"]["total_ms"]
+            if c in p["vcaps-rv"]["total_ms"]
+        }
+    if "vcaps-rv" in p and "vcaps-srv-fast" in p:
+        rv = p["vcaps-rv"]["broker_ms"].get("popular", 0)
+        fast = p["vcaps-srv-fast"]["broker_ms"].get("popular", 0)
+        out["fast_over_rv_broker_popular"] = round(fast / rv, 2) if rv else None
+    if "vcaps-rv" in p and "vcaps-srv" in p:
+        rv = p["vcaps-rv"]["broker_ms"].get("popular", 0)
+        srv = p["vcaps-srv"]["broker_ms"].get("popular", 0)
+        out["srv_over_rv_broker_popular"] = round(srv / rv, 1) if rv else None
+    return out
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pubguard.sim.plotting import plain_log_ticks
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    xs = [w["subscriptions"] for w in rows]
+    profiles = sorted({p for w in rows for p in w["profiles"]})
+    ax = axes[0]
+    for p in profiles:
+        for c, style in (("popular", "-"), ("esoteric", ":")):
+            ys = [w["profiles"].get(p, {}).get("total_ms", {}).get(c) for w in rows]
+            pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), style, marker="o", label=f"{p} {c}")
+    ax.set(xscale="log", yscale="log", xlabel="subscriptions", ylabel="ms per notification",
+           title="Fig. 5: publisher + brokers")  # fmt: off
+    plain_log_ticks(ax, axis="both")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    w = rows[-1]
+    for p in profiles:
+        for key, style in (("new_filter_broker_ms", "-"), ("new_filter_publisher_ms", "--")):
+            d = w["profiles"].get(p, {}).get(key, {})
+            if d:
+                ks = sorted(d, key=int)
+                ax.plot([int(k) for k in ks], [d[k] for k in ks], style, marker=".",
+                        label=f"{p} {'broker' if 'broker' in key else 'publisher'}")  # fmt: off
+    ax.set(yscale="log", xlabel="existing filters (buckets of 200)", ylabel="ms per new filter",
+           title=f"Fig. 6 at {w['subscriptions']} subscriptions")  # fmt: off
+    ax.legend(fontsize=7)
+    ax = axes[2]
+    for p in profiles:
+        if p == "plain":
+            continue
+        ys = [w2["profiles"].get(p, {}).get("header_bytes_per_subscriber", {}).get("popular")
+              for w2 in rows]  # fmt: off
+        pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=p)
+    ax.axhline(4.0, color="grey", ls=":", label="paper: < 4 B")
+    ax.set(xscale="log", xlabel="subscriptions", ylabel="header bytes per receiving subscriber",
+           title="Fig. 7 (popular)")  # fmt: off
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def register(cli: click.Group) -> None:
+    get_group(cli, "experiments", "Reproduce the papers' experiments.").add_command(
+        vcaps_experiment
+    )

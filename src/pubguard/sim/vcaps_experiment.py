@@ -1,0 +1,410 @@
+"""vcaps.txt §6 in the simulator: the 40-broker tree, the five workloads, Figs. 3(b)-7.
+
+Theory of operation
+-------------------
+§6.1: a 4-level broker tree with fanout 3 (1 + 3 + 9 + 27 = 40 brokers), the publisher P at
+the root, subscribers attached at random to the 27 leaves; workloads of 100 / 500 / 1k / 5k /
+10k unique ssbg-like filters (:func:`pubguard.sim.workloads.vcaps_filters`), each subscriber
+drawing U[1, 200] of them, ``subscriptions / 100`` subscribers (1k ... 100k subscriptions),
+200 notifications.
+
+Every profile runs its real cores over the same tree (:class:`VcapsTree` of BFPosets, the
+matcher the broker core uses for v-CAPS; :class:`VcapsPublisher`); the baseline is Siena-style
+plain routing (per broker: a covering poset deciding what goes upstream and the project's
+indexed matcher over the filters it holds). Each broker's computation is measured with the
+injected ``timer`` around its match; the publisher's around match plus header (RV, 𝓔(RV), or
+nonce and codewords). Links have seeded one-way delays (``RTT`` below), so the end-to-end
+latency of a delivery is RTT plus the computation on its path (Fig. 4 plots that excess).
+
+Notification classes (Fig. 3(b)): notifications sorted by the number of subscriptions they
+match; the top third are *popular*, the middle third *moderate*, the bottom third *esoteric*.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pubguard.crypto import SigningKey
+from pubguard.matching.index import IndexedMatcher
+from pubguard.matching.poset import CoveringPoset
+from pubguard.model.events import Event
+from pubguard.model.filters import Filter
+from pubguard.schemes.vcaps import FAST, RV, SRV, VcapsKeyService, VcapsPublisher, VcapsTree
+from pubguard.schemes.vcaps.tokens import decode_routing, decode_token
+from pubguard.sim.workloads import VCAPS_MAX_SUBSCRIBER_FILTERS, vcaps_events, vcaps_filters
+
+__all__ = [
+    "PAPER",
+    "PROFILES",
+    "WORKLOADS",
+    "Measured",
+    "run_workload",
+    "tree_40",
+]
+
+PLAIN: Final = "plain"
+PROFILES: Final = (PLAIN, RV, SRV, FAST)
+#: §6.1: (unique filters, subscribers); subscriptions = subscribers x U[1, 200] ~ 1k ... 100k
+WORKLOADS: Final = ((100, 10), (500, 50), (1000, 100), (5000, 500), (10_000, 1000))
+CLASSES: Final = ("popular", "moderate", "esoteric")
+BUCKET: Final = 200  # Fig. 6: existing filters in buckets of 200
+#: the paper's values (vcaps.txt §6.1-6.4), printed beside ours
+PAPER: Final = {
+    "deliveries": {"smallest": 5459, "largest": 125_418},
+    "fig4_excess_ms": {"plain": 5.0, "vcaps-rv": 10.0},
+    "fig5_rv_minus_plain_ms_at_100k": 3.0,
+    "fig5_srv_ms_at_100k": {"popular": 1500.0, "moderate": 560.0, "esoteric": 220.0},
+    "fig5_srv_publisher_ms_at_100k": 4.0,
+    "fig6_broker_new_filter_ms": {"vcaps-rv": 1.0, "plain": 25.0, "vcaps-srv": 230.0},
+    "fig6_publisher_new_filter_ms_at_9200": [100.0, 120.0],
+    "fig7_header_bytes_per_subscriber_max": 4.0,
+}
+
+
+def tree_40(levels: int = 4, fanout: int = 3) -> dict[str, str | None]:
+    """§6.1's broker tree: ``B0`` at the root (P's broker), ``fanout`` children per inner node."""
+    parent: dict[str, str | None] = {"B0": None}
+    level = ["B0"]
+    n = 1
+    for _ in range(levels - 1):
+        nxt = []
+        for p in level:
+            for _ in range(fanout):
+                b = f"B{n}"
+                n += 1
+                parent[b] = p
+                nxt.append(b)
+        level = nxt
+    return parent
+
+
+class PlainTree:
+    """The baseline (Siena): per broker a covering poset (forward roots only) and the
+    indexed matcher over its filters, keyed ``(recipient, filter id)``."""
+
+    def __init__(self, parent: Mapping[str, str | None]) -> None:
+        self.parent = dict(parent)
+        self.posets = {b: CoveringPoset() for b in parent}
+        self.matchers = {b: IndexedMatcher() for b in parent}
+        self.root = next(b for b, p in parent.items() if p is None)
+
+    def subscribe(
+        self, broker: str, recipient: str, fid: str, f: Filter, on_new: Callable[[str], None]
+    ) -> None:
+        at: str | None = broker
+        x = recipient
+        while at is not None:
+            key = (x, fid)
+            if key in self.posets[at]:
+                return
+            on_new(at)
+            root = self.posets[at].insert(key, f)
+            self.matchers[at].add(key, f)
+            if not root:
+                return
+            x, at = at, self.parent[at]
+
+    def route(self, event: Event, timer: Callable[[], float], costs: dict[str, float]) -> set[str]:
+        out: set[str] = set()
+        stack = [self.root]
+        while stack:
+            b = stack.pop()
+            t0 = timer()
+            rs: set[str] = {k[0] for k in self.matchers[b].match(event)}  # type: ignore[index]
+            costs[b] = costs.get(b, 0.0) + timer() - t0
+            for r in rs:
+                if r in self.posets:
+                    stack.append(r)
+                else:
+                    out.add(r)
+        return out
+
+
+@dataclass(slots=True)
+class Measured:
+    """One profile on one workload."""
+
+    profile: str
+    deliveries: int = 0
+    equal_reference: bool = True
+    publisher_ms: dict[str, list[float]] = field(default_factory=dict)  # class -> per event
+    broker_ms: dict[str, list[float]] = field(default_factory=dict)
+    excess_ms: dict[str, list[float]] = field(default_factory=dict)  # latency - RTT
+    header_bytes: dict[str, int] = field(default_factory=dict)
+    class_deliveries: dict[str, int] = field(default_factory=dict)
+    new_filter_broker_ms: dict[int, list[float]] = field(default_factory=dict)
+    new_filter_publisher_ms: dict[int, list[float]] = field(default_factory=dict)
+    setup_s: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        def mean(d: Mapping[Any, list[float]]) -> dict[str, float]:
+            return {str(k): round(statistics.fmean(v), 4) for k, v in d.items() if v}
+
+        per_sub = {  # None: no subscriber received that class
+            c: round(self.header_bytes.get(c, 0) / n, 3)
+            if (n := self.class_deliveries.get(c))
+            else None
+            for c in CLASSES
+        }
+        return {
+            "profile": self.profile,
+            "deliveries": self.deliveries,
+            "equal_reference": self.equal_reference,
+            "publisher_ms": mean(self.publisher_ms),
+            "broker_ms": mean(self.broker_ms),
+            "total_ms": {
+                c: round(
+                    statistics.fmean(self.publisher_ms[c]) + statistics.fmean(self.broker_ms[c]), 4
+                )
+                for c in CLASSES
+                if self.broker_ms.get(c)
+            },
+            "excess_ms_mean": mean(self.excess_ms),
+            "excess_ms_max": {c: round(max(v), 4) for c, v in self.excess_ms.items() if v},
+            "header_bytes_per_subscriber": per_sub,
+            "new_filter_broker_ms": mean(self.new_filter_broker_ms),
+            "new_filter_publisher_ms": mean(self.new_filter_publisher_ms),
+            "setup_s": round(self.setup_s, 2),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    filters: list[Filter]
+    events: list[Event]
+    subs: dict[str, list[int]]  # subscriber -> filter indices
+    leaf: dict[str, str]
+    delay: dict[str, float]  # node -> one-way delay (ms) of its link to its parent
+    parent: dict[str, str | None]
+
+
+def make_setting(
+    n_filters: int, n_subscribers: int, n_events: int, seed: int, tree: dict[str, str | None]
+) -> Setting:
+    rng = random.Random(seed)
+    filters = vcaps_filters(n_filters, random.Random(seed + 1))
+    events = vcaps_events(n_events, random.Random(seed + 2))
+    leaves = [b for b in tree if not any(p == b for p in tree.values())]
+    subs: dict[str, list[int]] = {}
+    leaf: dict[str, str] = {}
+    delay: dict[str, float] = {b: rng.uniform(1.0, 20.0) for b in tree if tree[b] is not None}
+    for i in range(n_subscribers):
+        s = f"S{i}"
+        k = min(n_filters, rng.randint(1, VCAPS_MAX_SUBSCRIBER_FILTERS))
+        subs[s] = rng.sample(range(n_filters), k)
+        leaf[s] = rng.choice(leaves)
+        delay[s] = rng.uniform(10.0, 100.0)  # a wide-area subscriber (PlanetLab-like) link
+    return Setting(filters, events, subs, leaf, delay, tree)
+
+
+def _path_ms(s: Setting, node: str) -> list[str]:
+    out = [node]
+    p = s.leaf.get(node) or s.parent.get(node)
+    while p is not None:
+        out.append(p)
+        p = s.parent[p]
+    return out  # subscriber, leaf, ..., root
+
+
+def classes(s: Setting) -> tuple[dict[str, str], list[int]]:
+    """Each event's class (by subscriptions matched, in thirds) and the popularity list."""
+    m = IndexedMatcher((i, f) for i, f in enumerate(s.filters))
+    count = [0] * len(s.filters)
+    for fl in s.subs.values():
+        for i in fl:
+            count[i] += 1
+    pop = [sum(count[i] for i in m.match(e)) for e in s.events]  # type: ignore[call-overload]
+    order = sorted(range(len(s.events)), key=lambda j: -pop[j])
+    third = max(1, len(order) // 3)
+    cls = {}
+    for rank, j in enumerate(order):
+        c = CLASSES[0] if rank < third else CLASSES[1] if rank < 2 * third else CLASSES[2]
+        cls[str(s.events[j].id)] = c
+    return cls, pop
+
+
+def reference(s: Setting) -> dict[str, set[str]]:
+    m = IndexedMatcher((i, f) for i, f in enumerate(s.filters))
+    holders: dict[int, list[str]] = {}
+    for sub, fl in s.subs.items():
+        for i in fl:
+            holders.setdefault(i, []).append(sub)
+    out = {}
+    for e in s.events:
+        out[str(e.id)] = {x for i in m.match(e) for x in holders.get(i, ())}  # type: ignore[call-overload]
+    return out
+
+
+def _bucket(n: int) -> int:
+    return (n // BUCKET + 1) * BUCKET
+
+
+def run_profile(
+    profile: str,
+    s: Setting,
+    cls: Mapping[str, str],
+    ref: Mapping[str, set[str]],
+    timer: Callable[[], float],
+    *,
+    seed: int = 0,
+) -> Measured:
+    """Register every subscription, publish every event, measure (see the module docstring)."""
+    me = Measured(profile)
+    t_setup = timer()
+    pairs = [(sub, i) for sub, fl in s.subs.items() for i in fl]
+    random.Random(seed).shuffle(pairs)  # subscriptions arrive interleaved
+    if profile == PLAIN:
+        plain = PlainTree(s.parent)
+        for sub, i in pairs:
+            plain.subscribe(s.leaf[sub], sub, f"f{i}", s.filters[i], lambda _b: None)
+        _new_filter_plain(plain, s, timer, me)  # Fig. 6(a)'s baseline
+
+        def publish(e: Event) -> tuple[float, dict[str, Any] | None]:
+            return 0.0, None  # the baseline publisher only sends
+
+        def route(e: Event, hdr: Any, c: dict[str, float]) -> set[str]:
+            return plain.route(e, timer, c)
+    else:
+        pub = VcapsPublisher(
+            "P",
+            profile,
+            master=bytes(32),
+            signing_key=SigningKey.from_seed(bytes(32)),
+            keys=VcapsKeyService(bytes(32)),
+            rng=random.Random(seed),
+        )
+        tree = VcapsTree(s.parent)
+        for sub, i in pairs:
+            existing = len(pub)
+            t0 = timer()
+            wire = pub.register(s.filters[i], subscriber=sub)
+            dt = timer() - t0
+            if len(pub) > existing:
+                me.new_filter_publisher_ms.setdefault(_bucket(existing), []).append(dt * 1e3)
+            tok = decode_token(profile, wire)
+            at: str | None = s.leaf[sub]
+            x = sub
+            while at is not None:  # Stage II, timing each broker's insertion of a new filter
+                bf = tree.posets[at]
+                new = tok.handle not in bf.tokens
+                held = len(bf.tokens)
+                t0 = timer()
+                fwd = bf.insert(tok, x)
+                dt = timer() - t0
+                if new:
+                    me.new_filter_broker_ms.setdefault(_bucket(held), []).append(dt * 1e3)
+                if not fwd:
+                    break
+                x, at = at, s.parent[at]
+
+        def publish(e: Event) -> tuple[float, dict[str, Any] | None]:
+            t0 = timer()
+            hdr = pub.routing(pub.match(e))
+            return timer() - t0, hdr
+
+        def route(e: Event, hdr: Any, c: dict[str, float]) -> set[str]:
+            return tree.route(decode_routing(profile, hdr), timer=timer, costs=c)
+
+    me.setup_s = timer() - t_setup
+    for e in s.events:
+        eid = str(e.id)
+        c = cls[eid]
+        dt, hdr = publish(e)
+        pms = dt * 1e3
+        costs: dict[str, float] = {}
+        got = route(e, hdr, costs)
+        if got != ref[eid]:
+            me.equal_reference = False
+        me.deliveries += len(got)
+        me.class_deliveries[c] = me.class_deliveries.get(c, 0) + len(got)
+        me.publisher_ms.setdefault(c, []).append(pms)
+        me.broker_ms.setdefault(c, []).append(sum(costs.values()) * 1e3)
+        if hdr is not None:
+            me.header_bytes[c] = me.header_bytes.get(c, 0) + _header_len(hdr)
+        for sub in got:  # Fig. 4: computation on the path = latency - RTT
+            path = _path_ms(s, sub)[1:]
+            me.excess_ms.setdefault(c, []).append(pms + sum(costs.get(b, 0.0) for b in path) * 1e3)
+    return me
+
+
+def _header_len(hdr: Mapping[str, Any]) -> int:
+    n = 16 if "n" in hdr else 0
+    for k in ("rv", "srv", "v"):
+        if k in hdr:
+            n += 16 * len(hdr[k])
+    return n
+
+
+def _new_filter_plain(
+    plain: PlainTree, s: Setting, timer: Callable[[], float], me: Measured
+) -> None:
+    """Fig. 6(a) baseline: one fresh filter inserted at each broker, as a broker does when it
+    is new there (covering poset + index), timed against the broker's current size."""
+    probes = vcaps_filters(40, random.Random(99))
+    for j, b in enumerate(plain.posets):
+        f = probes[j % len(probes)]
+        key = ("probe", f"p{j}")
+        held = len(plain.posets[b])
+        t0 = timer()
+        plain.posets[b].insert(key, f)
+        plain.matchers[b].add(key, f)
+        dt = timer() - t0
+        plain.posets[b].remove(key)
+        plain.matchers[b].remove(key)
+        me.new_filter_broker_ms.setdefault(_bucket(held), []).append(dt * 1e3)
+
+
+def run_workload(
+    n_filters: int,
+    n_subscribers: int,
+    *,
+    events: int = 200,
+    profiles: Sequence[str] = PROFILES,
+    timer: Callable[[], float],
+    seed: int = 0,
+    tree: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """All profiles on one workload; JSON-ready rows."""
+    s = make_setting(n_filters, n_subscribers, events, seed, tree or tree_40())
+    cls, pop = classes(s)
+    ref = reference(s)
+    rtt = sorted(
+        2 * sum(s.delay[n] for n in _path_ms(s, sub)[:-1]) for sub in s.subs
+    )  # subscriber to root and back
+    out: dict[str, Any] = {
+        "filters": n_filters,
+        "subscribers": n_subscribers,
+        "subscriptions": sum(len(v) for v in s.subs.values()),
+        "events": len(s.events),
+        "reference_deliveries": sum(len(v) for v in ref.values()),
+        "popularity": {
+            c: sorted((pop[j] for j, e in enumerate(s.events) if cls[str(e.id)] == c), reverse=True)
+            for c in CLASSES
+        },
+        "rtt_ms": {
+            "min": round(rtt[0], 1),
+            "median": round(statistics.median(rtt), 1),
+            "max": round(rtt[-1], 1),
+        },
+        "profiles": {},
+    }
+    for p in profiles:
+        out["profiles"][p] = run_profile(p, s, cls, ref, timer, seed=seed).summary()
+    return out
+
+
+def histogram(values: Iterable[int], bins: int = 10) -> list[tuple[int, int, int]]:
+    """(lo, hi, count) bins of subscriptions matched per notification (Fig. 3(b))."""
+    v = sorted(values)
+    if not v:
+        return []
+    hi = v[-1] + 1
+    step = max(1, -(-hi // bins))
+    out = []
+    for lo in range(0, hi, step):
+        out.append((lo, lo + step - 1, sum(lo <= x < lo + step for x in v)))
+    return out
