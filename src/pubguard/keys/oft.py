@@ -508,6 +508,11 @@ class OFTMember:
     def root_key(self) -> bytes:
         return self._keys(len(self._path))[-1]
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last broadcast applied (a poller asks for later ones)."""
+        return self._seq
+
     def apply(self, rekey: Rekey) -> None:
         """Process one group broadcast (in ``seq`` order)."""
         if rekey.group != self.group:

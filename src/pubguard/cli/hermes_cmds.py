@@ -1,0 +1,100 @@
+"""``pubguard experiments hermes``: hermes-encrypted-access-control.txt Figs. 6-8 and the OFT
+scaling of §4.1 (:mod:`pubguard.ops.bench.hermes`), JSON with the paper's values beside ours,
+a table, and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from pubguard.cli.common import console, get_group, print_json
+
+__all__ = ["register"]
+
+
+def _table(title: str, rows: list[dict], cols: list[str]) -> Table:
+    t = Table(title=title)
+    for c in cols:
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(*("-" if r.get(c) is None else str(r.get(c)) for c in cols))
+    return t
+
+
+@click.command("hermes")
+@click.option("--small", is_flag=True, help="Tiny sizes (seconds; what the test suite runs).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("hermes-experiments"),
+    show_default=True,
+    help="Folder for results.json and the PNG plots.",
+)
+@click.option(
+    "--events", type=click.IntRange(1, 1_000_000), default=None, help="Events per run (Figs. 6-7)."
+)
+@click.option(
+    "--runs", type=click.IntRange(1, 100), default=None, help="Runs averaged (Figs. 6-7)."
+)
+def experiments_hermes(
+    small: bool, as_json: bool, out: Path, events: int | None, runs: int | None
+) -> None:
+    """Hermes Figs. 6-8 and OFT scaling: plaintext vs event vs attribute encryption."""
+    from pubguard.ops.bench.hermes import plot_all, run_all
+
+    res = run_all(small=small, events=events, runs=runs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(res, indent=1))
+    res["plots"] = [str(p) for p in plot_all(res, out)]
+    if as_json:
+        print_json(res)
+        return
+    cols6 = [
+        "attributes",
+        "plain_eps",
+        "hermes-event_eps",
+        "hermes-attribute_eps",
+        "event_ratio",
+        "attribute_ratio",
+        "paper_attribute_ratio",
+    ]
+    console.print(_table("Fig. 6 end to end (events/s; ratio to plaintext)", res["fig6"], cols6))
+    cols7 = [
+        "attributes",
+        "plain_eps",
+        "hermes-event_eps",
+        "hermes-attribute_eps",
+        "event_overhead",
+        "attribute_overhead",
+        "paper_overhead",
+    ]
+    console.print(_table("Fig. 7 domain internal with the plaintext cache", res["fig7"], cols7))
+    cols8 = [
+        "groups",
+        "attribute_hops",
+        "emulation_hops",
+        "emulation_all_hops",
+        "paper_attribute_hops",
+        "paper_emulation_hops",
+    ]
+    console.print(
+        _table("Fig. 8 hops per publication (2,000-broker overlay model)", res["fig8"], cols8)
+    )
+    colso = ["members", "join_us", "leave_us", "join_updates", "leave_updates", "member_path"]
+    console.print(_table("OFT scaling (§4.1)", res["oft"]["rows"], colso))
+    console.print(f"log2 n fits: {res['oft']['fit_a_log2n_plus_b']}")
+    for k, v in res["goals"].items():
+        console.print(
+            f"goal {k}: ours {v['ours']} vs goal {v['goal']} -> {'met' if v['met'] else 'NOT met'}"
+        )
+    console.print(f"results and plots in {out}")
+
+
+def register(cli: click.Group) -> None:
+    get_group(cli, "experiments", "Reproduce the papers' experiments.").add_command(
+        experiments_hermes
+    )

@@ -1,0 +1,564 @@
+"""The Hermes broker scheme: brokers encrypt, filter on what they may read, and decrypt for
+their clients (hermes-encrypted-access-control.txt §3-4).
+
+Theory of operation
+-------------------
+Hermes turns the other profiles' trust model around (§3): *brokers* hold keys, once they have
+joined a key group with a capability (:mod:`.keygroups`); *clients* hold none and talk
+plaintext to their hosting broker over mutually authenticated TLS (§2.4). So:
+
+- the **publisher hosting broker** (PHB) type-checks a client's publication (§2.1), checks the
+  client's and its own ``publish`` capability (§4: both must be authorised), and seals the
+  event once, before it leaves on any broker link (§3.4: "the PHB will always encrypt");
+- a **broker with the key** opens what it may (the whole event, or the attributes it holds
+  keys for) and filters on it (§3.1-3.2); one **without** routes by type id only, treating
+  every sealed filter of the type as matching (§3.3);
+- the **subscriber hosting broker** (SHB) opens an event once for all its local subscribers
+  (§3) and hands each only the attributes its capability grants (§4, Fig. 1: the Congestion
+  Charge Service reads only the numberplate). A client's capability is re-checked at each
+  delivery, so an expired or revoked one stops delivery at once; a broker's own expiry or
+  revocation takes effect at its key group's next refresh (``KeyGroupManager``).
+
+Subscriptions (§3.3) travel plaintext from the client to its SHB, which checks both
+capabilities and then seals the filter (whole, or per attribute) before forwarding it. A
+broker accepts from another broker only a sealed filter whose readable parts authenticate
+under the group key: an unauthorised broker can therefore not *probe* with chosen filters,
+and one that only *watches* sees type ids and ciphertext, never the constraints.
+
+Plaintext cache (§3.4, Fig. 3): brokers present their capabilities to each neighbour in a
+handshake (:meth:`HermesBroker.learn_neighbour`); a broker then sends, beside the
+ciphertext, the values it has opened, cut down to what the next broker may read (nothing
+for an unauthorised one), and a broker that receives a cache from a neighbour uses the
+entries that neighbour was authorised to read instead of decrypting them again.
+
+Hook use (``pubguard.schemes.base``): ``decode_event`` / ``decode_filter`` parse (the core
+calls them first), ``broker_check`` applies the guards with the link in hand, the matcher
+opens lazily, and ``outgoing`` seals, caches, strips and decrypts per link. The event the
+core decoded last is remembered by identity (one entry), so ``broker_check``, the matcher
+and every ``outgoing`` of one publication share one opening.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, Final
+
+from pubguard.errors import DropError, DropReason, InvalidToken, ValidationError
+from pubguard.model.codec import constraint_from_json
+from pubguard.model.events import Event
+from pubguard.model.filters import Filter
+from pubguard.schemes.base import BrokerScheme, CheckContext, LinkKind, Matcher
+from pubguard.schemes.hermes.capability import (
+    ALL,
+    Capability,
+    RevocationSet,
+    VerifiedCapabilities,
+    check_capability,
+)
+from pubguard.schemes.hermes.content import (
+    Crypter,
+    OpenedFilter,
+    TypeView,
+    pack_cache,
+    unpack_attrs,
+    unpack_cache,
+)
+from pubguard.schemes.hermes.keygroups import BrokerKeyring, group_names
+from pubguard.schemes.hermes.nonces import NonceCounter
+from pubguard.schemes.hermes.secure_types import SecureEventType
+from pubguard.wire.messages import Deliver, Publish
+
+__all__ = [
+    "HERMES_ATTRIBUTE",
+    "HERMES_EVENT",
+    "TYPE_KEY",
+    "HermesBroker",
+    "HermesEvent",
+    "HermesMatcher",
+]
+
+#: the key naming the secure type in a client's (flat) plaintext publication and delivery
+TYPE_KEY: Final = "@type"
+HERMES_EVENT: Final = "hermes-event"
+HERMES_ATTRIBUTE: Final = "hermes-attribute"
+_MODE: Final = {HERMES_EVENT: "event", HERMES_ATTRIBUTE: "attribute"}
+_log = logging.getLogger("pubguard.hermes")
+
+
+def ms(now: float) -> int:
+    """A publication timestamp in milliseconds (§3.5's 64-bit timestamp), rounded *up* so a
+    key refreshed at ``now`` is in force at the timestamp (§4.2 selects keys by it)."""
+    return math.ceil(now * 1000)
+
+
+class HermesEvent:
+    """One broker's view of a publication: its type, and the values it has (from the client,
+    the plaintext cache or its own opening). Internal to the scheme."""
+
+    __slots__ = (
+        "cache",
+        "cache_in",
+        "opened",
+        "pairs",
+        "plain",
+        "present",
+        "routing",
+        "sealed",
+        "type_id",
+        "view",
+    )
+
+    def __init__(
+        self,
+        type_id: bytes,
+        view: TypeView | None,
+        routing: Mapping[str, Any],
+        plain: dict[str, Any],
+        sealed: bool,
+        present: frozenset[str] | None,
+        cache: dict[str, Any],
+    ) -> None:
+        self.type_id = type_id
+        self.view = view
+        self.routing = routing
+        self.plain = plain  # attribute name -> value, what this broker can read
+        self.sealed = sealed  # False: a client's plaintext publication at its PHB
+        self.present = present  # attribute names the event carries (None: unknown)
+        self.cache = cache  # untrusted cache entries until broker_check vets the link
+        self.opened = not sealed
+        self.pairs: list[tuple[bytes, bytes]] | None = None  # attribute tuples, unpacked
+        self.cache_in = frozenset(cache)  # the names the incoming cache carried
+
+
+class HermesMatcher:
+    """Filters by type id; a filter matches an event of its type unless a constraint this
+    broker can decide (it read both sides) fails (§3.3: what it cannot read matches)."""
+
+    def __init__(self, scheme: HermesBroker) -> None:
+        self._scheme = scheme
+        self._by_type: dict[bytes, dict[Hashable, OpenedFilter]] = {}
+        self._type_of: dict[Hashable, bytes] = {}
+
+    def add(self, key: Hashable, pf: OpenedFilter) -> None:
+        self.remove(key)
+        self._by_type.setdefault(pf.type_id, {})[key] = pf
+        self._type_of[key] = pf.type_id
+
+    def remove(self, key: Hashable) -> None:
+        t = self._type_of.pop(key, None)
+        if t is not None:
+            self._by_type[t].pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._type_of)
+
+    def match(self, pe: HermesEvent) -> set[Hashable]:
+        fs = self._by_type.get(pe.type_id)
+        if not fs:
+            return set()
+        self._scheme.open(pe)
+        return {k for k, f in fs.items() if _decides_match(f, pe)}
+
+
+def _decides_match(f: OpenedFilter, pe: HermesEvent) -> bool:
+    if f.readable is None:
+        return True
+    plain = pe.plain
+    for c in f.readable.constraints:
+        if c.name in plain:
+            if not c.matches(plain):
+                return False
+        elif pe.present is not None and c.name not in pe.present:
+            if not c.matches(plain):  # the event lacks the attribute: decided
+                return False
+        elif not pe.sealed:
+            if not c.matches(plain):
+                return False
+        # else: sealed and unreadable here -> cannot decide -> matches (§3.3)
+    return True
+
+
+def _client_filter(view: TypeView, wire: Mapping[str, Any]) -> OpenedFilter:
+    cs = wire.get("constraints")
+    if not isinstance(cs, list | tuple) or not cs:
+        raise ValidationError("hermes filter needs a non-empty 'constraints' list")
+    f = Filter(tuple(constraint_from_json(list(c)) for c in cs))
+    for c in f.constraints:
+        view.stype.etype.attribute(c.name)
+    return OpenedFilter(view.type_id, f, 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Forged:
+    """A sealed filter whose readable part failed to authenticate (refused in the guard)."""
+
+    type_id: bytes
+    readable: None = None
+    sealed_parts: int = 0
+
+
+class HermesBroker(BrokerScheme):
+    """One broker's Hermes profile (``hermes-event`` or ``hermes-attribute``)."""
+
+    checks_messages = True
+    rewrites_outgoing = True
+
+    def __init__(
+        self,
+        profile: str,
+        broker_id: str,
+        *,
+        types: Iterable[SecureEventType] = (),
+        capabilities: Iterable[Capability] = (),
+        keyring: BrokerKeyring | None = None,
+        counter: NonceCounter | None = None,
+        revoked: RevocationSet | None = None,
+    ) -> None:
+        if profile not in _MODE:
+            raise ValidationError(f"hermes profile must be one of {sorted(_MODE)}")
+        self.profile = profile
+        self.mode = _MODE[profile]
+        self.broker_id = broker_id
+        self.revoked = revoked if revoked is not None else RevocationSet()
+        self.keyring = keyring if keyring is not None else BrokerKeyring(broker_id)
+        self.crypter = Crypter(
+            broker_id, self.mode, self.keyring, counter or NonceCounter(broker_id)
+        )
+        self._views: dict[bytes, TypeView] = {}
+        self._by_name: dict[str, TypeView] = {}
+        for t in types:
+            self.add_type(t)
+        self._caps: dict[tuple[bytes, str], Capability] = {}
+        for c in capabilities:
+            self._caps[(c.type_id, c.action)] = c
+        self._neighbours: dict[str, dict[bytes, frozenset[str]]] = {}
+        self._clients: dict[tuple[str, bytes], Capability] = {}
+        self._verified = VerifiedCapabilities()
+        self._last: tuple[Any, Any] = (None, None)  # (routing or filter wire, decoded)
+        self._sealed_filters: dict[tuple[bytes, Filter, int], Mapping[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"HermesBroker({self.profile!r}, {self.broker_id!r})"
+
+    # -- configuration ------------------------------------------------------------------------
+    def add_type(self, stype: SecureEventType) -> None:
+        """Learn a type definition (verified: signed by its owner, §2.2)."""
+        stype.verify()
+        v = TypeView.of(stype)
+        self._views[v.type_id] = v
+        self._by_name[stype.name] = v
+
+    def view(self, type_id: bytes) -> TypeView | None:
+        return self._views.get(type_id)
+
+    def add_capability(self, cap: Capability) -> None:
+        self._caps[(cap.type_id, cap.action)] = cap
+
+    def credentials(self) -> list[Capability]:
+        """What this broker presents to its neighbours in the handshake (§3.4)."""
+        return list(self._caps.values())
+
+    def learn_neighbour(self, peer: str, caps: Iterable[Capability], *, now: float) -> int:
+        """The credential handshake of §3.4: a neighbour (``peer``: its TLS identity)
+        presents its capabilities; the valid ones for types this broker knows are kept
+        (attributes it may read, per type). Returns how many were accepted."""
+        grants: dict[bytes, set[str]] = {}
+        for c in caps:
+            v = self._views.get(c.type_id)
+            if v is None:
+                continue
+            try:
+                check_capability(
+                    c,
+                    v.stype.owner_key,
+                    holder=peer,
+                    type_id=c.type_id,
+                    action=None,
+                    now=now,
+                    revoked=self.revoked,
+                )
+            except DropError as exc:
+                _log.info("neighbour %s: capability refused (%s)", peer, exc.reason.value)
+                continue
+            grants.setdefault(c.type_id, set()).update(
+                v.ids if ALL in c.attributes else c.granted(v.ids)
+            )
+        self._neighbours[peer] = {t: frozenset(a) for t, a in grants.items()}
+        return sum(len(a) > 0 for a in grants.values())
+
+    def neighbour_grants(self, peer: str | None, type_id: bytes) -> frozenset[str]:
+        if peer is None:
+            return frozenset()
+        return self._neighbours.get(peer, {}).get(type_id, frozenset())
+
+    # -- decoding -------------------------------------------------------------------------
+    def decode_event(self, routing: Mapping[str, Any]) -> HermesEvent:
+        last_r, last_pe = self._last
+        if last_r is routing:
+            return last_pe  # type: ignore[no-any-return]
+        if not isinstance(routing, Mapping):
+            raise ValidationError("hermes routing must be a mapping")
+        if TYPE_KEY in routing:  # a client's plaintext publication (to its PHB only)
+            view = self._by_name.get(routing[TYPE_KEY])
+            if view is None:
+                raise ValidationError("unknown event type")
+            attrs = {k: v for k, v in routing.items() if k != TYPE_KEY}
+            ev = Event(attrs)
+            view.stype.etype.validate(ev)  # §2.1: type-checked at the PHB
+            pe = HermesEvent(view.type_id, view, routing, attrs, False, None, {})
+        else:
+            tid = routing["t"]
+            if type(tid) is not bytes or len(tid) != 32:
+                raise ValidationError("hermes type id must be 32 bytes")
+            if type(routing["ts"]) is not int or type(routing["n"]) is not int:
+                raise ValidationError("hermes 'ts' and 'n' must be integers")
+            if type(routing["b"]) is not str:
+                raise ValidationError("hermes 'b' must be the PHB id")
+            view = self._views.get(tid)
+            present = None
+            pairs = None
+            if "a" in routing:
+                pairs = unpack_attrs(routing["a"])
+                if view is not None:
+                    names = view.names
+                    present = frozenset(names[a] for a, _ in pairs if a in names)
+            elif type(routing.get("c")) is not bytes:
+                raise ValidationError("hermes event needs 'c' or 'a'")
+            cache: dict[str, Any] = {}
+            raw = routing.get("k")
+            if raw is not None and view is not None:
+                cache = unpack_cache(raw, view)
+            pe = HermesEvent(tid, view, routing, {}, True, present, cache)
+            pe.pairs = pairs
+        self._last = (routing, pe)
+        return pe
+
+    def open(self, pe: HermesEvent) -> None:
+        """Fill ``pe.plain`` with what this broker can read (vetted cache first, §3.4)."""
+        if pe.opened:
+            return
+        pe.opened = True
+        if pe.view is None:
+            return
+        pe.plain.update(pe.cache)
+        skip = frozenset(pe.cache)
+        if self.mode == "event" and skip:
+            return
+        pe.plain.update(self.crypter.open_event(pe.view, pe.routing, skip, pe.pairs))
+
+    def decode_filter(self, wire: Mapping[str, Any]) -> Any:
+        last_w, last_f = self._last
+        if last_w is wire:
+            return last_f
+        if not isinstance(wire, Mapping):
+            raise ValidationError("hermes filter must be a mapping")
+        if "type" in wire:
+            view = self._by_name.get(wire["type"])
+            if view is None:
+                raise ValidationError("unknown event type")
+            pf: Any = (
+                OpenedFilter(view.type_id, None, 0)
+                if wire.get("advert")
+                else _client_filter(view, wire)
+            )
+        else:
+            tid = wire["t"]
+            if type(tid) is not bytes or len(tid) != 32:
+                raise ValidationError("hermes type id must be 32 bytes")
+            if "n" not in wire:  # a sealed advertisement: the type id alone
+                pf = OpenedFilter(tid, None, 0)
+            else:
+                try:
+                    pf = self.crypter.open_filter(self._views.get(tid), wire)
+                except InvalidToken:
+                    pf = _Forged(tid)
+        self._last = (wire, pf)
+        return pf
+
+    # -- guards ---------------------------------------------------------------------------
+    def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
+        op = message.op
+        from_client = ctx.link.kind is LinkKind.CLIENT
+        if op == "publish":
+            pe = self.decode_event(message.routing)
+            if from_client:
+                if message.body or pe.sealed:  # clients hold no keys: plaintext attributes only
+                    return DropReason.MALFORMED  # (and no payload, which would cross in clear)
+                return self._check_client(pe.view, "publish", message.meta, pe.plain, ctx)
+            if not pe.sealed:
+                return DropReason.UNAUTHORISED  # plaintext from a broker: never accepted
+            if pe.cache:  # §3.4: only what the sender was authorised to read
+                ok = self.neighbour_grants(ctx.link.peer, pe.type_id)
+                pe.cache = {k: v for k, v in pe.cache.items() if k in ok}
+                if self.mode == "event" and pe.view and set(pe.cache) != set(pe.view.ids):
+                    pe.cache = {}
+            return None
+        if op in ("subscribe", "advertise"):
+            pf = self.decode_filter(message.filter)
+            if isinstance(pf, _Forged):
+                return DropReason.FORGED
+            if from_client:
+                view = self._views.get(pf.type_id)
+                action = "subscribe" if op == "subscribe" else "publish"
+                names = pf.readable.attribute_names if pf.readable is not None else ()
+                reason = self._check_client(view, action, message.meta, names, ctx)
+                if reason is None and op == "subscribe":
+                    cap = Capability.from_bytes(message.meta["cap"])
+                    self._clients[(ctx.link.link_id, pf.type_id)] = cap
+                return reason
+            if "type" in message.filter:
+                return DropReason.UNAUTHORISED  # §3.3 probe: a broker's filter must be sealed
+            return None
+        return None
+
+    def _check_client(
+        self,
+        view: TypeView | None,
+        action: str,
+        meta: Mapping[str, Any],
+        names: Iterable[str],
+        ctx: CheckContext,
+    ) -> DropReason | None:
+        """§4: both the client and its hosting broker must hold a capability for the action,
+        covering every attribute involved; this broker must also hold the keys."""
+        if view is None:
+            return DropReason.UNKNOWN_TYPE
+        who = ctx.link.peer
+        try:
+            cap = self._verified.get(meta["cap"], view.stype.owner_key)
+            check_capability(
+                cap,
+                view.stype.owner_key,
+                holder=who,
+                type_id=view.type_id,
+                action=action,
+                now=ctx.now,
+                revoked=self.revoked,
+                signature_checked=True,
+            )
+        except DropError as exc:
+            _log.info("client %s: %s refused (%s)", who, action, exc)
+            return exc.reason
+        except (KeyError, TypeError, ValidationError):
+            _log.info("client %s: %s without a capability", who, action)
+            return DropReason.UNAUTHORISED
+        own = self._caps.get((view.type_id, action))
+        if own is None or not own.valid_at(ctx.now) or own.serial in self.revoked:
+            _log.info("client %s: %s refused: this broker holds no valid capability", who, action)
+            return DropReason.UNAUTHORISED
+        names = list(names)
+        if not all(cap.grants(n) and own.grants(n) for n in names):
+            _log.info("client %s: %s refused: attributes beyond the capabilities", who, action)
+            return DropReason.UNAUTHORISED
+        ts = ms(ctx.now)
+        if self.mode == "event":
+            needed = [view.type_group]
+        else:
+            needed = [view.ids[n].hex() for n in names]
+        if not all(self.crypter.can_read(g, ts) for g in needed):
+            _log.info("client %s: %s refused: this broker is not in the key group", who, action)
+            return DropReason.UNAUTHORISED
+        return None
+
+    # -- matching and covering ------------------------------------------------------------
+    def new_matcher(self) -> Matcher:
+        return HermesMatcher(self)
+
+    def broker_match(self, pf: Any, pe: Any) -> bool:
+        if pf.type_id != pe.type_id:
+            return False
+        self.open(pe)
+        return _decides_match(pf, pe)
+
+    def covers(self, f1: Any, f2: Any) -> bool:
+        """Sound only: both read in full here and ``f1`` covers ``f2`` as a model filter."""
+        if f1.type_id != f2.type_id or f1.sealed_parts or f2.sealed_parts:
+            return False
+        if f1.readable is None or f2.readable is None:
+            return f1.readable is None and f2.readable is None and f1 == f2
+        return bool(f1.readable.covers(f2.readable))
+
+    def filter_anchors(self, pf: Any) -> None:
+        return None
+
+    # -- per-link transforms --------------------------------------------------------------
+    def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
+        op = message.op
+        to_client = ctx.link.kind is LinkKind.CLIENT
+        if op == "deliver":
+            return self._deliver(message, ctx) if to_client else message
+        if to_client:
+            return message
+        if op == "publish":
+            return self._to_broker(message, ctx)
+        if op in ("subscribe", "advertise") and "type" in message.filter:
+            return self._seal_filter(message, ctx)
+        if message.meta:  # never show a client's capability to other brokers
+            return dataclasses.replace(message, meta={})
+        return message
+
+    def _sealed_routing(self, pe: HermesEvent, now: float) -> Mapping[str, Any]:
+        """The event's ciphertext without any cache: sealed here once if this is its PHB."""
+        if not pe.sealed:
+            assert pe.view is not None
+            pe.routing = self.crypter.seal_event(pe.view, pe.plain, ms(now))
+            pe.sealed = True  # every later link reuses this one sealing (§3.4)
+        r = pe.routing
+        return {k: v for k, v in r.items() if k != "k"} if "k" in r else r
+
+    def _to_broker(self, message: Publish, ctx: CheckContext) -> Publish:
+        """Seal (at the PHB), then attach the cache the next broker may have (§3.4): the
+        message leaves unchanged when what it carries is exactly that."""
+        pe = self.decode_event(message.routing)
+        sealed_in = pe.sealed
+        self.open(pe)
+        grants = self.neighbour_grants(ctx.link.peer, pe.type_id)
+        cache = {k: v for k, v in pe.plain.items() if k in grants}
+        if self.mode == "event" and pe.view is not None and set(cache) != set(pe.view.ids):
+            cache = {}
+        if sealed_in and set(cache) == pe.cache_in and len(pe.cache) == len(pe.cache_in):
+            return message  # the ciphertext with the (all vetted) cache it came with, or none
+        routing = self._sealed_routing(pe, ctx.now)
+        if cache and pe.view is not None:
+            routing = {**routing, "k": pack_cache(cache, pe.view)}
+        return Publish(message.event_id, message.profile, routing, message.body, {})
+
+    def _deliver(self, d: Deliver, ctx: CheckContext) -> Deliver | None:
+        msg = d.event
+        pe = self.decode_event(msg.routing)
+        if pe.view is None:
+            return None
+        cap = self._clients.get((ctx.link.link_id, pe.type_id))
+        if cap is None or not cap.valid_at(ctx.now) or cap.serial in self.revoked:
+            return None  # §4: an expired or revoked capability stops delivery
+        own = self._caps.get((pe.type_id, "subscribe"))
+        if own is None or not own.valid_at(ctx.now) or own.serial in self.revoked:
+            return None  # so does the hosting broker's own (it proxies for the client)
+        self.open(pe)
+        attrs = {k: v for k, v in pe.plain.items() if cap.grants(k)}
+        if not attrs:
+            return None
+        routing = {TYPE_KEY: pe.view.stype.name, **attrs}
+        ev = Publish(msg.event_id, msg.profile, routing, msg.body, {})
+        return Deliver.trusted(ev, d.sub_ids)  # the core validated the ids
+
+    def _seal_filter(self, message: Any, ctx: CheckContext) -> Any:
+        pf = self.decode_filter(message.filter)
+        view = self._views[pf.type_id]
+        if message.op == "advertise" or pf.readable is None:
+            return dataclasses.replace(message, filter={"t": pf.type_id}, meta={})
+        ts = ms(ctx.now)
+        groups = (
+            group_names(view.stype, self.mode)
+            if self.mode == "event"
+            else [view.ids[n].hex() for n in sorted(pf.readable.attribute_names)]
+        )
+        version = sum(k.version for g in groups if (k := self.keyring.current(g)) is not None)
+        memo = (pf.type_id, pf.readable, version)
+        wire = self._sealed_filters.get(memo)
+        if wire is None:  # same filter, same keys: the same ciphertext (idempotent re-sends)
+            wire = self._sealed_filters[memo] = self.crypter.seal_filter(view, pf.readable, ts)
+        return dataclasses.replace(message, filter=wire, meta={})
