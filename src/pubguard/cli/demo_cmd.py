@@ -57,13 +57,14 @@ def hexcut(b: Any, n: int = 12) -> str:
 
 
 def _secrets(blob: Any, n: int = 8) -> list[str]:
-    """A sealed-secrets field as ``name: ciphertext`` lines (names are the public schema)."""
+    """A sealed-secrets field as ``label: ciphertext`` lines (each label a keyed hash that
+    only a holder of the event's key maps back to the attribute's name)."""
     from pubguard.schemes.psguard.record import decode_secrets
 
     if not isinstance(blob, bytes):
         return ["-"]
     try:
-        return [f"{k}: {hexcut(v, n)}" for k, v in decode_secrets(blob)]
+        return [f"{k[: 2 * n]}…: {hexcut(v, n)}" for k, v in decode_secrets(blob)]
     except ValidationError:  # not a secrets field: show the bytes
         return [hexcut(blob, n)]
 
@@ -119,7 +120,8 @@ def _print_network(r: Any) -> None:
     # the verdict first: it must not be wrapped apart, whatever the file list's length
     console.print(
         f"{CURIOUS}'s view: {verdict} of {cv.needles} plaintext strings (every "
-        f"patientRecord, payload, topic and age) in its {len(cv.messages)} recorded "
+        f"event id, patientRecord, payload, topic and age, and the secret attribute's "
+        f"name) in its {len(cv.messages)} recorded "
         f"messages and {len(cv.files)} files ({size:,} B: "
         f"{', '.join(sorted(cv.files))}). The same scan finds "
         f"{cv.control_hits}/{cv.needles} in the plain profile's wire form of these "
@@ -131,7 +133,9 @@ def _print_events(r: Any, curious: str) -> None:
     """The same events side by side, three narrow columns: the event, what its subscriber
     reads, and what the curious broker holds (tokens, ciphertext, signature as truncated hex,
     one item per line, so each fits its column at 80 columns)."""
+    # the broker holds each publication under its opaque wire id (the publisher's keyed hash)
     held = {m["event_id"]: m for _, m in r.curious.messages if m.get("op") == "publish"}
+    held = {i: held[w] for i, w in r.wire_ids.items() if w in held}
     who = {str(e.id): u for u, evs in r.received.items() for e in evs}
     merkle = r.profile == "default"  # one signature per batch of 8 publications, with paths
     sig = "a signature (Merkle root of 8)" if merkle else "an Ed25519 signature"
@@ -150,6 +154,7 @@ def _print_events(r: Any, curious: str) -> None:
         m = held.get(str(e.id), {})
         meta = m.get("meta", {})
         holds = [
+            f"id: {str(m.get('event_id', '-'))[:12]}…",
             *_tokens(m.get("routing", {})),
             f"body: {hexcut(m.get('body'), 6)}",
             *_secrets(meta.get("s"), 6),
@@ -190,9 +195,12 @@ def run_spark_part(
     opened deliveries with the ciphertext the executors handled."""
     import pyarrow.dataset as ds
 
+    from pubguard.crypto import random_bytes
     from pubguard.pipeline.opener import read_opened
     from pubguard.pipeline.run import run_pipeline
     from pubguard.pipeline.session import get_spark
+    from pubguard.pipeline.stages import TrustedContext
+    from pubguard.schemes.common.wire_id import WireIds
     from pubguard.sim.workloads import generate
 
     generate(
@@ -205,6 +213,7 @@ def run_spark_part(
     )
     say(f"psguard workload: {events} events, {subscribers} subscribers; starting Spark ({master})")
     spark = get_spark(master=master, app_name="pubguard-demo", shuffle_partitions=4)
+    secret = random_bytes(32)  # the KDC master (and the publisher's key derived from it)
     try:
         summary = run_pipeline(
             spark,
@@ -212,6 +221,7 @@ def run_spark_part(
             workdir / "out",
             profile="psguard",
             mode="randomized",
+            master_secret=secret,
             seed=seed,
             progress=lambda stage, msg: say(f"{stage}: {msg}"),
         )
@@ -220,9 +230,12 @@ def run_spark_part(
     opened = read_opened(workdir / "out" / "opened")
     outbox = ds.dataset(str(workdir / "out" / "outbox"), format="parquet", partitioning="hive")
     rows = {(str(x["subscriber"]), x["event_id"]): x for x in outbox.to_table().to_pylist()}
+    # executors hold each event under the publisher's opaque wire id; opened/ has the
+    # application's id back (the trusted side derives the one from the other)
+    wire = WireIds.for_key(TrustedContext.create(secret, ()).signing_key)
     samples = []
     for rec in opened.head(SPARK_SAMPLES).to_dict("records"):
-        c = rows.get((str(rec["subscriber"]), rec["event_id"]), {})
+        c = rows.get((str(rec["subscriber"]), wire(str(rec["event_id"]))), {})
         samples.append(
             {
                 "subscriber": rec["subscriber"],
@@ -322,6 +335,13 @@ def register(cli: click.Group) -> None:
     @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
     @click.option("--spark-events", type=click.IntRange(1, 100_000), default=200, show_default=True)
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @click.option(
+        "--scenario",
+        type=click.Choice(["hospital", "police"]),
+        default="hospital",
+        show_default=True,
+        help="police: Hermes' Fig. 1 (pubguard.ops.demo.police), no Spark part.",
+    )
     def demo(
         profile: str,
         events: int,
@@ -331,9 +351,16 @@ def register(cli: click.Group) -> None:
         master: str,
         spark_events: int,
         as_json: bool,
+        scenario: str,
     ) -> None:
         """The secure hospital network with a curious cloud broker, then a Spark run."""
         import asyncio
+
+        if scenario == "police":
+            from pubguard.cli.police_view import run_police
+
+            run_police(events=events, seed=seed, as_json=as_json)
+            return
 
         from pubguard.cli.pipeline_cmds import check_master
         from pubguard.ops.demo.hospital import hospital_demo

@@ -23,6 +23,7 @@ import click
 
 from pubguard import __version__
 from pubguard.errors import PubguardError
+from pubguard.native import describe
 
 __all__ = ["cli", "main"]
 
@@ -31,8 +32,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.broker_bench_cmds",
     "pubguard.cli.workload_cmds",  # workload generate
     "pubguard.cli.keys_cmds",  # keys ..., bench keys
+    "pubguard.cli.native_cmds",  # bench tokens (Python and native backends)
     "pubguard.cli.experiment_cmds",  # experiments psguard-cost-ratio, bench kmc-oft
     "pubguard.cli.scaling_cmds",  # experiments scaling
+    "pubguard.cli.vcaps_cmds",  # experiments vcaps
     "pubguard.cli.net_cmds",  # broker, cluster, publish, subscribe, status, bench network
     "pubguard.cli.soak_cmd",  # cluster soak
     "pubguard.cli.pipeline_cmds",  # pipeline ..., spark-cluster, bench pipeline
@@ -40,6 +43,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.security_cmds",  # experiments flood
     "pubguard.cli.keyservice_cmds",  # keyservice serve
     "pubguard.cli.ca_cmds",  # ca renew-crl, ca crl-agent, ca crl-status
+    "pubguard.cli.resilience_cmds",  # experiments resilience, psguard-entropy
+    "pubguard.cli.pubsub_cmds",  # advertise, unsubscribe
+    "pubguard.cli.identity_cmds",  # identity issue, keyservice new-secret
+    "pubguard.cli.hermes_cmds",  # experiments hermes
 )
 
 
@@ -85,7 +92,9 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="pubguard")
+@click.version_option(
+    __version__, prog_name="pubguard", message=f"%(prog)s %(version)s, backend: {describe()}"
+)
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """pubguard: secure content-based publish/subscribe."""

@@ -6,6 +6,7 @@ Examples::
     pubguard cluster up --state ./net            # 7-broker binary tree, CA on first use
     pubguard subscribe --state ./net --broker b3 'price > 10' --count 1
     pubguard publish --state ./net --broker b6 '{"attrs": {"price": 12}}'
+    pubguard subscribe --state ./net --broker b3 --profile psguard 'age > 20'  # [keyservice]
     pubguard status --state ./net                # a broker that does not run shows as down
     pubguard cluster up --state ./net            # again: starts the brokers that are down
     pubguard cluster restart --state ./net b2    # stop and start one broker
@@ -40,7 +41,17 @@ __all__ = ["NETWORK_PROFILES", "register"]
 
 # net.config.PROFILES, spelled out so that --help needs no import of the network stack
 # (tests/cli/test_net_cli_errors.py checks they agree)
-NETWORK_PROFILES = ("plain", "psguard", "psguard-paper", "eventguard", "narada", "default")
+NETWORK_PROFILES = (
+    "plain",
+    "psguard",
+    "psguard-paper",
+    "eventguard",
+    "narada",
+    "default",
+    "vcaps-rv",
+    "vcaps-srv",
+    "vcaps-srv-fast",
+)
 
 _STATE_DEFAULT = Path("pubguard-cluster")
 _STATE = click.option(
@@ -102,21 +113,40 @@ async def _client(
     identity: str,
     durable: bool = False,
     on_reconnect: Any = None,
+    profile: str | None = None,
+    keyservice: str | None = None,
 ) -> Any:
-    from pubguard.net.client.client import connect
-    from pubguard.ops.pki import ClusterPki
+    """A client of ``broker`` (a name, or ``tls://host:port``) speaking ``profile`` (default:
+    the one the broker serves), its keys from the cluster's key service (or --keyservice;
+    :mod:`pubguard.ops.cluster_client`)."""
+    from pubguard.ops.cluster_client import connect_cluster_client
 
-    info = _cluster_file(state).get(broker)
-    if info is None:
-        raise StateError(f"the cluster in {state} has no broker {broker!r}")
-    pki = ClusterPki(state / "pki")
-    return await connect(
-        f"tls://127.0.0.1:{info['port']}",
-        identity=identity,
-        ssl=pki.client_context(identity.split("/")[0]),
+    return await connect_cluster_client(
+        state,
+        broker,
+        identity,
+        profile=profile,
+        keyservice=keyservice,
         durable=durable,
         on_reconnect=on_reconnect,
     )
+
+
+def PROFILE_OPTION(f: Any) -> Any:  # noqa: N802  (used as a decorator, like click's)
+    """``--profile`` and ``--keyservice`` of the client commands."""
+    f = click.option(
+        "--keyservice",
+        default=None,
+        metavar="URL",
+        help="The key service, tls://host:port (default: the cluster's, from --state).",
+    )(f)
+    return click.option(
+        "--profile",
+        default=None,
+        metavar="PROFILE",
+        help="Security profile to speak (default: the one the broker serves). Keys, tokens "
+        "and permits come from the cluster's key service over mutual TLS.",
+    )(f)
 
 
 def _up_again(state: Path, config: Path | None) -> None:
@@ -124,10 +154,13 @@ def _up_again(state: Path, config: Path | None) -> None:
     import asyncio
 
     from pubguard.net.config import load_cluster_config
-    from pubguard.ops.cluster import restart_brokers
+    from pubguard.ops.cluster import restart_brokers, restart_keyservice
+    from pubguard.ops.cluster_keys import running_keyservice
 
-    known = set(_cluster_file(state))
-    if config is not None and set(load_cluster_config(config, state_dir=state).brokers) != known:
+    data = _cluster_file(state)
+    known = set(data) - {"keyservice"}
+    cfg = None if config is None else load_cluster_config(config, state_dir=state)
+    if cfg is not None and set(cfg.brokers) != known:
         raise StateError(
             f"a cluster with other brokers runs from {state} (pubguard cluster down first)"
         )
@@ -137,6 +170,14 @@ def _up_again(state: Path, config: Path | None) -> None:
     else:
         msg = f"all {len(known)} brokers of {state} already running"
     console.print(msg, soft_wrap=True)
+    if "keyservice" in data and running_keyservice(state) is None:
+        if cfg is None:  # its secrets come from the config's sources
+            raise StateError(
+                f"the key service of {state} is down: pubguard cluster up --config FILE "
+                "starts it again"
+            )
+        port = asyncio.run(restart_keyservice(state, cfg))
+        console.print(f"restarted the key service on port {port}", soft_wrap=True)
 
 
 def _status_table(statuses: dict[str, Any]) -> Table:
@@ -239,6 +280,15 @@ def register(cli: click.Group) -> None:
             console.print(f"{name}  tls://127.0.0.1:{port}")
         hint = "" if state == _STATE_DEFAULT else f" (--state {state} for status, down and clients)"
         console.print(f"{len(ports)} brokers up; state in {state}{hint}", soft_wrap=True)
+        secure = [p for p in cfg.served if p != "plain"]
+        if secure and cfg.keyservice is None:  # said, never silent
+            err_console.print(
+                f"warning: no \\[keyservice] in the config: the keys of {', '.join(secure)} "
+                "come from a random master secret that ends with this command, so clients in "
+                "other shells can speak plain only (docs/deploy.md)",
+                style="yellow",
+                soft_wrap=True,
+            )
         warn_without_ca_passphrase(state)
 
     @cluster.command("down")
@@ -248,8 +298,12 @@ def register(cli: click.Group) -> None:
         from pubguard.ops.cluster import stop_cluster
 
         stopped = stop_cluster(state)
+        brokers = [n for n in stopped if n != "keyservice"]
+        ks = " and the key service" if "keyservice" in stopped else ""
         if stopped:
-            console.print(f"stopped {len(stopped)} brokers: {', '.join(stopped)}", soft_wrap=True)
+            console.print(
+                f"stopped {len(brokers)} brokers: {', '.join(brokers)}{ks}", soft_wrap=True
+            )
         else:
             console.print("no cluster was running")
 
@@ -312,9 +366,15 @@ def register(cli: click.Group) -> None:
     @_STATE
     @click.option("--broker", default="b0", show_default=True)
     @click.option("--identity", default=None, help=_IDENTITY_HELP)
+    @PROFILE_OPTION
     @click.argument("events", nargs=-1)
     def publish_cmd(
-        state: Path, broker: str, identity: str | None, events: tuple[str, ...]
+        state: Path,
+        broker: str,
+        identity: str | None,
+        profile: str | None,
+        keyservice: str | None,
+        events: tuple[str, ...],
     ) -> None:
         """Publish events given as JSON objects ('{"attrs": {...}}'), or JSON lines on stdin.
         Each is reported published once the broker accepted it; a refusal is an error."""
@@ -344,9 +404,14 @@ def register(cli: click.Group) -> None:
 
         async def run() -> tuple[list[str], PubguardError | None]:
             from pubguard.errors import RefusedError
+            from pubguard.ops.cluster_client import advertisements_for
 
-            c = await _client(state, broker, _session_identity(identity))
+            c = await _client(
+                state, broker, _session_identity(identity), profile=profile, keyservice=keyservice
+            )
             try:
+                for f in advertisements_for(c.scheme.profile, parsed):  # eventguard §4.3
+                    await c.advertise(f)
                 ids = [await c.publish(e) for e in parsed]  # ProfileNotServedError: none sent
                 try:
                     await c.confirm()  # the broker's verdict on each: acks, refusals
@@ -381,11 +446,14 @@ def register(cli: click.Group) -> None:
         help="Stop after this many events (0: never).",
     )
     @click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds idle.")
+    @PROFILE_OPTION
     @click.argument("filter_text")
     def subscribe_cmd(
         state: Path,
         broker: str,
         identity: str | None,
+        profile: str | None,
+        keyservice: str | None,
         durable: bool,
         sub_id: str | None,
         count: int,
@@ -397,7 +465,7 @@ def register(cli: click.Group) -> None:
         session, which may have missed events."""
         import asyncio
 
-        from pubguard.errors import ParseError
+        from pubguard.errors import FilterRefusedError, ParseError
         from pubguard.model import Filter
 
         try:
@@ -422,12 +490,21 @@ def register(cli: click.Group) -> None:
 
         async def run() -> None:
             c = await _client(
-                state, broker, _session_identity(identity), durable, on_reconnect=reconnected
+                state,
+                broker,
+                _session_identity(identity),
+                durable,
+                on_reconnect=reconnected,
+                profile=profile,
+                keyservice=keyservice,
             )
             try:
                 # subscribed at once after connecting, before any delivery is read: a durable
                 # session's deliveries kept while it was away find their subscription
-                sub = await c.subscribe(f, sub_id=sub_id)  # ProfileNotServedError: not sent
+                try:  # ProfileNotServedError, FilterRefusedError: nothing sent
+                    sub = await c.subscribe(f, sub_id=sub_id)
+                except FilterRefusedError as exc:  # named as the user typed it
+                    raise FilterRefusedError(filter_text, exc.identity, exc.detail) from None
                 await c.confirm()  # the broker accepted it (RefusedError otherwise)
                 err_console.print(f"subscribed to {filter_text!r} at {broker}")
                 n = 0
@@ -523,8 +600,8 @@ def register(cli: click.Group) -> None:
             BROKER_COUNTS,
             PAPER,
             check_attribute,
-            run_network_bench,
         )
+        from pubguard.ops.bench.steady import run_network_bench_steady, steady_lines
 
         if profile not in PROFILES:
             raise click.BadParameter(
@@ -545,7 +622,7 @@ def register(cli: click.Group) -> None:
         # minutes of searching: a progress line on a terminal, a line per step in a log
         with StepProgress(f"bench network --profile {profile}", unit="searches done") as steps:
             results = asyncio.run(
-                run_network_bench(
+                run_network_bench_steady(
                     profile,
                     list(brokers or BROKER_COUNTS),
                     list(payloads or (16, 16384)),
@@ -583,6 +660,8 @@ def register(cli: click.Group) -> None:
             console.print(f"[dim]{line}[/dim]")
         if "paper" in PAPER[profile]:
             console.print(f"paper: {PAPER[profile]['paper']}")
+        for line in steady_lines(results):
+            console.print(line)
         if any(r.get("goals") for r in results):
             console.print(_goals_table(results))
         v = results[0].get("client_cost_us")
@@ -706,15 +785,32 @@ def _bench_legend(profile: str, results: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _keyservice_line(ks: dict[str, Any]) -> str:
+    """The key service's line under the brokers' table."""
+    where = f"keyservice {ks.get('url')} serving {', '.join(ks.get('profiles') or ())}"
+    if ks.get("down"):
+        return f"{where}: [red]down[/red]"
+    if "error" in ks:
+        return f"{where}: pid {ks.get('pid')}, [red]{ks['error']}[/red]"
+    return f"{where}: pid {ks.get('pid')}, answering ({ks.get('ops')} ops)"
+
+
 def _show_status(state: Path, as_json: bool) -> None:
     import asyncio
 
+    from pubguard.native import describe as native_backend
     from pubguard.ops.cluster import cluster_status
+    from pubguard.ops.cluster_keys import keyservice_status
 
+    if not as_json:  # which code runs the hot paths here (pubguard.native)
+        console.print(f"backend: {native_backend()}", soft_wrap=True)
     statuses = asyncio.run(cluster_status(state))
+    ks = keyservice_status(state)
     if as_json:
-        print_json(statuses)
+        print_json(statuses if ks is None else {**statuses, "keyservice": ks})
     else:
         console.print(_status_table(statuses))
+        if ks is not None:
+            console.print(_keyservice_line(ks), soft_wrap=True)
     if not show_crl_health(state, quiet=as_json):  # an expired CRL refuses every connection
         click.get_current_context().exit(1)

@@ -44,6 +44,8 @@ A cluster (``cluster.toml``)::
     kind = "tree"               # or "edges" with edges = [["b0", "b1"], ...] (parent, child)
     arity = 2
     depth = 2
+    external = [["b0", "h1"]]   # (parent, child): a child run by another domain on its own
+                                # host (docs/deploy.md); listed by its parent, never started
     publishers = ["cli"]        # psguard publishers whose keys brokers must know up front
     [broker]                    # defaults applied to every broker
     durable = true
@@ -51,6 +53,12 @@ A cluster (``cluster.toml``)::
     [brokers.b1]                # per-broker overrides (any [broker] key, plus domain and
     domain = "cloud"            # record = true: log what it sees to <state>/b1/seen.msgpack)
     record = true
+    [keyservice]                # run the key service beside the brokers (docs/deploy.md)
+    profiles = ["default", "psguard", "eventguard"]   # default: those the brokers serve
+    policy = "policy.json"      # the KDC policy (KdcConfig.policy_json); default: open
+    master_env = "PUBGUARD_KEYSERVICE_MASTER"   # base64 master secret (the default), or
+    # master_file = "master.pem"  # 0600, encrypted with PUBGUARD_TLS_PASSPHRASE
+    port = 0                    # 0: any free port (recorded in <state>/cluster.json)
 
 When any broker serves a profile other than plain, the cluster writes the public key material
 to ``<state>/pki/broker-keys.json`` (beside the CA) and points every broker's ``keys`` at it.
@@ -67,13 +75,20 @@ from pathlib import Path
 from typing import Any, Final
 
 from pubguard.errors import ConfigError
+from pubguard.schemes.hermes import HERMES_ATTRIBUTE, HERMES_EVENT
 from pubguard.schemes.registry import PROFILES
+
+#: broker-keyed profiles served beside the registry's (pubguard.net.server.hermes_node)
+HERMES_PROFILES: Final = (HERMES_EVENT, HERMES_ATTRIBUTE)
 
 __all__ = [
     "DEFAULT_CLUSTER",
+    "KEYSERVICE_MASTER_ENV",
+    "KEYSERVICE_NAME",
     "PROFILES",
     "BrokerConfig",
     "ClusterConfig",
+    "KeyServiceSettings",
     "ParentLink",
     "RevocationSource",
     "TlsFiles",
@@ -87,6 +102,13 @@ __all__ = [
 ]
 
 MAX_BROKERS: Final = 64
+#: the key service's name in a cluster: its TLS identity and its record in cluster.json, so
+#: no broker may take it
+KEYSERVICE_NAME: Final = "keyservice"
+#: where ``[keyservice]`` takes its master secret from unless it names another source
+KEYSERVICE_MASTER_ENV: Final = "PUBGUARD_KEYSERVICE_MASTER"
+#: the profiles whose keys, tokens and permits a cluster's key service serves
+KEYSERVICE_SERVES: Final = ("default", "psguard", "psguard-paper", "eventguard", "narada")
 #: why a wildcard bind address is refused: a client checks the broker's certificate against
 #: the address it dials (a SubjectAlternativeName), and no client can dial "every interface"
 WILDCARD_HOST: Final = (
@@ -120,6 +142,21 @@ class RevocationSource:
     endpoint_file: Path | None = None  # JSON with "host" and "port" (the key service writes it)
     poll: float = 2.0
     max_age: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyServiceSettings:
+    """A cluster's key service (``[keyservice]``): the profiles it serves (empty: every one
+    the brokers serve that a key service can), its KDC policy file (None: an open policy,
+    ``admin`` its administrator), and where its master secret comes from: the environment
+    variable ``master_env`` (base64), or ``master_file`` (0600, encrypted with
+    ``PUBGUARD_TLS_PASSPHRASE``; :mod:`pubguard.crypto.keyfile`). Never a random one."""
+
+    profiles: tuple[str, ...] = ()
+    policy: Path | None = None
+    master_env: str | None = KEYSERVICE_MASTER_ENV
+    master_file: Path | None = None
+    port: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +198,9 @@ class ClusterConfig:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # [brokers.<n>]
     publishers: tuple[str, ...] = ("cli",)
+    keyservice: KeyServiceSettings | None = None  # [keyservice]: run one beside the brokers
+    #: (parent, child) edges to brokers other domains run on their own hosts
+    external: tuple[tuple[str, str], ...] = ()
 
     def settings(self, name: str) -> dict[str, Any]:
         """``[broker]`` defaults with ``[brokers.<name>]`` applied."""
@@ -186,7 +226,8 @@ class ClusterConfig:
         return None
 
     def children_of(self, name: str) -> tuple[str, ...]:
-        return tuple(c for p, c in self.edges if p == name)
+        """The children ``name`` accepts: the cluster's and the external ones."""
+        return tuple(c for p, c in (*self.edges, *self.external) if p == name)
 
 
 DEFAULT_CLUSTER: Final = """\
@@ -288,11 +329,11 @@ def parse_broker_config(
     name = r.name("name")
     state_dir = _path(base, r.get("state_dir", str, f"state/{name}"))
     profile = r.get("profile", str, "plain")
-    if profile not in PROFILES:
+    if profile not in PROFILES and profile not in HERMES_PROFILES:
         raise r.fail("profile", f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
     profiles = r.get("profiles", list, [])
     for i, p in enumerate(profiles):
-        if p not in PROFILES:
+        if p not in PROFILES and p not in HERMES_PROFILES:
             raise r.fail(f"profiles[{i}]", f"unknown profile {p!r} (known: {', '.join(PROFILES)})")
     if "profile" in data and profiles and profile not in profiles:
         raise r.fail("profile", f"{profile!r} is not among profiles = {profiles}")
@@ -470,6 +511,15 @@ def parse_cluster_config(
         brokers = _check_tree(edges, t)
     else:
         raise t.fail("kind", f"must be 'tree' or 'edges', got {kind!r}")
+    external: list[tuple[str, str]] = []
+    for i, e in enumerate(t.get("external", list, [])):
+        if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e)):
+            raise t.fail(f"external[{i}]", "must be [parent, child]")
+        if e[0] not in brokers:
+            raise t.fail(f"external[{i}]", f"no broker {e[0]!r} in the topology")
+        if e[1] in brokers or e[1] in (c for _, c in external) or e[1] == KEYSERVICE_NAME:
+            raise t.fail(f"external[{i}]", f"{e[1]!r} is already a name of the cluster")
+        external.append((e[0], e[1]))
     t.done()
     defaults = _broker_defaults(r.table("broker"), "broker", path, base)
     overrides: dict[str, dict[str, Any]] = {}
@@ -486,9 +536,49 @@ def parse_cluster_config(
     for i, n in enumerate(pubs):
         if not isinstance(n, str) or not n:
             raise r.fail(f"publishers[{i}]", "must be an identity name")
+    ks = _keyservice(r.table("keyservice"), base)
+    if ks is not None and KEYSERVICE_NAME in brokers:
+        raise t.fail("edges", f"{KEYSERVICE_NAME!r} names the key service, not a broker")
     r.done()
     return ClusterConfig(
-        state_dir, tuple(edges), tuple(brokers), host, defaults, overrides, tuple(pubs)
+        state_dir,
+        tuple(edges),
+        tuple(brokers),
+        host,
+        defaults,
+        overrides,
+        tuple(pubs),
+        ks,
+        tuple(external),
+    )
+
+
+def _keyservice(t: _Reader | None, base: Path) -> KeyServiceSettings | None:
+    """The ``[keyservice]`` table (None when the cluster runs no key service)."""
+    if t is None:
+        return None
+    profiles = t.get("profiles", list, [])
+    for i, p in enumerate(profiles):
+        if p not in KEYSERVICE_SERVES:
+            raise t.fail(
+                f"profiles[{i}]",
+                f"the key service serves {', '.join(KEYSERVICE_SERVES)}, not {p!r}",
+            )
+    policy = t.get("policy", str, None)
+    env = t.get("master_env", str, None)
+    mfile = t.get("master_file", str, None)
+    if env is not None and mfile is not None:
+        raise t.fail("master_env", "give one of master_env and master_file")
+    if env is not None and not (env and all(c.isalnum() or c == "_" for c in env)):
+        raise t.fail("master_env", f"{env!r} is not an environment variable name")
+    port = t.port("port", 0)
+    t.done()
+    return KeyServiceSettings(
+        tuple(dict.fromkeys(profiles)),
+        _path(base, policy) if policy else None,
+        None if mfile is not None else env or KEYSERVICE_MASTER_ENV,
+        _path(base, mfile) if mfile else None,
+        port,
     )
 
 

@@ -323,6 +323,8 @@ class ClientScheme(Protocol):
     - ``epoch_end(now)`` / ``renews_ahead`` / ``leased_subscriptions`` /
       ``next_epoch_window``: key-epoch renewal (``pubguard.net.client.renewal``); a scheme
       with ``renews_subscriptions`` False (the default) is never renewed.
+    - ``wire_id(event_id)``: the opaque id a publication carries on the wire (default: the
+      application's own id).
     """
 
     profile: str
@@ -417,6 +419,13 @@ class ClientScheme(Protocol):
     def epoch_end(self, now: float) -> float | None:
         """When the key epoch current at ``now`` ends; None if unknown (the default)."""
         return None
+
+    def wire_id(self, event_id: str) -> str:
+        """The id a publication of the application event ``event_id`` carries on the wire,
+        the same every time (brokers detect duplicates by it). The default, the application's
+        id itself (plain); the secure profiles return an opaque keyed hash and seal the
+        application's id inside the body (``pubguard.schemes.common.wire_id``)."""
+        return event_id
 
 
 class Scheme(BrokerScheme, ClientScheme, Protocol):

@@ -55,6 +55,9 @@ from pubguard.schemes.psguard.broker import PSGuardBroker
 from pubguard.schemes.psguard.client import PSGuardClient
 from pubguard.schemes.psguard.keyservice import PSGuardKeyService
 from pubguard.schemes.psguard.record import Schema
+from pubguard.schemes.vcaps.broker import VcapsBroker
+from pubguard.schemes.vcaps.deployment import VcapsDeployment
+from pubguard.schemes.vcaps.publisher import PROFILES as VCAPS_PROFILES
 from pubguard.store import Database
 
 __all__ = [
@@ -69,7 +72,15 @@ __all__ = [
 
 #: ``psguard-paper``: the psguard records with psguard.txt §2's honest-but-curious brokers
 #: (tokens matched, no signature or timestamp check at brokers; subscribers verify)
-PROFILES: Final = ("plain", "psguard", "psguard-paper", "eventguard", "narada", "default")
+PROFILES: Final = (
+    "plain",
+    "psguard",
+    "psguard-paper",
+    "eventguard",
+    "narada",
+    "default",
+    *VCAPS_PROFILES,
+)
 #: psguard.txt §1: a hospital publishing <topic, age, patientRecord> events.
 HOSPITAL: Final = EventType(
     "patient",
@@ -186,6 +197,8 @@ def make_broker_scheme(
     match _check(profile):
         case "plain":
             return PlainScheme()
+        case "vcaps-rv" | "vcaps-srv" | "vcaps-srv-fast":
+            return VcapsBroker(profile, keys.publishers)  # publishers' token/notification keys
         case "psguard" | "psguard-paper":
             ps = PSGuardBroker(
                 keys.publishers,
@@ -312,6 +325,15 @@ class KeyBundle:
         self.ms_for: Callable[[str], MetaServiceLike] | None = None
         for n in identities:
             self.signing_key(n)
+        #: v-CAPS key service and publisher cores (``identities`` should name the publishers)
+        self.vcaps = VcapsDeployment(
+            hkdf(m, info=b"pubguard/bundle/vcaps"),
+            signing_key=self.signing_key,
+            publisher_names=lambda: list(self._keys),
+            epoch_length=epoch_length,
+            origin=origin,
+            rng=rng,
+        )
 
     def __repr__(self) -> str:
         return f"KeyBundle({self.state_dir}, identities={sorted(self._keys)})"
@@ -325,6 +347,11 @@ class KeyBundle:
                 SigningKey.from_seed(seed) if seed else SigningKey.generate()
             )
         return sk
+
+    def add_signing_key(self, identity: str, key: SigningKey) -> None:
+        """Make ``key`` the identity's publication key (a deployment that derives or stores its
+        publishers' keys); before :meth:`broker_keys` is taken."""
+        self._keys[identity] = key
 
     # -- narada PKI, on first use ------------------------------------------------------------
     def _pki(self) -> _NaradaPki:
@@ -394,6 +421,8 @@ class KeyBundle:
         match _check(profile):
             case "plain":
                 return PlainScheme()
+            case "vcaps-rv" | "vcaps-srv" | "vcaps-srv-fast":
+                return self.vcaps.client(profile, identity)
             case "psguard" | "psguard-paper":
                 return PSGuardClient(
                     identity,

@@ -39,6 +39,7 @@ from pubguard.crypto.x509 import Certificate
 from pubguard.errors import FrameError, ValidationError
 from pubguard.net.crl import CrlWatch
 from pubguard.net.keyservice.core import KeyServiceCore
+from pubguard.net.keyservice.hermes_kgm import HermesKgmCore
 from pubguard.net.keyservice.protocol import MAX_REQUEST_SIZE
 from pubguard.net.tls import peer_identity
 from pubguard.wire.framing import FrameDecoder, encode_frame
@@ -57,7 +58,7 @@ class KeyServiceServer:
 
     def __init__(
         self,
-        core: KeyServiceCore,
+        core: KeyServiceCore | HermesKgmCore,
         ssl_context: _ssl.SSLContext,
         *,
         host: str = "127.0.0.1",
@@ -74,6 +75,7 @@ class KeyServiceServer:
         self.stats: Counter[str] = Counter()
         self._server: asyncio.Server | None = None
         self._crl_task: asyncio.Task[None] | None = None
+        self._links: set[asyncio.StreamWriter] = set()  # open client links, closed by stop()
 
     def status(self) -> dict[str, Any]:
         """Health and counters: ``healthy`` is false when the CRL the service checks its
@@ -101,6 +103,8 @@ class KeyServiceServer:
             self._crl_task = None
         if self._server is not None:
             self._server.close()
+            for w in list(self._links):  # each handler then sees its link end and returns
+                w.transport.abort()  # (a TLS close_notify would wait for the peer)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
             self._server = None
@@ -120,6 +124,7 @@ class KeyServiceServer:
         serial = _peer_serial(sslobj)
         self.stats["connections"] += 1
         dec = FrameDecoder(MAX_REQUEST_SIZE)
+        self._links.add(writer)
         try:
             while True:
                 data = await asyncio.wait_for(reader.read(65536), IDLE_TIMEOUT)
@@ -154,6 +159,7 @@ class KeyServiceServer:
         except (TimeoutError, ConnectionError, _ssl.SSLError, OSError) as exc:
             log.info("keyservice: link of %s ended: %s", cn, type(exc).__name__)
         finally:
+            self._links.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -71,6 +71,7 @@ from pubguard.net.config import BrokerConfig
 from pubguard.net.conn import FrameConnection, PeerClosed
 from pubguard.net.crl import CrlWatch
 from pubguard.net.server.batching import BatchProcessor
+from pubguard.net.server.hermes_node import HERMES_PROFILES, hermes_schemes
 from pubguard.net.server.links import BROKER_WINDOW, Link
 from pubguard.net.server.parent_link import ParentConnector, read_hello
 from pubguard.net.server.pidfile import remove_pidfile, write_pidfile
@@ -221,9 +222,21 @@ class BrokerServer:
         replay_db = self.store.db if self.store is not None else None
         if replay_db is not None:  # an older broker's replay.db: carried over, not dropped
             ReplayState.import_file(config.state_dir / "replay.db", replay_db)
+        # hermes profiles are broker-keyed (hermes_node: key groups joined at start)
+        others = tuple(p for p in config.served if p not in HERMES_PROFILES) or ("plain",)
+        registry = schemes_for(others, config.keys, replay_db=replay_db)
+        near = ([config.parent.name] if config.parent else []) + list(config.children)
+        for hs in hermes_schemes(
+            config.served,
+            name=config.name,
+            state_dir=config.state_dir,
+            tls=config.tls,
+            neighbours=near,
+        ):
+            registry.register(hs)
         self.core = Broker(
             config.name,
-            schemes_for(config.served, config.keys, replay_db=replay_db),
+            registry,
             store=self.store,
             no_catch_up=config.no_catch_up,
         )
