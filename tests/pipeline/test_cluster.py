@@ -16,7 +16,6 @@ import pytest
 
 from tests.pipeline.helpers import NOW
 
-
 _MATCH_EACH = """
 import json, sys
 from pubguard.pipeline.run import match_protected
