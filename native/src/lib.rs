@@ -3,6 +3,9 @@
 //! The Python code stays the reference; every function here has a differential test against it,
 //! and `PUBGUARD_NATIVE=0` turns this module off.
 #![forbid(unsafe_code)]
+// The PyO3 entry points mirror the Python reference's signatures (the guard's many fields), and
+// the AES-128/256 PRF enum stays unboxed on the token-matching hot path.
+#![allow(clippy::too_many_arguments, clippy::large_enum_variant)]
 
 use pyo3::prelude::*;
 

@@ -121,7 +121,7 @@ fn match_all(prfs: &[Prf], nonces: &[u8], tags: Vec<Vec<i64>>) -> Vec<(usize, us
 }
 
 fn check(nonces: &[u8], tags: &[Vec<i64>]) -> PyResult<()> {
-    if nonces.len() % BLOCK != 0 {
+    if !nonces.len().is_multiple_of(BLOCK) {
         return Err(PyValueError::new_err("nonces are not whole 16-byte blocks"));
     }
     if tags.len() < nonces.len() / BLOCK {
@@ -176,7 +176,7 @@ fn prf_blocks<'py>(
     key: &[u8],
     blocks: &[u8],
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-    if blocks.len() % BLOCK != 0 {
+    if !blocks.len().is_multiple_of(BLOCK) {
         return Err(PyValueError::new_err(
             "PRF input is not whole 16-byte blocks",
         ));

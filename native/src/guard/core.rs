@@ -95,7 +95,12 @@ pub type NewNode = (u64, [u8; 32], Vec<u8>);
 pub type NodeMap = HashMap<u64, ([u8; 32], Vec<u8>)>;
 
 fn leaf_hash(leaf: &[u8], index: i64, size: i64) -> [u8; 32] {
-    sha(&[b"\x00", &(index as u32).to_be_bytes(), &(size as u32).to_be_bytes(), leaf])
+    sha(&[
+        b"\x00",
+        &(index as u32).to_be_bytes(),
+        &(size as u32).to_be_bytes(),
+        leaf,
+    ])
 }
 
 /// merkle.py `climb`: Err(()) is InvalidToken (forged).
@@ -110,7 +115,7 @@ pub fn climb(
         return Err(());
     }
     let end = blob.len();
-    if end % DIGEST != 0 || end > MAX_PATH * DIGEST {
+    if !end.is_multiple_of(DIGEST) || end > MAX_PATH * DIGEST {
         return Err(());
     }
     let mut h = leaf_hash(leaf, index, size);
@@ -143,7 +148,11 @@ pub fn climb(
             let mut sib = [0u8; 32];
             sib.copy_from_slice(s);
             new.push((key ^ 1, sib, [&h[..], rest].concat()));
-            h = if p & 1 == 0 { sha(&[b"\x01", &h, s]) } else { sha(&[b"\x01", s, &h]) };
+            h = if p & 1 == 0 {
+                sha(&[b"\x01", &h, s])
+            } else {
+                sha(&[b"\x01", s, &h])
+            };
         } else {
             new.push((key, h, blob[k..].to_vec()));
         }
@@ -169,7 +178,12 @@ pub struct TtlLru<K: std::hash::Hash + Eq + Clone, V> {
 #[allow(clippy::len_without_is_empty)]
 impl<K: std::hash::Hash + Eq + Clone, V> TtlLru<K, V> {
     pub fn new(capacity: usize) -> Self {
-        TtlLru { capacity, map: HashMap::new(), order: BTreeMap::new(), clock: 0 }
+        TtlLru {
+            capacity,
+            map: HashMap::new(),
+            order: BTreeMap::new(),
+            clock: 0,
+        }
     }
     pub fn len(&self) -> usize {
         self.map.len()
@@ -300,8 +314,8 @@ impl RootVerifier {
                     }
                 }
                 let root = tree.root;
-                let (h, at, new) =
-                    climb(leaf, index, size, path, Some(&tree.nodes)).map_err(|_| VerifyError::Forged)?;
+                let (h, at, new) = climb(leaf, index, size, path, Some(&tree.nodes))
+                    .map_err(|_| VerifyError::Forged)?;
                 match tree.nodes.get(&at) {
                     Some(n) if n.0 == h => {}
                     _ => return Err(VerifyError::Forged),
@@ -312,7 +326,8 @@ impl RootVerifier {
                 return Ok(root);
             }
         }
-        let (root, at, mut new) = climb(leaf, index, size, path, None).map_err(|_| VerifyError::Forged)?;
+        let (root, at, mut new) =
+            climb(leaf, index, size, path, None).map_err(|_| VerifyError::Forged)?;
         let ck = (pk.to_vec(), root);
         let cached = matches!(self.cache.get(&ck, now), Some(s) if s[..] == *sig);
         if !cached {
@@ -328,7 +343,13 @@ impl RootVerifier {
             self.drop_tree(&first);
         }
         self.seq += 1;
-        let tree = Tree { size, expires: now + self.ttl, root, nodes: HashMap::new(), seq: self.seq };
+        let tree = Tree {
+            size,
+            expires: now + self.ttl,
+            root,
+            nodes: HashMap::new(),
+            seq: self.seq,
+        };
         self.order.insert(self.seq, tk.clone());
         self.trees.insert(tk.clone(), tree);
         new.push((at, root, Vec::new()));
@@ -345,13 +366,19 @@ impl RootVerifier {
         let add = {
             let nodes = &self.trees[tk].nodes;
             let mut seen = std::collections::HashSet::new();
-            new.iter().filter(|(k, _, _)| !nodes.contains_key(k) && seen.insert(*k)).count()
+            new.iter()
+                .filter(|(k, _, _)| !nodes.contains_key(k) && seen.insert(*k))
+                .count()
         };
         if add == 0 {
             return;
         }
         while self.nodes + add > self.max_nodes {
-            let oldest = self.order.first_key_value().map(|(_, k)| k.clone()).expect("a tree");
+            let oldest = self
+                .order
+                .first_key_value()
+                .map(|(_, k)| k.clone())
+                .expect("a tree");
             if oldest == *tk {
                 return;
             }
@@ -370,7 +397,8 @@ impl RootVerifier {
 /// eventguard/wire.py `unpack_items`: exactly `n` length-prefixed items.
 pub fn unpack_items(blob: &[u8], n: usize) -> Option<Vec<&[u8]>> {
     let end = blob.len();
-    let u32_at = |i: usize| u32::from_be_bytes([blob[i], blob[i + 1], blob[i + 2], blob[i + 3]]) as usize;
+    let u32_at =
+        |i: usize| u32::from_be_bytes([blob[i], blob[i + 1], blob[i + 2], blob[i + 3]]) as usize;
     if n == 1 && end >= 4 && u32_at(0) == end - 4 {
         return Some(vec![&blob[4..]]);
     }
@@ -396,7 +424,7 @@ pub fn unpack_items(blob: &[u8], n: usize) -> Option<Vec<&[u8]>> {
 
 /// eventguard/wire.py `parse_tokens`, given the routing part's only value.
 pub fn parse_tokens(blob: &[u8]) -> Option<Vec<&[u8]>> {
-    if blob.len() % TOKEN_BYTES != 0 {
+    if !blob.len().is_multiple_of(TOKEN_BYTES) {
         return None;
     }
     let n = blob.len() / TOKEN_BYTES;
@@ -422,7 +450,9 @@ pub struct EgMeta<'a> {
 
 impl<'a> EgMeta<'a> {
     fn all(&self) -> [Val<'a>; 9] {
-        [self.p, self.e, self.ts, self.sig, self.mi, self.mn, self.mp, self.wk, self.ad]
+        [
+            self.p, self.e, self.ts, self.sig, self.mi, self.mn, self.mp, self.wk, self.ad,
+        ]
     }
 }
 
@@ -489,9 +519,17 @@ pub fn parse_meta<'a>(m: &EgMeta<'a>, n: usize) -> Result<EgFields<'a>, Verdict>
         _ => None,
     };
     match (wrapped, permits) {
-        (Some(wrapped), Some(permits)) => {
-            Ok(EgFields { publisher, epoch, ts, sig, index, size, path, wrapped, permits })
-        }
+        (Some(wrapped), Some(permits)) => Ok(EgFields {
+            publisher,
+            epoch,
+            ts,
+            sig,
+            index,
+            size,
+            path,
+            wrapped,
+            permits,
+        }),
         _ => bad,
     }
 }
@@ -563,7 +601,12 @@ pub struct EgGuard {
 
 impl EgGuard {
     pub fn new(max_delay: f64, leaf_tag: &[u8]) -> Self {
-        EgGuard { max_delay, leaf_tag: leaf_tag.to_vec(), hot: HashMap::new(), keys: Default::default() }
+        EgGuard {
+            max_delay,
+            leaf_tag: leaf_tag.to_vec(),
+            hot: HashMap::new(),
+            keys: Default::default(),
+        }
     }
 
     /// eventguard/broker.py `_check_publish`, for a publication whose routing part's
@@ -629,7 +672,9 @@ impl EgGuard {
             self.keys.insert(pk.clone());
         }
         let leaf = eg_leaf(&self.leaf_tag, event_id, profile, &f, &tokens, body);
-        match roots.verify(&pk, &leaf, f.sig, now, f.index, f.size, f.path, |msg| env.verify(&pk, f.sig, msg)) {
+        match roots.verify(&pk, &leaf, f.sig, now, f.index, f.size, f.path, |msg| {
+            env.verify(&pk, f.sig, msg)
+        }) {
             Ok(_) => Ok(Verdict::Pass),
             Err(VerifyError::Forged) => Ok(Verdict::Drop(Reason::Forged)),
             Err(VerifyError::Sig(e)) => Err(e),
@@ -769,7 +814,10 @@ pub struct DfGuard {
 
 impl DfGuard {
     pub fn new(max_delay: f64) -> Self {
-        DfGuard { max_delay, hot: HashMap::new() }
+        DfGuard {
+            max_delay,
+            hot: HashMap::new(),
+        }
     }
 
     /// default/broker.py `_check_publish` for a publication whose routing part decoded to
@@ -787,15 +835,24 @@ impl DfGuard {
         m: &DfMeta<'_>,
         now: f64,
     ) -> Result<Verdict, E::Err> {
-        let all = [toks, m.p, m.ts, m.e, m.h, m.s, m.sig, m.pm, m.q, m.mi, m.mn, m.mp];
+        let all = [
+            toks, m.p, m.ts, m.e, m.h, m.s, m.sig, m.pm, m.q, m.mi, m.mn, m.mp,
+        ];
         if all.iter().any(|v| matches!(v, Val::Fallback)) {
             return Ok(Verdict::Fallback);
         }
         let bad = Ok(Verdict::Drop(Reason::Malformed));
         // psguard/wire.py `signed_from_wire`: with wire types (no subclasses: those were
         // handed back above) its slow path refuses exactly what its common shape does not take
-        let (Val::Str(publisher), Val::Int(ts), Val::Int(epoch), Val::Bytes(hint), Val::Bytes(sec), Val::Bytes(sig), Val::Bytes(toks)) =
-            (m.p, m.ts, m.e, m.h, m.s, m.sig, toks)
+        let (
+            Val::Str(publisher),
+            Val::Int(ts),
+            Val::Int(epoch),
+            Val::Bytes(hint),
+            Val::Bytes(sec),
+            Val::Bytes(sig),
+            Val::Bytes(toks),
+        ) = (m.p, m.ts, m.e, m.h, m.s, m.sig, toks)
         else {
             return bad;
         };
@@ -854,7 +911,7 @@ impl DfGuard {
         if (now - t).abs() > self.max_delay {
             return Ok(Verdict::Drop(Reason::Stale));
         }
-        if !p.publish || !(p.not_before - self.max_delay <= t && t <= p.not_after + 0.0) {
+        if !(p.publish && p.not_before - self.max_delay <= t && t <= p.not_after + 0.0) {
             return Ok(Verdict::Drop(Reason::Unauthorised));
         }
         if env.revoked(blob)? {
@@ -863,10 +920,14 @@ impl DfGuard {
         if p.subject != publisher || p.epoch != Some(epoch) {
             return Ok(Verdict::Drop(Reason::Unauthorised));
         }
-        let signed = psguard_signed(event_id, publisher, ts, epoch, mode, nonce, toks, hint, &sec, body);
+        let signed = psguard_signed(
+            event_id, publisher, ts, epoch, mode, nonce, toks, hint, &sec, body,
+        );
         let leaf = df_leaf(&signed, seq, &p.digest);
         let key = p.key.clone();
-        match roots.verify(&key, &leaf, sig, now, index, size, path, |msg| env.verify(blob, sig, msg)) {
+        match roots.verify(&key, &leaf, sig, now, index, size, path, |msg| {
+            env.verify(blob, sig, msg)
+        }) {
             Ok(_) => {}
             Err(VerifyError::Forged) => return Ok(Verdict::Drop(Reason::Forged)),
             Err(VerifyError::Sig(e)) => return Err(e),

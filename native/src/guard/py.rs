@@ -18,7 +18,10 @@ static INVALID_TOKEN: GILOnceCell<PyObject> = GILOnceCell::new();
 
 fn invalid_token(py: Python<'_>) -> PyErr {
     let cls = INVALID_TOKEN.get_or_try_init(py, || -> PyResult<PyObject> {
-        Ok(py.import("pubguard.errors")?.getattr("InvalidToken")?.unbind())
+        Ok(py
+            .import("pubguard.errors")?
+            .getattr("InvalidToken")?
+            .unbind())
     });
     match cls.and_then(|c| c.bind(py).call0()) {
         Ok(exc) => PyErr::from_value(exc),
@@ -70,7 +73,9 @@ fn exact_bytes<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
 }
 
 fn exact_str<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a str> {
-    v.downcast_exact::<PyString>().ok().and_then(|s| s.to_str().ok())
+    v.downcast_exact::<PyString>()
+        .ok()
+        .and_then(|s| s.to_str().ok())
 }
 
 /// guards.py `SignedRootVerifier` (same API and behaviour; the Python class is the spec).
@@ -93,7 +98,11 @@ impl PyRootVerifier {
     ) -> PyResult<PyObject> {
         let sig = exact_bytes(sig).ok_or_else(|| invalid_token(py))?;
         let int = |v: &Bound<'_, PyAny>| -> PyResult<i64> {
-            match v.downcast_exact::<PyInt>().ok().and_then(|i| i.extract::<i64>().ok()) {
+            match v
+                .downcast_exact::<PyInt>()
+                .ok()
+                .and_then(|i| i.extract::<i64>().ok())
+            {
                 Some(i) => Ok(i),
                 None => Err(invalid_token(py)),
             }
@@ -105,7 +114,10 @@ impl PyRootVerifier {
             key.call_method1("verify", (PyBytes::new(py, sig), PyBytes::new(py, msg)))?;
             Ok(())
         };
-        match self.inner.verify(pk, leaf, sig, now, index, size, path, check) {
+        match self
+            .inner
+            .verify(pk, leaf, sig, now, index, size, path, check)
+        {
             Ok(root) => Ok(PyBytes::new(py, &root).into_any().unbind()),
             Err(VerifyError::Forged) => Err(invalid_token(py)),
             Err(VerifyError::Sig(e)) => Err(e),
@@ -118,7 +130,9 @@ impl PyRootVerifier {
     #[new]
     #[pyo3(signature = (tag, *, ttl, capacity = DEFAULT_CACHE_CAPACITY, max_nodes = DEFAULT_MAX_NODES))]
     fn new(tag: &[u8], ttl: f64, capacity: usize, max_nodes: usize) -> Self {
-        PyRootVerifier { inner: RootVerifier::new(tag, ttl, capacity, max_nodes) }
+        PyRootVerifier {
+            inner: RootVerifier::new(tag, ttl, capacity, max_nodes),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -234,7 +248,9 @@ impl EgEnv for PyEnv<'_, '_> {
     type Err = PyErr;
 
     fn permit(&mut self, blob: &[u8]) -> PyResult<Option<AdPermit>> {
-        let r = self.permit_fields.call1((PyBytes::new(self.py, blob), self.now))?;
+        let r = self
+            .permit_fields
+            .call1((PyBytes::new(self.py, blob), self.now))?;
         if r.is_none() {
             return Ok(None);
         }
@@ -259,8 +275,10 @@ impl EgEnv for PyEnv<'_, '_> {
 
     fn verify(&mut self, pk: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
         let k = self.key_obj(pk)?;
-        k.bind(self.py)
-            .call_method1("verify", (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)))?;
+        k.bind(self.py).call_method1(
+            "verify",
+            (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)),
+        )?;
         Ok(())
     }
 }
@@ -326,7 +344,17 @@ impl PyEgGuard {
             }
         }
         let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
-        let m = EgMeta { p: v[0], e: v[1], ts: v[2], sig: v[3], mi: v[4], mn: v[5], mp: v[6], wk: v[7], ad: v[8] };
+        let m = EgMeta {
+            p: v[0],
+            e: v[1],
+            ts: v[2],
+            sig: v[3],
+            mi: v[4],
+            mn: v[5],
+            mp: v[6],
+            wk: v[7],
+            ad: v[8],
+        };
         let mut env = PyEnv {
             py,
             now,
@@ -336,8 +364,16 @@ impl PyEgGuard {
             keys: &mut self.keys,
         };
         let mut roots = self.roots.bind(py).borrow_mut();
-        let verdict =
-            self.inner.check(&mut roots.inner, &mut env, event_id, profile, tokens_blob, body, &m, now)?;
+        let verdict = self.inner.check(
+            &mut roots.inner,
+            &mut env,
+            event_id,
+            profile,
+            tokens_blob,
+            body,
+            &m,
+            now,
+        )?;
         Ok(match verdict {
             Verdict::Pass => "",
             Verdict::Drop(r) => r.as_str(),
@@ -410,7 +446,9 @@ impl PyEgGuard {
             let f = f?;
             let t = f.downcast::<PyTuple>()?;
             if t.len() != 5 {
-                return Err(pyo3::exceptions::PyTypeError::new_err("a frame is a 5-tuple"));
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "a frame is a 5-tuple",
+                ));
             }
             out.push(self.check_one(
                 py,
@@ -442,7 +480,9 @@ impl DfEnv for PyDfEnv<'_, '_> {
     type Err = PyErr;
 
     fn permit(&mut self, blob: &[u8]) -> PyResult<DfPermit> {
-        let r = self.permit_fields.call1((PyBytes::new(self.py, blob), self.now))?;
+        let r = self
+            .permit_fields
+            .call1((PyBytes::new(self.py, blob), self.now))?;
         let t = r.downcast::<PyTuple>()?;
         let p = DfPermit {
             publish: t.get_item(0)?.extract()?,
@@ -456,7 +496,10 @@ impl DfEnv for PyDfEnv<'_, '_> {
         if self.objs.len() >= HOT_CAPACITY {
             self.objs.clear();
         }
-        self.objs.insert(blob.to_vec(), (t.get_item(7)?.unbind(), t.get_item(8)?.unbind()));
+        self.objs.insert(
+            blob.to_vec(),
+            (t.get_item(7)?.unbind(), t.get_item(8)?.unbind()),
+        );
         Ok(p)
     }
 
@@ -467,13 +510,17 @@ impl DfEnv for PyDfEnv<'_, '_> {
 
     fn verify(&mut self, blob: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
         let k = self.obj(blob)?.1;
-        k.bind(self.py)
-            .call_method1(intern!(self.py, "verify"), (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)))?;
+        k.bind(self.py).call_method1(
+            intern!(self.py, "verify"),
+            (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)),
+        )?;
         Ok(())
     }
 
     fn replayed(&mut self, key: &[u8], ts: i64, seq: i64) -> PyResult<bool> {
-        let r = self.replay.call1((self.broker_id, PyBytes::new(self.py, key), ts, seq))?;
+        let r = self
+            .replay
+            .call1((self.broker_id, PyBytes::new(self.py, key), ts, seq))?;
         Ok(!r.is_none())
     }
 }
@@ -551,9 +598,12 @@ impl PyDfGuard {
         now: f64,
         broker_id: &Bound<'_, PyAny>,
     ) -> PyResult<&'static str> {
-        let (Some(event_id), Some(mode), Some(nonce), Some(body)) =
-            (exact_str(event_id), exact_str(mode), exact_bytes(nonce), exact_bytes(body))
-        else {
+        let (Some(event_id), Some(mode), Some(nonce), Some(body)) = (
+            exact_str(event_id),
+            exact_str(mode),
+            exact_bytes(nonce),
+            exact_bytes(body),
+        ) else {
             return Ok("fallback");
         };
         let missing = self.missing.bind(py);
@@ -603,7 +653,17 @@ impl PyDfGuard {
             objs: &mut self.objs,
         };
         let mut roots = self.roots.bind(py).borrow_mut();
-        let verdict = self.inner.check(&mut roots.inner, &mut env, event_id, mode, nonce, toks, body, &m, now)?;
+        let verdict = self.inner.check(
+            &mut roots.inner,
+            &mut env,
+            event_id,
+            mode,
+            nonce,
+            toks,
+            body,
+            &m,
+            now,
+        )?;
         Ok(match verdict {
             Verdict::Pass => "",
             Verdict::Drop(r) => r.as_str(),
