@@ -96,7 +96,9 @@ fn as_key(root: &[u8]) -> PyResult<Key> {
 
 /// The minimal cover of leaf interval `[lo, hi]` with its keys, left to right, in one
 /// top-down walk (psguard.txt §3.1: at most `4 log2(|R|/lc) - 2` hashes). The same walk as
-/// `pubguard.keys.nakt.cover_keys`.
+/// `pubguard.keys.nakt.cover_keys`. Below the split the left and right boundary paths are
+/// independent, so they advance in lockstep: each level issues up to four independent
+/// compressions, which the CPU overlaps (the walk is bound by SHA-256 latency otherwise).
 pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
     let mask_of = |rem: u32| (1u64 << rem) - 1;
     let (mut k, mut node, mut d) = (*root, 1u64, 0u32);
@@ -114,42 +116,47 @@ pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
         node = 2 * node + bl;
         d += 1;
     }
-    let mut out: Vec<(u64, Key)> = Vec::with_capacity(2 * m as usize);
-    let (mut cur, mut ck) = (2 * node, step(&k, b"0"));
-    for depth in d + 1..=m {
-        let rem = m - depth;
-        if lo & mask_of(rem) == 0 {
-            out.push((cur, ck));
-            break;
-        }
-        if (lo >> (rem - 1)) & 1 == 1 {
-            cur = 2 * cur + 1;
-            ck = step(&ck, b"1");
-        } else {
-            out.push((2 * cur + 1, step(&ck, b"1")));
-            cur *= 2;
-            ck = step(&ck, b"0");
-        }
-    }
-    out.reverse();
-    let (mut cur, mut ck) = (2 * node + 1, step(&k, b"1"));
+    let mut left: Vec<(u64, Key)> = Vec::with_capacity(m as usize);
+    let mut right: Vec<(u64, Key)> = Vec::with_capacity(m as usize);
+    let (mut lcur, mut lk) = (2 * node, step(&k, b"0"));
+    let (mut rcur, mut rk) = (2 * node + 1, step(&k, b"1"));
+    let (mut ldone, mut rdone) = (false, false);
     for depth in d + 1..=m {
         let rem = m - depth;
         let mask = mask_of(rem);
-        if hi & mask == mask {
-            out.push((cur, ck));
+        if !ldone {
+            if lo & mask == 0 {
+                left.push((lcur, lk));
+                ldone = true;
+            } else if (lo >> (rem - 1)) & 1 == 1 {
+                lcur = 2 * lcur + 1;
+                lk = step(&lk, b"1");
+            } else {
+                left.push((2 * lcur + 1, step(&lk, b"1")));
+                lcur *= 2;
+                lk = step(&lk, b"0");
+            }
+        }
+        if !rdone {
+            if hi & mask == mask {
+                right.push((rcur, rk));
+                rdone = true;
+            } else if (hi >> (rem - 1)) & 1 == 1 {
+                right.push((2 * rcur, step(&rk, b"0")));
+                rcur = 2 * rcur + 1;
+                rk = step(&rk, b"1");
+            } else {
+                rcur *= 2;
+                rk = step(&rk, b"0");
+            }
+        }
+        if ldone && rdone {
             break;
         }
-        if (hi >> (rem - 1)) & 1 == 1 {
-            out.push((2 * cur, step(&ck, b"0")));
-            cur = 2 * cur + 1;
-            ck = step(&ck, b"1");
-        } else {
-            cur *= 2;
-            ck = step(&ck, b"0");
-        }
     }
-    out
+    left.reverse();
+    left.extend(right);
+    left
 }
 
 /// The ktid of heap node `n` (n >= 1): its binary form without the leading 1, written into
@@ -221,30 +228,6 @@ fn py_cover_keys<'py>(
         .collect())
 }
 
-/// psguard.txt §3.1 "Authorization Key": `{ktid: wrap(key)}` for the minimal cover of
-/// `[lo, hi]`, also memoised as `memo[heap index] = wrap(key)` (the same object).
-#[pyfunction]
-fn numeric_auth_keys<'py>(
-    py: Python<'py>,
-    root: &[u8],
-    lo: u64,
-    hi: u64,
-    m: u32,
-    memo: &Bound<'py, PyDict>,
-    wrap: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyDict>> {
-    check_interval(lo, hi, m)?;
-    let root = as_key(root)?;
-    let out = PyDict::new(py);
-    let mut buf = [0u8; 64];
-    for (n, k) in cover_keys(&root, lo, hi, m) {
-        let sb = wrap.call1((PyBytes::new(py, &k),))?;
-        memo.set_item(n, &sb)?;
-        out.set_item(PyString::new(py, heap_ktid(n, &mut buf)), sb)?;
-    }
-    Ok(out)
-}
-
 /// The key of heap node `n` from its nearest ancestor in `memo` (`{heap index: key}`, the root
 /// at 1), memoising every key on the way down (`pubguard.keys.kdc.TopicKeys._node`).
 #[pyfunction]
@@ -281,6 +264,243 @@ fn memo_node<'py>(
         last = kb;
     }
     Ok(last)
+}
+
+/// psguard.txt §3.1 "Authorization Key": the minimal cover's keys as one object, a read-only
+/// mapping `{ktid: SecretBytes}` in cover order (left to right). The raw keys stay here; a
+/// `SecretBytes` is made only when a value is read (`wrap(bytes)`), so generating a cover
+/// costs the walk and one Python object. The repr names only the number of keys; not
+/// picklable (a subscriber's keys leave a process only through the key service's sealing).
+#[pyclass(module = "pubguard._native", frozen, mapping)]
+pub struct AuthKeys {
+    nodes: Vec<(u64, Key)>,
+    wrap: Py<PyAny>,
+}
+
+impl AuthKeys {
+    fn find(&self, ktid: &str) -> Option<&Key> {
+        if ktid.len() > MAX_NATIVE_DEPTH as usize || !is_bits(ktid) {
+            return None;
+        }
+        let n = ktid
+            .bytes()
+            .fold(1u64, |n, b| (n << 1) | u64::from(b == b'1'));
+        self.nodes.iter().find(|(h, _)| *h == n).map(|(_, k)| k)
+    }
+
+    fn ktids(&self) -> Vec<String> {
+        let mut buf = [0u8; 64];
+        self.nodes
+            .iter()
+            .map(|(n, _)| heap_ktid(*n, &mut buf).to_owned())
+            .collect()
+    }
+
+    fn wrap_key<'py>(&self, py: Python<'py>, k: &Key) -> PyResult<Bound<'py, PyAny>> {
+        self.wrap.bind(py).call1((PyBytes::new(py, k),))
+    }
+}
+
+#[pymethods]
+impl AuthKeys {
+    fn __len__(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        ktid: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = ktid.extract::<&str>().ok().and_then(|s| self.find(s));
+        match key {
+            Some(k) => self.wrap_key(py, k),
+            None => Err(pyo3::exceptions::PyKeyError::new_err(ktid.clone().unbind())),
+        }
+    }
+
+    fn __contains__(&self, ktid: &Bound<'_, PyAny>) -> bool {
+        ktid.extract::<&str>()
+            .ok()
+            .and_then(|s| self.find(s))
+            .is_some()
+    }
+
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        pyo3::types::PyList::new(py, self.ktids())?
+            .as_any()
+            .try_iter()
+            .map(|i| i.into_any())
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.ktids()
+    }
+
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.nodes
+            .iter()
+            .map(|(_, k)| self.wrap_key(py, k))
+            .collect()
+    }
+
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, Bound<'py, PyAny>)>> {
+        self.ktids()
+            .into_iter()
+            .zip(&self.nodes)
+            .map(|(t, (_, k))| Ok((t, self.wrap_key(py, k)?)))
+            .collect()
+    }
+
+    #[pyo3(signature = (ktid, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        ktid: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match ktid.extract::<&str>().ok().and_then(|s| self.find(s)) {
+            Some(k) => Ok(Some(self.wrap_key(py, k)?)),
+            None => Ok(default),
+        }
+    }
+
+    /// Equal to another `AuthKeys` with the same nodes and keys, or to any mapping with the
+    /// same ktids whose values are equal to ours (`SecretBytes` compares in constant time).
+    fn __eq__<'py>(&self, py: Python<'py>, other: &Bound<'py, PyAny>) -> PyResult<bool> {
+        if let Ok(o) = other.downcast::<AuthKeys>() {
+            let o = o.get();
+            let same_nodes = o.nodes.len() == self.nodes.len()
+                && o.nodes.iter().zip(&self.nodes).all(|(a, b)| a.0 == b.0);
+            let diff = o.nodes.iter().zip(&self.nodes).fold(0u8, |acc, (a, b)| {
+                acc | a.1.iter().zip(&b.1).fold(0, |x, (p, q)| x | (p ^ q))
+            });
+            return Ok(same_nodes && diff == 0);
+        }
+        if other.len().ok() != Some(self.nodes.len()) || !other.hasattr("keys")? {
+            return Ok(false);
+        }
+        for (t, (_, k)) in self.ktids().into_iter().zip(&self.nodes) {
+            let Ok(v) = other.get_item(&t) else {
+                return Ok(false);
+            };
+            if !v.eq(self.wrap_key(py, k)?)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("AuthKeys(<{} keys>)", self.nodes.len())
+    }
+
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(pyo3::exceptions::PyTypeError::new_err(
+            "AuthKeys is not picklable",
+        ))
+    }
+}
+
+/// An exact Python `int` (not `bool`) that fits an `i64`.
+fn exact_int(x: &Bound<'_, PyAny>) -> Option<i64> {
+    x.downcast_exact::<pyo3::types::PyInt>()
+        .ok()?
+        .extract()
+        .ok()
+}
+
+/// `pubguard.keys.nakt.nakt_leaf_bounds` for the inputs it accepts, `None` otherwise (the
+/// caller then runs the reference, which raises the typed error).
+fn leaf_bounds(
+    low: &Bound<'_, PyAny>,
+    high: &Bound<'_, PyAny>,
+    range_size: &Bound<'_, PyAny>,
+    least_count: &Bound<'_, PyAny>,
+    snap: bool,
+) -> Option<(u64, u64, u32)> {
+    let (low, high) = (exact_int(low)?, exact_int(high)?);
+    let (r, lc) = (exact_int(range_size)?, exact_int(least_count)?);
+    if r <= 0 || lc <= 0 || r % lc != 0 {
+        return None;
+    }
+    let leaves = (r / lc) as u64;
+    if !leaves.is_power_of_two() || leaves.trailing_zeros() > MAX_NATIVE_DEPTH {
+        return None;
+    }
+    if !(0..r).contains(&low) || !(0..r).contains(&high) || low > high {
+        return None;
+    }
+    let (low, high) = if snap {
+        (low - low % lc, high - high % lc + lc - 1)
+    } else if low % lc != 0 || (high + 1) % lc != 0 {
+        return None;
+    } else {
+        (low, high)
+    };
+    Some((
+        (low / lc) as u64,
+        (high / lc) as u64,
+        leaves.trailing_zeros(),
+    ))
+}
+
+/// psguard.txt §3.1, `TopicKeys.numeric_auth_keys` in one call: the NAKT root
+/// `K_root = KH_{K(w)}(num)` (with `kh` = this topic's `KeyedHash`), the range in leaf units,
+/// and the cover's keys as one `AuthKeys`, memoised in `memo` (a dict keyed by the arguments,
+/// cleared when it holds `memo_max`; only exact `str`/`int` arguments reach it, since
+/// `1.0 == 1`). `None` for any input the reference would refuse or that the port does not
+/// model (not a native `KeyedHash`, an attribute name that is not a non-empty str without
+/// NUL, a bool or float, a bad range), so the caller's reference decides and raises.
+#[pyfunction]
+#[pyo3(signature = (kh, memo, memo_max, attr, low, high, range_size, least_count, snap, wrap))]
+fn numeric_cover<'py>(
+    py: Python<'py>,
+    kh: &Bound<'py, PyAny>,
+    memo: &Bound<'py, PyDict>,
+    memo_max: usize,
+    attr: &Bound<'py, PyAny>,
+    low: &Bound<'py, PyAny>,
+    high: &Bound<'py, PyAny>,
+    range_size: &Bound<'py, PyAny>,
+    least_count: &Bound<'py, PyAny>,
+    snap: &Bound<'py, PyAny>,
+    wrap: Py<PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Ok(kh) = kh.downcast_exact::<KeyedHash>() else {
+        return Ok(None);
+    };
+    let Ok(name) = attr.downcast_exact::<PyString>() else {
+        return Ok(None);
+    };
+    let snap = snap.is_truthy()?;
+    let Some((lo, hi, m)) = leaf_bounds(low, high, range_size, least_count, snap) else {
+        return Ok(None);
+    };
+    let name_str = name.to_str()?;
+    if name_str.is_empty() || name_str.contains('\0') {
+        return Ok(None);
+    }
+    let key = (name, lo, hi, m);
+    if let Some(hit) = memo.get_item(key)? {
+        return Ok(Some(hit));
+    }
+    let mut mac = kh.get().mac.clone();
+    mac.update(name_str.as_bytes());
+    let root: Key = mac.finalize().into_bytes().into();
+    let got = Bound::new(
+        py,
+        AuthKeys {
+            nodes: cover_keys(&root, lo, hi, m),
+            wrap,
+        },
+    )?
+    .into_any();
+    if memo.len() >= memo_max {
+        memo.clear();
+    }
+    memo.set_item(key, &got)?;
+    Ok(Some(got))
 }
 
 /// `KH_k` (HMAC-SHA256) with the key's pad states computed once (RFC 2104 §4), the twin of
@@ -326,9 +546,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(derive_labels, m)?)?;
     m.add_function(wrap_pyfunction!(derive_from, m)?)?;
     m.add_function(wrap_pyfunction!(py_cover_keys, m)?)?;
-    m.add_function(wrap_pyfunction!(numeric_auth_keys, m)?)?;
     m.add_function(wrap_pyfunction!(memo_node, m)?)?;
     m.add_function(wrap_pyfunction!(kh, m)?)?;
     m.add_class::<KeyedHash>()?;
+    m.add_class::<AuthKeys>()?;
+    // a read-only mapping to Python's eyes too: isinstance(x, collections.abc.Mapping)
+    m.py()
+        .import("collections.abc")?
+        .getattr("Mapping")?
+        .call_method1("register", (m.getattr("AuthKeys")?,))?;
+    m.add_function(wrap_pyfunction!(numeric_cover, m)?)?;
     Ok(())
 }

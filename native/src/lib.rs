@@ -9,10 +9,12 @@
 
 use pyo3::prelude::*;
 
+mod ed25519;
 mod guard;
 mod keycache;
 mod keys;
 mod tokens;
+mod wire;
 
 /// The crate version, so `pubguard --version` can name the backend it runs.
 #[pyfunction]
@@ -23,9 +25,11 @@ fn version() -> &'static str {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    ed25519::register(m)?;
     guard::register(m)?;
     keycache::register(m)?;
     keys::register(m)?;
     tokens::register(m)?;
+    wire::register(m)?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use aes::cipher::{generic_array::GenericArray, BlockEncrypt, KeyInit};
 use aes::{Aes128, Aes256};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
 use sha2::{Digest, Sha256};
 
 const BLOCK: usize = 16;
@@ -45,23 +46,52 @@ impl Prf {
     }
 }
 
-/// One event's tags, ready for membership tests.
-struct Tags(Vec<i64>);
+/// Every event's tags, flat (event `e`'s are `vals[offs[e]..offs[e + 1]]`), each event's
+/// sorted when it has more than `LINEAR_TAGS_MAX` (then binary-searched).
+struct Tags {
+    vals: Vec<i64>,
+    offs: Vec<usize>,
+}
 
 impl Tags {
-    fn new(mut v: Vec<i64>) -> Self {
-        if v.len() > LINEAR_TAGS_MAX {
-            v.sort_unstable();
+    /// The tags of the first `n` events of `tags` (a sequence of sequences of int): tuples and
+    /// lists are read in place, anything else through PyO3's sequence extraction.
+    fn extract(tags: &Bound<'_, PyAny>, n: usize) -> PyResult<Self> {
+        let mut vals = Vec::with_capacity(n * 8);
+        let mut offs = Vec::with_capacity(n + 1);
+        offs.push(0);
+        for ev in tags.try_iter()?.take(n) {
+            let ev = ev?;
+            let start = vals.len();
+            if let Ok(t) = ev.downcast_exact::<PyTuple>() {
+                for x in t.iter() {
+                    vals.push(x.extract::<i64>()?);
+                }
+            } else if let Ok(l) = ev.downcast_exact::<PyList>() {
+                for x in l.iter() {
+                    vals.push(x.extract::<i64>()?);
+                }
+            } else {
+                vals.extend(ev.extract::<Vec<i64>>()?);
+            }
+            if vals.len() - start > LINEAR_TAGS_MAX {
+                vals[start..].sort_unstable();
+            }
+            offs.push(vals.len());
         }
-        Tags(v)
+        if offs.len() <= n {
+            return Err(PyValueError::new_err("fewer tag lists than nonces"));
+        }
+        Ok(Tags { vals, offs })
     }
 
     #[inline]
-    fn contains(&self, x: i64) -> bool {
-        if self.0.len() > LINEAR_TAGS_MAX {
-            self.0.binary_search(&x).is_ok()
+    fn contains(&self, e: usize, x: i64) -> bool {
+        let t = &self.vals[self.offs[e]..self.offs[e + 1]];
+        if t.len() > LINEAR_TAGS_MAX {
+            t.binary_search(&x).is_ok()
         } else {
-            self.0.contains(&x)
+            t.contains(&x)
         }
     }
 }
@@ -75,12 +105,13 @@ struct TagFilter {
 }
 
 impl TagFilter {
-    fn new(tags: &[Tags]) -> Self {
-        let total: usize = tags.iter().map(|t| t.0.len()).sum();
-        let bits = (total * 32).next_power_of_two().clamp(1 << 10, 1 << 20);
+    fn new(tags: &Tags) -> Self {
+        let bits = (tags.vals.len() * 32)
+            .next_power_of_two()
+            .clamp(1 << 10, 1 << 20);
         let mut words = vec![0u64; bits / 64];
         let mask = bits as u64 - 1;
-        for x in tags.iter().flat_map(|t| t.0.iter()) {
+        for x in &tags.vals {
             let b = *x as u64 & mask;
             words[(b >> 6) as usize] |= 1 << (b & 63);
         }
@@ -94,11 +125,11 @@ impl TagFilter {
     }
 }
 
-/// The hits `(event index, token index)`, by token then event.
-fn match_all(prfs: &[Prf], nonces: &[u8], tags: Vec<Vec<i64>>) -> Vec<(usize, usize)> {
-    let n = nonces.len() / BLOCK;
-    let tags: Vec<Tags> = tags.into_iter().take(n).map(Tags::new).collect();
-    let filter = TagFilter::new(&tags);
+/// The hits `(event index, token index)`, by token then event. One buffer of nonces is
+/// encrypted in place per token (copied back from the template), so a batch allocates only
+/// its template, its buffer and its hits.
+fn match_all(prfs: &[Prf], nonces: &[u8], tags: &Tags) -> Vec<(usize, usize)> {
+    let filter = TagFilter::new(tags);
     let template: Vec<aes::Block> = nonces
         .chunks_exact(BLOCK)
         .map(|c| *GenericArray::from_slice(c))
@@ -108,26 +139,16 @@ fn match_all(prfs: &[Prf], nonces: &[u8], tags: Vec<Vec<i64>>) -> Vec<(usize, us
     for (t, prf) in prfs.iter().enumerate() {
         buf.copy_from_slice(&template);
         prf.encrypt(&mut buf);
-        for (e, (blk, tg)) in buf.iter().zip(&tags).enumerate() {
+        for (e, blk) in buf.iter().enumerate() {
             let mut first = [0u8; 8];
             first.copy_from_slice(&blk[..8]);
             let x = i64::from_be_bytes(first);
-            if filter.maybe(x) && tg.contains(x) {
+            if filter.maybe(x) && tags.contains(e, x) {
                 out.push((e, t));
             }
         }
     }
     out
-}
-
-fn check(nonces: &[u8], tags: &[Vec<i64>]) -> PyResult<()> {
-    if !nonces.len().is_multiple_of(BLOCK) {
-        return Err(PyValueError::new_err("nonces are not whole 16-byte blocks"));
-    }
-    if tags.len() < nonces.len() / BLOCK {
-        return Err(PyValueError::new_err("fewer tag lists than nonces"));
-    }
-    Ok(())
 }
 
 /// A broker's subscription tokens with their AES key schedules expanded once (the native
@@ -161,11 +182,14 @@ impl TokenSet {
         &self,
         py: Python<'_>,
         nonces: &[u8],
-        tags: Vec<Vec<i64>>,
+        tags: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<(usize, usize)>> {
-        check(nonces, &tags)?;
+        if !nonces.len().is_multiple_of(BLOCK) {
+            return Err(PyValueError::new_err("nonces are not whole 16-byte blocks"));
+        }
+        let tags = Tags::extract(tags, nonces.len() / BLOCK)?;
         let nonces = nonces.to_vec();
-        Ok(py.allow_threads(|| match_all(&self.prfs, &nonces, tags)))
+        Ok(py.allow_threads(|| match_all(&self.prfs, &nonces, &tags)))
     }
 }
 

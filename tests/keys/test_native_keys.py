@@ -8,7 +8,7 @@ eventguard.txt §4.1).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -44,7 +44,7 @@ def both(fn: Callable[[], Any]) -> tuple[Any, Any]:
 def _raw(x: Any) -> Any:
     if isinstance(x, SecretBytes):
         return x.reveal()
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):  # a dict, or the native cover (AuthKeys)
         return {k: _raw(v) for k, v in x.items()}
     return x
 

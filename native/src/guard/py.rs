@@ -29,8 +29,57 @@ fn invalid_token(py: Python<'_>) -> PyErr {
     }
 }
 
+/// Verdicts a strike counts for (guard_check.py `GUARD_STRIKING`).
+fn striking(v: &str) -> bool {
+    matches!(v, "forged" | "unauthorised" | "malformed" | "revoked")
+}
+
+/// `check_run`'s loop, shared by the guards: the verdicts of `frames` in order, up to and
+/// including the first striking one when `stop_on_strike` (the caller strikes the source and
+/// may ban it before the next frame), and up to but excluding a frame that falls back to the
+/// Python guard or whose callback raised (that exception is returned with the verdicts). The
+/// caller resumes after what it has decided, so the state evolves exactly as one call per
+/// frame would leave it.
+pub(super) fn run_frames<'py>(
+    py: Python<'py>,
+    frames: &Bound<'py, PyAny>,
+    stop_on_strike: bool,
+    mut one: impl FnMut(&Bound<'py, PyTuple>) -> PyResult<&'static str>,
+) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+    let mut out = Vec::new();
+    for f in frames.try_iter()? {
+        let f = f?;
+        let t = f.downcast::<PyTuple>()?;
+        match one(t) {
+            Ok("fallback") => break,
+            Ok(v) => {
+                out.push(v);
+                if stop_on_strike && striking(v) {
+                    break;
+                }
+            }
+            Err(e) => return Ok((out, Some(e.into_value(py).into_any()))),
+        }
+    }
+    Ok((out, None))
+}
+
+/// Whether `e` is pubguard's `InvalidToken` (a forged signature).
+pub(super) fn is_invalid_token(py: Python<'_>, e: &PyErr) -> bool {
+    let cls = INVALID_TOKEN.get_or_try_init(py, || -> PyResult<PyObject> {
+        Ok(py
+            .import("pubguard.errors")?
+            .getattr("InvalidToken")?
+            .unbind())
+    });
+    match cls {
+        Ok(c) => e.is_instance(py, c.bind(py)),
+        Err(_) => false,
+    }
+}
+
 /// A wire value as the core sees it (see `core::Val`).
-fn classify<'a>(v: &'a Bound<'_, PyAny>, missing: &Bound<'_, PyAny>) -> Val<'a> {
+pub(super) fn classify<'a>(v: &'a Bound<'_, PyAny>, missing: &Bound<'_, PyAny>) -> Val<'a> {
     if v.is(missing) {
         return Val::Missing;
     }
@@ -68,11 +117,11 @@ fn classify<'a>(v: &'a Bound<'_, PyAny>, missing: &Bound<'_, PyAny>) -> Val<'a> 
     Val::Other
 }
 
-fn exact_bytes<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
+pub(super) fn exact_bytes<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a [u8]> {
     v.downcast_exact::<PyBytes>().ok().map(|b| b.as_bytes())
 }
 
-fn exact_str<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a str> {
+pub(super) fn exact_str<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a str> {
     v.downcast_exact::<PyString>()
         .ok()
         .and_then(|s| s.to_str().ok())
@@ -462,6 +511,35 @@ impl PyEgGuard {
         }
         Ok(out)
     }
+
+    /// The verdicts of a run of `(event_id, profile, routing, body, meta)` frames in one
+    /// call, stopping as `run_frames` says: `(verdicts, exception)`, where the frame after
+    /// the verdicts (if any) fell back (no exception) or raised (the exception).
+    #[pyo3(signature = (frames, now, *, stop_on_strike))]
+    fn check_run(
+        &mut self,
+        py: Python<'_>,
+        frames: &Bound<'_, PyAny>,
+        now: f64,
+        stop_on_strike: bool,
+    ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+        run_frames(py, frames, stop_on_strike, |t| {
+            if t.len() != 5 {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "a frame is a 5-tuple",
+                ));
+            }
+            self.check_one(
+                py,
+                &t.get_item(0)?,
+                &t.get_item(1)?,
+                &t.get_item(2)?,
+                &t.get_item(3)?,
+                &t.get_item(4)?,
+                now,
+            )
+        })
+    }
 }
 
 /// The default profile's callbacks, seen by the core as a `DfEnv`.
@@ -668,6 +746,37 @@ impl PyDfGuard {
             Verdict::Pass => "",
             Verdict::Drop(r) => r.as_str(),
             Verdict::Fallback => "fallback",
+        })
+    }
+
+    /// The verdicts of a run of `(event_id, mode, nonce, toks, body, meta)` frames from one
+    /// broker in one call, stopping as `run_frames` says (see the eventguard guard's).
+    #[pyo3(signature = (frames, now, broker_id, *, stop_on_strike))]
+    fn check_run(
+        &mut self,
+        py: Python<'_>,
+        frames: &Bound<'_, PyAny>,
+        now: f64,
+        broker_id: &Bound<'_, PyAny>,
+        stop_on_strike: bool,
+    ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+        run_frames(py, frames, stop_on_strike, |t| {
+            if t.len() != 6 {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "a frame is a 6-tuple",
+                ));
+            }
+            self.check_publish(
+                py,
+                &t.get_item(0)?,
+                &t.get_item(1)?,
+                &t.get_item(2)?,
+                &t.get_item(3)?,
+                &t.get_item(4)?,
+                &t.get_item(5)?,
+                now,
+                broker_id,
+            )
         })
     }
 }

@@ -84,7 +84,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
@@ -166,6 +166,16 @@ class _Admitted:
     prof: Profile
     matcher: Matcher
     pe: Any
+
+
+@dataclass(slots=True)
+class _Held:
+    """``handle_batch``'s publications awaiting their profile's run guard (``_hold_pub``): their
+    places in the run, their event ids, their profile."""
+
+    at: list[int] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+    prof: Profile | None = None
 
 
 class Broker:
@@ -318,23 +328,36 @@ class Broker:
         (default ``BATCH_MATCH_MIN``) of them, and routed in arrival order. Publications of plain profiles and of profiles whose
         matcher has ``match_batch`` (the token profiles: psguard.txt §3.1, one AES call per
         token over the batch's nonces) join runs, unless the profile has both guards and
-        outgoing rewrites (see ``Profile``)."""
+        outgoing rewrites (see ``Profile``). So do those of a profile whose scheme checks a run
+        of publications in one call (``checks_in_runs``: the native guard): their guards run
+        together, ``broker_check_run``, after decoding and before their ids are recorded
+        (``_hold_pub``, ``_check_held``)."""
         link = self._link(from_link)
         out: list[Action] = []
         run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
+        held = _Held()  # publications of a profile that checks runs, awaiting its guard
         for message in messages:
+            if held.ids and type(message) is dict and message.get("event_id") in held.ids:
+                self._check_held(held, link, now, run)  # a copy: dropped undecoded, as handle
             dup = self._seen_wire(message, link, now)
             decoded = dup if dup is not None else self._decode(message, link)
             if type(decoded) is Publish:
                 prof = self._profiles.get(decoded.profile)
                 if prof is not None and prof.batches:
                     # admitting it cannot change how earlier ones match or leave
+                    if prof.runs:
+                        self._hold_pub(held, decoded, prof, link, now, run)
+                        continue
+                    if held.at:
+                        self._check_held(held, link, now, run)
                     adm = self._admit(decoded, link, now)
                     if isinstance(adm, list):
                         run.append((decoded, None, adm))
                     else:
                         run.append((decoded, adm, []))
                     continue
+            if held.at:
+                self._check_held(held, link, now, run)
             if run:
                 self._route_run(run, link, now, out)
                 run = []
@@ -344,9 +367,89 @@ class Broker:
                 out += self._on_publish(decoded, link, now)
             else:
                 out += self._dispatch(decoded, link, now)
+        if held.at:
+            self._check_held(held, link, now, run)
         if run:
             self._route_run(run, link, now, out)
         return out
+
+    def _hold_pub(
+        self,
+        held: _Held,
+        msg: Publish,
+        prof: Profile,
+        link: LinkInfo,
+        now: float,
+        run: list[tuple[Publish, _Admitted | None, list[Action]]],
+    ) -> None:
+        """``_admit`` up to the guards for a publication of a profile that checks runs
+        (``Profile.runs``): its guard runs later, with the held run's, in one call
+        (``_check_held``). Held are only publications whose admission could not depend on
+        an earlier held one's: the held run is checked first when this one is of another
+        profile, repeats a held event id, or could find the duplicate window evicting ids."""
+        dedup = self._dedup
+        if held.at and (
+            held.prof is not prof
+            or msg.event_id in held.ids
+            or len(dedup) + len(held.at) >= dedup.capacity
+        ):
+            self._check_held(held, link, now, run)
+        self.counters["in.publish"] += 1
+        if dedup.seen(msg.event_id, now):
+            drop = self._drop(DropReason.DUPLICATE, "seen event id", link, msg.event_id, "publish")
+            run.append((msg, None, drop))
+            return
+        try:
+            pe = prof.scheme.decode_event(msg.routing)
+        except DECODE_ERRORS as exc:
+            drop = self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
+            run.append((msg, None, drop))
+            return
+        held.prof = prof
+        held.at.append(len(run))
+        held.ids.add(msg.event_id)
+        run.append((msg, _Admitted(prof, prof.matcher, pe), []))
+
+    def _check_held(
+        self,
+        held: _Held,
+        link: LinkInfo,
+        now: float,
+        run: list[tuple[Publish, _Admitted | None, list[Action]]],
+    ) -> None:
+        """Run the held publications' guards (the scheme's ``broker_check_run``, one call for
+        as much of the run as it decides; the core checks the next one itself) and record the
+        admitted ones' ids, in arrival order: the verdicts and state of one ``_admit`` each."""
+        prof = held.prof
+        assert prof is not None
+        scheme = prof.scheme
+        msgs = [run[i][0] for i in held.at]
+        pes = [run[i][1].pe for i in held.at]  # type: ignore[union-attr]
+        ctx = self._last_ctx
+        if ctx.link is not link or ctx.now != now:
+            ctx = self._last_ctx = CheckContext(now, link, self.broker_id)
+        k = 0
+        while k < len(msgs):
+            verdicts: list[Any] = (
+                scheme.broker_check_run(msgs[k:], pes[k:], ctx)
+                if k
+                else scheme.broker_check_run(msgs, pes, ctx)
+            )
+            if not verdicts:  # the scheme's fast path cannot decide the next one
+                refused = self._check(scheme, msgs[k], link, now, None)
+                verdicts = [refused]
+            for v in verdicts:
+                i = held.at[k]
+                msg, adm, _ = run[i]
+                if v is None:
+                    self._dedup.record(msg.event_id, now)
+                else:
+                    drop = v if isinstance(v, list) else self._refused(DropReason(v), link, msg)
+                    run[i] = (msg, None, drop)
+                k += 1
+        held.at.clear()
+        held.ids.clear()
+        held.prof = None
 
     def _decode(
         self, message: Message | Mapping[str, Any], link: LinkInfo
@@ -787,7 +890,10 @@ class Broker:
             reason = DropReason.MALFORMED
         if reason is None:
             return None
-        return self._drop(DropReason(reason), "refused by the guard", link, msg.ref, msg.op)
+        return self._refused(DropReason(reason), link, msg)
+
+    def _refused(self, reason: DropReason, link: LinkInfo, msg: Message) -> list[Action]:
+        return self._drop(reason, "refused by the guard", link, msg.ref, msg.op)
 
     def _drop(
         self,

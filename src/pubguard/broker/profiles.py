@@ -60,7 +60,7 @@ class Profile:
     ``checks_messages`` / ``rewrites_outgoing``, read once) and whether ``handle_batch`` may
     admit a run of its publications before routing any of them (``batches``)."""
 
-    __slots__ = ("batches", "checks", "fwd", "matcher", "rewrites", "scheme")
+    __slots__ = ("batches", "checks", "fwd", "matcher", "rewrites", "runs", "scheme")
 
     def __init__(self, scheme: BrokerScheme) -> None:
         self.scheme = scheme
@@ -74,4 +74,6 @@ class Profile:
         # outgoing did, so a profile with both hooks is never batched
         plain = not self.checks and not self.rewrites
         batch = getattr(self.matcher, "match_batch", None) is not None
-        self.batches = plain or (batch and not (self.checks and self.rewrites))
+        # the scheme checks a run of publications in one call (``broker_check_run``)
+        self.runs = self.checks and bool(scheme.checks_in_runs)
+        self.batches = plain or ((batch or self.runs) and not (self.checks and self.rewrites))

@@ -18,7 +18,7 @@ import random
 import statistics
 import time
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -177,7 +177,7 @@ def _tree(r: int) -> int:
     return 1 << (r - 1).bit_length()
 
 
-def _cold_gen(kdc: KDC, lo: int, hi: int, t: int) -> dict[str, SecretBytes]:
+def _cold_gen(kdc: KDC, lo: int, hi: int, t: int) -> Mapping[str, SecretBytes]:
     """Key generation from ``rk`` with nothing memoised: K(w), the root, then the cover."""
     from pubguard.keys import TopicKeys
 

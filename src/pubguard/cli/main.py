@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pubguard.cli.workload_cmds",  # workload generate
     "pubguard.cli.keys_cmds",  # keys ..., bench keys
     "pubguard.cli.native_cmds",  # bench tokens (Python and native backends)
+    "pubguard.cli.signature_cmds",  # bench signatures (Ed25519 batch verification)
     "pubguard.cli.experiment_cmds",  # experiments psguard-cost-ratio, bench kmc-oft
     "pubguard.cli.scaling_cmds",  # experiments scaling
     "pubguard.cli.vcaps_cmds",  # experiments vcaps

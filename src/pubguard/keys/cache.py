@@ -22,7 +22,7 @@ client caches (:class:`LruCache`) and the brokers' verified-root / verified-perm
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from math import inf
 from typing import Any, Final, Generic, TypeVar
 
@@ -175,7 +175,7 @@ class KeyCache:
             return
         self._pinned[(tree, node)] = sb
 
-    def add_all(self, tree: Hashable, keys: dict[str, SecretBytes]) -> None:
+    def add_all(self, tree: Hashable, keys: Mapping[str, SecretBytes]) -> None:
         """Pin every key of e.g. ``KDC.numeric_auth_keys(...)``."""
         for node, key in keys.items():
             self.add(tree, node, key)

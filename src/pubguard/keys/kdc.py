@@ -76,6 +76,9 @@ KINDS = ("numeric", "category", "prefix", "suffix")
 ROOT_MEMO_SIZE = 4096
 #: Bound on the memoised NAKT nodes per attribute tree (32-byte keys: about 2 MB at most).
 NODE_MEMO_SIZE = 1 << 15
+#: Bound on the memoised covers per topic (native backend: one AuthKeys per range, at most
+#: 2 log2(|R|) keys each, so about 2 MB at depth 32).
+COVER_MEMO_SIZE = 1 << 10
 
 
 def keyed_hash(key: SecretBytes | bytes) -> Callable[[bytes], bytes]:
@@ -115,12 +118,17 @@ class TopicKeys:
     topics' keys or anything about ``rk``.
     """
 
-    __slots__ = ("_kh", "_roots", "_trees")
+    __slots__ = ("_covers", "_kh", "_roots", "_trees")
 
     def __init__(self, topic_key: SecretBytes | bytes) -> None:
-        self._kh = keyed_hash(topic_key)
+        n = nb.NATIVE  # keyed_hash(topic_key), inline: a cold KDC request makes one of these
+        if n is not None and type(topic_key) is SecretBytes:
+            self._kh: Callable[[bytes], bytes] = n.KeyedHash(topic_key.reveal())
+        else:
+            self._kh = keyed_hash(topic_key)
         self._roots: dict[tuple[str, str], bytes] = {}
         self._trees: dict[str, tuple[dict[int, bytes], dict[int, SecretBytes]]] = {}
+        self._covers: dict[tuple[str, int, int, int], Mapping[str, SecretBytes]] = {}
 
     def __repr__(self) -> str:
         return "TopicKeys(<secret>)"
@@ -195,11 +203,31 @@ class TopicKeys:
         least_count: int,
         *,
         snap: bool = False,
-    ) -> dict[str, SecretBytes]:
+    ) -> Mapping[str, SecretBytes]:
         """psguard.txt §3.1 "Authorization Key": one key per node of the minimal cover of
         ``[low, high]``, left to right, keyed by ktid. A cold call walks down once from the
         root, at most the paper's ``4 log2(|R|/lc) - 2`` hashes; the cover keys are memoised
-        (bounded), so a repeated range costs no hash (§5 "key caching on the ... KDC")."""
+        (bounded), so a repeated range costs no hash (§5 "key caching on the ... KDC").
+
+        With the native backend the result is one ``pubguard._native.AuthKeys``, a read-only
+        mapping that keeps the raw keys inside it and makes each ``SecretBytes`` when it is
+        read (the Python backend returns a dict); the memo is then per range."""
+        nat = nb.NATIVE
+        if nat is not None:  # root, checks, walk and memo in one call; None: the reference
+            got = nat.numeric_cover(
+                self._kh,
+                self._covers,
+                COVER_MEMO_SIZE,
+                attr,
+                low,
+                high,
+                range_size,
+                least_count,
+                snap,
+                SecretBytes,
+            )
+            if got is not None:
+                return got  # type: ignore[no-any-return]
         lo, hi, m = nakt_leaf_bounds(low, high, range_size, least_count, snap=snap)
         raw, wrapped = self._numeric(attr)
         if wrapped:
@@ -207,9 +235,6 @@ class TopicKeys:
                 return {bin(n)[3:]: wrapped[n] for n in cover_heap(lo, hi, m)}
             except KeyError:
                 pass
-        nat = nb.NATIVE
-        if nat is not None and m <= NATIVE_MAX_DEPTH:  # the same walk, memo and wrapping
-            return nat.numeric_auth_keys(raw[1], lo, hi, m, wrapped, SecretBytes)  # type: ignore[no-any-return]
         out: dict[str, SecretBytes] = {}
         for n, k in cover_keys(raw[1], lo, hi, m):
             out[bin(n)[3:]] = wrapped[n] = SecretBytes(k)
@@ -284,6 +309,8 @@ class KDC:
 
     def topic_key(self, w: str) -> SecretBytes:
         """psguard.txt §3.1: ``K(w) = KH_rk(w)``."""
+        if type(w) is str and w and "\x00" not in w:  # label()'s checks, inline (hot at the KDC)
+            return SecretBytes(self._kh(w.encode()))
         return SecretBytes(self._kh(label("topic", w)))
 
     def publisher_key(self, p: str, w: str) -> SecretBytes:
@@ -318,7 +345,7 @@ class KDC:
         *,
         publisher: str | None = None,
         snap: bool = False,
-    ) -> dict[str, SecretBytes]:
+    ) -> Mapping[str, SecretBytes]:
         return self.topic(w, publisher).numeric_auth_keys(
             attr, low, high, range_size, least_count, snap=snap
         )

@@ -258,7 +258,11 @@ def derive_from(auth_ktid: str, auth_key: bytes | SecretBytes, target_ktid: str)
     """
     n = nb.NATIVE
     if n is not None and type(auth_ktid) is str and type(target_ktid) is str:
-        k = n.derive_from(auth_ktid, raw(auth_key), target_ktid)
+        k = n.derive_from(
+            auth_ktid,
+            auth_key.reveal() if type(auth_key) is SecretBytes else raw(auth_key),
+            target_ktid,
+        )
         if k is not None:  # None: not bits or not a prefix; the reference below says which
             return SecretBytes(k)
     check_ktid(auth_ktid)

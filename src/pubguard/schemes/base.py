@@ -51,6 +51,10 @@ A scheme has two faces:
   leaves on a link (per-hop signatures, re-encryption, suppression); ``ctx.link`` is the link
   it leaves on. A scheme whose ``outgoing`` is the identity may set the class attribute
   ``rewrites_outgoing = False`` so the core skips the call on the publication fast path.
+- optional ``broker_check_run(messages, events, ctx) -> list[DropReason | None]`` with
+  ``checks_in_runs = True``: the guards of a run of publications in one call (the native
+  guard, ``schemes/common/native_guard.py``); ``Broker.handle_batch`` admits runs through it.
+  Default: per message.
 - optional ``lease_end(message) -> float | None``: when a stored subscription's (or
   advertisement's) authority runs out (a permit of one key epoch, plus ``max_delay``); the
   core forgets it then (``Broker.expire``). None (the default): it lasts until withdrawn or
@@ -81,7 +85,7 @@ string-keyed mappings (:data:`WireValue`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
@@ -228,12 +232,29 @@ class BrokerScheme(Protocol):
     checks_messages: Any = True
     #: False when ``outgoing`` is the identity: the core then skips the call.
     rewrites_outgoing: Any = True
+    #: True when :meth:`broker_check_run` checks a run of publications in one call (a native
+    #: guard): ``Broker.handle_batch`` then admits its runs through it. False, the default:
+    #: one ``broker_check`` per publication.
+    checks_in_runs: Any = False
 
     def decode_filter(self, wire: Mapping[str, Any]) -> Any: ...
 
     def decode_event(self, routing: Mapping[str, Any]) -> Any: ...
 
     def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None: ...
+
+    def broker_check_run(
+        self, messages: Sequence[Any], events: Sequence[Any], ctx: CheckContext
+    ) -> list[DropReason | None]:
+        """The verdicts of ``broker_check`` on a prefix of ``messages``, publications from one
+        link at one time (``ctx``) whose routing parts the core decoded to ``events``
+        (``decode_event``: no need to decode again), in order: the same verdicts and the same
+        state as one call per message. The core checks the message after the prefix itself (``broker_check``)
+        and calls again with the rest, so a scheme returns early where its fast path cannot
+        decide (a frame its native guard hands back, a callback's exception it cannot map).
+        The core calls it only when ``checks_in_runs``; the default: an empty prefix (one
+        ``broker_check`` per publication)."""
+        return []
 
     def covers(self, f1: Any, f2: Any) -> bool: ...
 

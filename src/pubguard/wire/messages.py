@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, TypeAlias
 
+from pubguard import native
 from pubguard.errors import DropReason, FrameError, ValidationError
 
 __all__ = [
@@ -109,8 +110,12 @@ def freeze_wire(value: Any, *, what: str = "value") -> Any:
 
 def _freeze_flat(d: dict[Any, Any]) -> MappingProxyType[str, Any] | None:
     """``_freeze`` of a map whose keys are ``str`` and values valid scalars (exactly the same
-    result), or None to take the general path (which also words the errors)."""
-    return MappingProxyType(dict(d)) if _flat_ok(d) else None
+    result), or None to take the general path (which also words the errors). The check runs
+    in ``pubguard._native`` (``native/src/wire.rs``) when that backend is active: a signed
+    publication's ``meta`` is a dozen fields, checked at every hop."""
+    fast = native.NATIVE
+    ok = fast.flat_ok(d) if fast is not None else _flat_ok(d)
+    return MappingProxyType(dict(d)) if ok else None
 
 
 def _flat_ok(d: dict[Any, Any]) -> bool:

@@ -34,6 +34,8 @@ PATIENT = EventType(
 )
 NOW = 1_000.0
 CANARY = "CANARY-psguard-batch-51e2"
+#: the broker-side attacks run on both backends: the Python guard and the native one
+ON_BOTH = pytest.mark.usefixtures("backend")
 
 
 def ev(i: int, age: int = 25, topic: str = "cardio") -> Event:
@@ -76,6 +78,7 @@ def check(b: PSGuardBroker, m: Publish, now: float = NOW) -> DropReason | None:
     return b.broker_check(m, ctx(now))
 
 
+@ON_BOTH
 def test_one_signature_per_batch_verified_once(world):
     _, psk, pub, sub = world
     pes = pub.protect_events([ev(i) for i in range(16)], now=NOW, rng=random.Random(1))
@@ -89,6 +92,7 @@ def test_one_signature_per_batch_verified_once(world):
         assert got["record"] == CANARY and got.payload == CANARY.encode()
 
 
+@ON_BOTH
 def test_a_batch_of_one_is_an_ordinary_record(world):
     _, psk, pub, _ = world
     (pe,) = pub.protect_events([ev(0)], now=NOW, rng=random.Random(2))
@@ -120,6 +124,7 @@ TAMPER = {
 }
 
 
+@ON_BOTH
 @pytest.mark.parametrize("what", sorted(TAMPER))
 def test_tampering_is_forged_at_the_broker_and_refused_by_the_subscriber(world, what):
     _, psk, pub, sub = world
@@ -135,6 +140,7 @@ def test_tampering_is_forged_at_the_broker_and_refused_by_the_subscriber(world, 
         sub.open_event(bad.event_id, bad.routing, bad.body, bad.meta, now=NOW)
 
 
+@ON_BOTH
 def test_stale_and_unknown_publisher_and_wrong_key(world):
     _, psk, pub, _ = world
     pes = pub.protect_events([ev(i) for i in range(3)], now=NOW, rng=random.Random(4))
@@ -145,6 +151,7 @@ def test_stale_and_unknown_publisher_and_wrong_key(world):
     assert check(PSGuardBroker({"hospital": other}), msg(pes[1])) is DropReason.FORGED
 
 
+@ON_BOTH
 def test_signatures_of_one_form_do_not_pass_for_the_other(world):
     svc, psk, pub, _ = world
     single = pub.protect_event(ev(9), now=NOW, rng=random.Random(5))
@@ -159,6 +166,7 @@ def test_signatures_of_one_form_do_not_pass_for_the_other(world):
     assert ROOT_TAG.startswith(b"pubguard/psguard/root")
 
 
+@ON_BOTH
 @pytest.mark.parametrize(
     "meta",
     [

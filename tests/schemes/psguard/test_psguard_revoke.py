@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
+
 from pubguard.errors import DropReason
 from pubguard.model import Event
 from pubguard.ops.bench.costs import BENCH_TYPE
@@ -16,6 +18,9 @@ from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
 from pubguard.schemes.common.revocation_list import apply_revocations
 from pubguard.schemes.registry import KeyBundle, make_broker_scheme
 from pubguard.wire.messages import Publish
+
+#: every attack on both backends: the Python guard and the native one (pubguard._native)
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _setup(tmp_path, profile="psguard"):

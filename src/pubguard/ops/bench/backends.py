@@ -4,9 +4,14 @@
   generation from ``K(w)`` (the worst-case range, 26 keys), derivation at the maximum depth
   (14 hashes from the root's key) and a derivation answered by the key cache (§3.2.3). Each
   is timed at the public API (``TopicKeys.numeric_auth_keys``, ``derive_from``,
-  ``KeyCache.derive``, which return ``SecretBytes``), and the first two also as the bare walk
-  (``nakt.cover_keys``, ``nakt.derive_path``: raw keys as ``bytes``), which is what the
-  paper's figure counts; the difference is the cost of the Python objects the API returns.
+  ``KeyCache.derive``), and the first two also as the bare walk (``nakt.cover_keys``,
+  ``nakt.derive_path``: raw keys as ``bytes``), which is what the paper's figure counts.
+  "Cold" generation is what the KDC does for a new subscription with nothing memoised:
+  ``K(w) = KH_rk(w)`` as a ``SecretBytes``, a fresh ``TopicKeys`` (its HMAC pads), the NAKT
+  root ``KH_{K(w)}(num)``, the range checks and the cover walk. On the native backend the
+  cover comes back as one ``AuthKeys`` mapping whose keys stay inside it until read, so the
+  call makes no Python object per key; the walk alone (``nakt.cover_keys``) still returns
+  every key as ``bytes``.
 * Randomized-token matching, psguard.txt §4.1 ``<r, F_T(r)>``: one micro-batch of events
   against a broker's set of distinct subscription tokens (the paper's §5 workload has 128
   tokens), as :class:`~pubguard.schemes.psguard.tokens.TokenSet` runs it for the broker and

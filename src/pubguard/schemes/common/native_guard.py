@@ -22,18 +22,39 @@ that is not UTF-8), decided before any state changes, and the Python guard runs 
 Exceptions raised by the scheme's callbacks (a forged permit's ``InvalidToken``, a malformed
 one's ``ValidationError``) pass through unchanged, as the Python guard raises them to
 :func:`~pubguard.schemes.common.guard_check.checked`.
+
+A run of publications (``BrokerScheme.broker_check_run``, which ``Broker.handle_batch`` calls
+for a batch read from one link) is one native call, ``check_run``, driven by
+:func:`check_run`: the guard's state must evolve exactly as one call per frame leaves it, so
+the call stops where Python has to act before the next frame: after a verdict that strikes
+the source (it may be banned for the next frame: eventguard.txt §4.7, Fig. 3 containment;
+narada §V-A), before a frame the port hands back, and at a callback's exception (mapped here
+as ``checked`` and the core map it). The core checks a frame the run did not decide itself.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, NoReturn
 
 from pubguard import native
-from pubguard.errors import DropReason, ValidationError
-from pubguard.schemes.common.guards import DEFAULT_MAX_NODES, SignedRootVerifier
+from pubguard.errors import (
+    DropError,
+    DropReason,
+    InvalidToken,
+    PubguardError,
+    RevokedError,
+    ValidationError,
+)
+from pubguard.schemes.base import CheckContext, LinkKind
+from pubguard.schemes.common.guard_check import GUARD_STRIKING, checked
+from pubguard.schemes.common.guards import DEFAULT_MAX_NODES, SignedRootVerifier, StrikeCounter
 from pubguard.schemes.common.replay import DEFAULT_CACHE_CAPACITY
 
-__all__ = ["FALLBACK", "REASONS", "is_native", "root_verifier"]
+__all__ = ["FALLBACK", "REASONS", "check_run", "is_native", "root_verifier"]
+
+#: a native guard's ``check_run`` over frames: ``(verdicts, exception or None)``
+RunCall = Callable[[list[tuple[Any, ...]], bool], tuple[list[str], BaseException | None]]
 
 #: the native guard's verdict when the Python guard must decide
 FALLBACK: Final = "fallback"
@@ -66,3 +87,55 @@ def is_native(verifier: Any) -> bool:
     """Whether ``verifier`` is the native twin (a scheme's guard then runs natively too)."""
     mod = native.NATIVE
     return mod is not None and type(verifier) is mod.SignedRootVerifier
+
+
+def check_run(
+    call: RunCall,
+    frames: list[tuple[Any, ...]],
+    strikes: StrikeCounter | None,
+    ctx: CheckContext,
+    *,
+    strike_brokers: bool = False,
+) -> list[DropReason | None]:
+    """The verdicts of a prefix of ``frames`` from one native ``check_run`` (see the module
+    docstring), with ``checked``'s strikes applied in order (``strikes``: None for a guard
+    that strikes no source): an empty list when the source is banned (the core's own check
+    answers ``flood``) or the first frame falls back."""
+    src, now = ctx.link.link_id, ctx.now
+    if strikes is not None and strikes.banned(src, now):
+        return []
+    counts = strikes is not None and (strike_brokers or ctx.link.kind is LinkKind.CLIENT)
+    verdicts, exc = call(frames, counts)
+    out: list[DropReason | None] = []
+    for v in verdicts:
+        reason = REASONS[v] if v else None
+        if counts and reason in GUARD_STRIKING:
+            strikes.strike(src, now)  # type: ignore[union-attr]
+        out.append(reason)
+    if exc is not None:
+        out.append(_reason_of(exc, strikes, ctx, strike_brokers))
+    return out
+
+
+def _reason_of(
+    exc: BaseException, strikes: StrikeCounter | None, ctx: CheckContext, strike_brokers: bool
+) -> DropReason | None:
+    """The verdict one ``broker_check`` (``checked`` when the guard strikes, then the core's
+    ``_check``) gives a frame whose guard raised ``exc``; anything else is a bug and
+    propagates, as there."""
+
+    def again() -> NoReturn:
+        raise exc
+
+    try:
+        if strikes is None:
+            again()
+        return checked(strikes, ctx, again, strike_brokers=strike_brokers)
+    except InvalidToken:
+        return DropReason.FORGED
+    except DropError as e:
+        return e.reason
+    except RevokedError:
+        return DropReason.REVOKED
+    except (PubguardError, TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return DropReason.MALFORMED

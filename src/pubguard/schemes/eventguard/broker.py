@@ -45,7 +45,7 @@ and the network's subscriptions do not. The client side is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -73,7 +73,7 @@ from pubguard.schemes.common.guards import (
     TimestampWindow,
     TTLCache,
 )
-from pubguard.schemes.common.native_guard import FALLBACK, REASONS, root_verifier
+from pubguard.schemes.common.native_guard import FALLBACK, REASONS, check_run, root_verifier
 from pubguard.schemes.eventguard.fast import publication_guard
 from pubguard.schemes.eventguard.wire import (
     EVENTGUARD,
@@ -204,6 +204,28 @@ class EventGuardBroker(BrokerScheme):
         st = self._per(ctx)
         return checked(
             st.strikes, ctx, lambda: self._check(message, ctx, st), strike_brokers=self.ban_brokers
+        )
+
+    @property
+    def checks_in_runs(self) -> bool:
+        """Whether the native guard is built for this scheme (``broker_check_run``)."""
+        return self._fast is not None
+
+    def broker_check_run(
+        self, messages: Sequence[Any], events: Sequence[Any], ctx: CheckContext
+    ) -> list[DropReason | None]:
+        """``broker_check`` on a run of publications, one native call for as much as it
+        decides (``native_guard.check_run``); an empty prefix without the native guard."""
+        fast = self._fast
+        if fast is None or fast.roots is not self.roots:  # swapped (EventGuard-nosig)
+            return []
+        frames = [(m.event_id, m.profile, m.routing, m.body, m.meta) for m in messages]
+        return check_run(
+            lambda fs, stop: fast.check_run(fs, ctx.now, stop_on_strike=stop),
+            frames,
+            self._per(ctx).strikes,
+            ctx,
+            strike_brokers=self.ban_brokers,
         )
 
     def _check(self, m: Any, ctx: CheckContext, st: _PerBroker) -> DropReason | None:

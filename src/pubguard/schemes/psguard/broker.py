@@ -30,14 +30,15 @@ match.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from pubguard.crypto import H, VerifyKey
 from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.schemes.base import CheckContext
 from pubguard.schemes.common.merkle import MAX_BATCH, PACKED_PATH_LENGTHS, check_packed_path
-from pubguard.schemes.common.native_guard import root_verifier
+from pubguard.schemes.common.native_guard import FALLBACK, REASONS, check_run, root_verifier
+from pubguard.schemes.psguard.fast import publication_guard
 from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS, PROFILE, PSGUARD_PAPER
 from pubguard.schemes.psguard.routing import TokenRouting
 from pubguard.schemes.psguard.wire import ROOT_TAG, parse_routing, signed_from_wire
@@ -46,6 +47,7 @@ __all__ = ["TRUST", "VERIFY_MODES", "PSGuardBroker", "make_scheme"]
 
 #: broker ``verify`` mode -> the profile name it is served under
 VERIFY_MODES: Final = {"signature": PROFILE, "none": PSGUARD_PAPER}
+_MALFORMED: Final = DropReason.MALFORMED.value  # the native guard's verdict, by value
 TRUST: Final = {
     "signature": "malicious brokers: forgeries and stale records dropped at the first broker",
     "none": "honest-but-curious brokers (psguard.txt §2): forgeries refused by subscribers only",
@@ -94,6 +96,18 @@ class PSGuardBroker(TokenRouting):
         self._revoked_names: set[str] = set()
         self.max_delay_ms = max_delay_ms
         self.roots = root_verifier(ROOT_TAG, ttl=2 * max_delay_ms / 1000)  # native when built
+        # the native port of broker_check's publication guard (sharing roots, publishers,
+        # revoked names), or None
+        self._fast = (
+            publication_guard(
+                self.roots,
+                max_delay_ms=max_delay_ms,
+                publishers=self.publishers,
+                revoked=self._revoked_names,
+            )
+            if verify != "none"
+            else None
+        )
         #: the core's flag: without checks it admits publications on its plain fast path
         self.checks_messages = verify != "none"
         if verify == "none":
@@ -124,6 +138,15 @@ class PSGuardBroker(TokenRouting):
             return None  # psguard.txt: keys, not brokers, enforce who may subscribe
         meta, routing = message.meta, message.routing
         te = self.decoded(routing) or parse_routing(routing)
+        fast = self._fast
+        if fast is not None and fast.roots is self.roots:
+            v = fast.check_publish(
+                message.event_id, te.mode, te.nonce, routing.get("t"), message.body, meta, ctx.now
+            )
+            if v == _MALFORMED:  # raised, as signed_from_wire and _batch_packed raise it
+                raise ValidationError("malformed psguard publication")
+            if v != FALLBACK:
+                return REASONS[v] if v else None
         pub, ts, _, signed, sig = signed_from_wire(
             message.event_id, te, routing, message.body, meta
         )
@@ -150,6 +173,26 @@ class PSGuardBroker(TokenRouting):
             except InvalidToken:
                 return DropReason.FORGED
         return DropReason.STALE if abs(int(ctx.now * 1000) - ts) > self.max_delay_ms else None
+
+    @property
+    def checks_in_runs(self) -> bool:
+        """Whether the native guard is built for this scheme (``broker_check_run``)."""
+        return self._fast is not None
+
+    def broker_check_run(
+        self, messages: Sequence[Any], events: Sequence[Any], ctx: CheckContext
+    ) -> list[DropReason | None]:
+        """``broker_check`` on a run of publications, one native call for as much as it
+        decides (``native_guard.check_run``), on the routing parts the core decoded
+        (``events``); an empty prefix without the native guard."""
+        fast = self._fast
+        if fast is None or fast.roots is not self.roots:
+            return []
+        frames = [
+            (m.event_id, te.mode, te.nonce, m.routing.get("t"), m.body, m.meta)
+            for m, te in zip(messages, events, strict=True)
+        ]
+        return check_run(lambda fs, _: fast.check_run(fs, ctx.now), frames, None, ctx)
 
 
 def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:
