@@ -10,17 +10,32 @@ from typing import Any
 from click.testing import CliRunner
 
 from pubguard.cli.main import cli
-from tests.pipeline.helpers import make_workload
+from pubguard.sim.workloads import generate, load_workload
 
 
 def test_pipeline_run_json_summary(spark: Any, tmp_path: Path) -> None:
-    d, wl = make_workload(tmp_path, "eventguard")
+    # the smallest workload that still delivers: the command's wiring and summary are under
+    # test here (the profiles' deliveries are checked by test_profiles)
+    d = tmp_path / "wl"
+    generate(
+        "eventguard",
+        d,
+        seed=11,
+        subscribers=3,
+        events=6,
+        topics=2,
+        publishers=1,
+        topics_per_publisher=2,
+        topics_per_subscriber=1,
+    )
+    wl = load_workload(d)
     out = tmp_path / "out"
     args = ["pipeline", "run", "--workload", str(d), "--out", str(out)]
     res = CliRunner().invoke(cli, [*args, "--mode", "deterministic", "--seed", "3", "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["events"] == len(wl.events) and summary["opened"] == summary["deliveries"]
+    assert summary["profile"] == "default" and summary["deliveries"] > 0
     assert (out / "opened").is_dir() and (out / "summary.json").exists()
 
 

@@ -16,14 +16,20 @@ import pytest
 
 from tests.pipeline.helpers import NOW
 
+# the four runs are submitted from one thread each: a tiny job's wall time is mostly driver
+# latency (planning, scheduling, task round trips), which then overlaps; the worker's core
+# still runs their tasks one at a time, and each run writes its own output folder
 _MATCH_EACH = """
 import json, sys
+from concurrent.futures import ThreadPoolExecutor
 from pubguard.pipeline.run import match_protected
 from pubguard.pipeline.session import get_spark
 
 spark = get_spark(sys.argv[1], "pubguard-profiles-on-cluster")
-for prot, out in zip(sys.argv[3::2], sys.argv[4::2]):
-    r = match_protected(spark, prot, out, now_ms=int(sys.argv[2]))
+runs = list(zip(sys.argv[3::2], sys.argv[4::2]))
+with ThreadPoolExecutor(len(runs)) as pool:
+    got = list(pool.map(lambda r: match_protected(spark, *r, now_ms=int(sys.argv[2])), runs))
+for r in got:
     print(json.dumps({k: r[k] for k in ("profile", "deliveries", "drops")}), flush=True)
 """
 

@@ -73,6 +73,32 @@ def test_opened_deliveries_equal_the_reference(runs: Runs, profile: str, mode: s
         assert summary["post_filtered"] > 0
 
 
+@pytest.mark.parametrize("profile", ["default", "psguard"])
+def test_open_on_spark_equals_open_on_driver(
+    spark: Any,
+    runs: Runs,
+    psguard_run: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    profile: str,
+) -> None:
+    """The local session's open (deliveries joined with their publications by Spark, grouped
+    by filter) opens what the driver's did; tiny outboxes take the driver path, so the
+    threshold is lowered here."""
+    import pubguard.pipeline.opener as opener
+
+    if profile == "psguard":
+        out, wl, summary = psguard_run
+    else:
+        (out, summary), wl = runs.get(profile, "randomized"), runs.wl
+    prof = get_profile(profile)
+    ctx = prof.trusted(MASTER, list(wl.types.values()), mode="randomized", now_ms=NOW, seed=5)
+    monkeypatch.setattr(opener, "OPEN_ON_DRIVER_ROWS", 0)
+    stats = prof.open_outbox(out / "outbox", tmp_path / "opened", ctx, wl.filters, spark)
+    assert stats.opened == summary["opened"] and stats.refused == summary["refused"]
+    assert opened_pairs(tmp_path) == opened_pairs(out)
+
+
 def _canaries(wl: Workload) -> set[bytes]:
     out = set()
     for e in wl.events:
@@ -191,6 +217,15 @@ def test_stream_restart_from_checkpoint_delivers_as_the_batch_run(
     assert res["profile"] == profile and res["batches"] == len(parts) and res["drops"] == {}
     assert _outbox_pairs(tmp_path / "out") == _outbox_pairs(out)
     assert res["deliveries"] == summary["deliveries"]
+    # the subscribers open the stream's outbox (deliveries -> publications by event and
+    # micro-batch) to what they opened from the batch run
+    prof = get_profile(profile)
+    ctx = prof.trusted(MASTER, list(runs.wl.types.values()), mode=mode, now_ms=NOW, seed=5)
+    stats = prof.open_outbox(
+        tmp_path / "out" / "outbox", tmp_path / "opened", ctx, runs.wl.filters, None
+    )
+    assert stats.opened == summary["opened"]
+    assert opened_pairs(tmp_path) == opened_pairs(out)
 
 
 def test_eventguard_refuses_a_filter_without_topic(runs: Runs) -> None:

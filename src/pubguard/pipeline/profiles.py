@@ -4,7 +4,7 @@ Theory of operation. A *pipeline profile* is what ``pipeline run|match|stream`` 
 pipeline`` need from a security profile, and nothing else: how the trusted side protects a
 workload into tables, what an executor (an untrusted broker) checks and matches on those
 tables, and how a subscriber opens what it was delivered. Every profile is one
-:class:`PipelineProfile` object registered under its name with :func:`register`; adding one
+:class:`PipelineProfile` (an abstract base) registered under its name with :func:`register`; adding one
 (v-CAPS, Hermes) is one ``register(...)`` call in the module that defines it, listed in
 :data:`PROFILE_MODULES` so the registry imports it on first use.
 
@@ -23,10 +23,11 @@ No crypto lives here or in the layouts: each profile calls its scheme's clients 
 
 from __future__ import annotations
 
+import abc
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.errors import ConfigError
 
@@ -54,19 +55,26 @@ PROFILE_MODULES: Final = (
 _REGISTRY: dict[str, PipelineProfile] = {}
 
 
-class PipelineProfile(Protocol):
+class PipelineProfile(abc.ABC):
     """One security profile as the pipeline runs it. ``modes``: the routing modes it defines,
     the first being its default; ``mode_note``: why a mode it lacks is absent (the error for
     ``--mode`` names it); ``layout``: ``record`` or ``wire`` (see the module docstring);
-    ``leaks_plaintext``: True for the baseline only (its tables hold the events in clear)."""
+    ``leaks_plaintext``: True for the baseline only (its tables hold the events in clear);
+    ``event_columns``: the protected events table's columns; ``delivery_body``: the columns
+    of a publication a subscriber opens (stored once per delivered event). A profile
+    subclasses this (usually through :class:`pubguard.pipeline.wire.WireProfile`), sets
+    what differs from these defaults and implements the abstract methods."""
 
-    name: str
-    modes: tuple[str, ...]
-    mode_note: str
-    layout: str
-    leaks_plaintext: bool
+    name: str = ""
+    modes: tuple[str, ...] = ()
+    mode_note: str = ""
+    layout: str = "wire"
+    leaks_plaintext: bool = False
+    event_columns: tuple[str, ...] = ()
+    delivery_body: tuple[str, ...] = ()
 
     # -- trusted side --------------------------------------------------------------------------
+    @abc.abstractmethod
     def trusted(
         self,
         master: bytes,
@@ -81,22 +89,27 @@ class PipelineProfile(Protocol):
         """The trusted context (picklable: a local session's tasks may protect and open)."""
         ...
 
+    @abc.abstractmethod
     def protect(
         self, spark: SparkSession, events: Sequence[Event], filters: Mapping[str, Filter], ctx: Any
     ) -> tuple[DataFrame, DataFrame]:
         """Protected events and filter-token tables (keys stay on the trusted side)."""
         ...
 
+    @abc.abstractmethod
     def protect_events_pandas(self, events: Sequence[Event], ctx: Any) -> Any:
         """Protected event rows as a pandas DataFrame (tests, benchmarks)."""
         ...
 
+    @abc.abstractmethod
     def protect_filters_pandas(self, filters: Mapping[str, Filter], ctx: Any) -> Any: ...
 
+    @abc.abstractmethod
     def public(self, ctx: Any) -> dict[str, Any]:
         """What the manifest carries for the untrusted side: public keys only."""
         ...
 
+    @abc.abstractmethod
     def open_outbox(
         self,
         outbox: Path,
@@ -109,31 +122,35 @@ class PipelineProfile(Protocol):
         ...
 
     # -- untrusted side (executors) ----------------------------------------------------------
+    @abc.abstractmethod
     def events_schema(self) -> Any: ...
 
-    event_columns: tuple[str, ...]
-    delivery_body: tuple[str, ...]
-
+    @abc.abstractmethod
     def check_malformed(self, events: DataFrame, mode: str, path: Path) -> None: ...
 
+    @abc.abstractmethod
     def validate(
         self, events: DataFrame, manifest: Mapping[str, Any], *, now_ms: int, max_delay_ms: int
     ) -> DataFrame:
         """``events`` plus a ``drop`` column (None = accepted) with the broker's reason."""
         ...
 
+    @abc.abstractmethod
     def seen_columns(self) -> tuple[str, ...]:
         """Columns of an accepted event a stream remembers across micro-batches."""
         ...
 
+    @abc.abstractmethod
     def against_seen(self, checked: DataFrame, seen: DataFrame) -> DataFrame:
         """Drop (replayed / duplicate) what earlier micro-batches accepted."""
         ...
 
+    @abc.abstractmethod
     def match(
         self, events: DataFrame, filters: DataFrame, subs: DataFrame, *, mode: str
     ) -> DataFrame: ...
 
+    @abc.abstractmethod
     def stream_matcher(
         self, spark: SparkSession, filters: DataFrame, subs: DataFrame, mode: str
     ) -> tuple[Callable[[DataFrame], DataFrame], Any]:

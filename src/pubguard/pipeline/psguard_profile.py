@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from pubguard.errors import DropReason
 from pubguard.pipeline import stages as S
-from pubguard.pipeline.opener import OpenStats, open_outbox
-from pubguard.pipeline.profiles import register
+from pubguard.pipeline.opener import RECORD_BODY, OpenStats, open_outbox
+from pubguard.pipeline.profiles import PipelineProfile, register
 from pubguard.pipeline.tables import EVENT_COLUMNS, events_schema
 from pubguard.schemes.psguard.record import MODES, PROFILE
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["PSGuardPipeline"]
 
 
-class PSGuardPipeline:
+class PSGuardPipeline(PipelineProfile):
     """psguard on Spark: executors verify each record's Ed25519 signature and the
     ``max_delay`` window, and match tokens (deterministic join or randomized PRF)."""
 
@@ -31,9 +31,8 @@ class PSGuardPipeline:
     modes: tuple[str, ...] = tuple(sorted(MODES, reverse=True))  # randomized first
     mode_note = "psguard defines deterministic and randomized tokens"
     layout = "record"
-    leaks_plaintext = False
     event_columns: tuple[str, ...] = EVENT_COLUMNS
-    delivery_body: tuple[str, ...] = ("epoch", "hint", "secrets", "payload")
+    delivery_body: tuple[str, ...] = RECORD_BODY
 
     def trusted(
         self,
@@ -135,7 +134,7 @@ class PSGuardPipeline:
     def match(
         self, events: DataFrame, filters: DataFrame, subs: DataFrame, *, mode: str
     ) -> DataFrame:
-        return S.match(events, filters, subs, mode=mode, body=self.delivery_body)
+        return S.match(events, filters, subs, mode=mode)
 
     def stream_matcher(
         self, spark: SparkSession, filters: DataFrame, subs: DataFrame, mode: str
@@ -143,8 +142,7 @@ class PSGuardPipeline:
         from pubguard.pipeline.stream import build_index, match_with_index
 
         bc = spark.sparkContext.broadcast(build_index(filters, subs))
-        body = self.delivery_body
-        return (lambda ev: match_with_index(ev, bc, mode, body=body)), bc
+        return (lambda ev: match_with_index(ev, bc, mode)), bc
 
 
 PSGUARD = register(PSGuardPipeline())

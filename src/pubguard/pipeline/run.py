@@ -206,12 +206,14 @@ def match_protected(
         secs["validate"] = time.perf_counter() - t
         progress("validate", f"{n_events} events, drops {drops or 'none'}")
         t = time.perf_counter()
-        deliveries = prof.match(S.accepted(checked), filters, subs, mode=mode).cache()
+        ok = S.accepted(checked)
+        deliveries = prof.match(ok, filters, subs, mode=mode).cache()
         n_deliveries = deliveries.count()
         secs["match"] = time.perf_counter() - t
         progress("match", f"{n_deliveries} deliveries ({prof.name}, {mode})")
         t = time.perf_counter()
-        S.deliver(deliveries, outp / "outbox")
+        pubs = S.publications(ok, deliveries, prof.delivery_body)
+        S.deliver(deliveries, outp / "outbox", pubs)
         secs["deliver"] = time.perf_counter() - t
         progress("deliver", f"outbox written to {outp / 'outbox'}")
         deliveries.unpersist()

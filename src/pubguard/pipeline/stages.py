@@ -27,9 +27,10 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pubguard.crypto import AesPrf, SecretBytes, SigningKey, VerifyKey
+from pubguard.crypto.ed25519_batch import verify_batch
 from pubguard.errors import DropReason
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, EventType, Filter, Subscription, event_from_json, filter_from_json
@@ -56,8 +57,12 @@ from pubguard.schemes.psguard.tokens import NONCE_BYTES, TokenSet
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
+#: the outbox's directory of publications, one row per delivered event
+PUBLICATIONS: Final = "_publications"
+
 __all__ = [
     "TrustedContext",
+    "counted_filters",
     "deliver",
     "drop_counts",
     "events_frame",
@@ -67,8 +72,11 @@ __all__ = [
     "protect_filters",
     "protect_events_pandas",
     "protect_filters_pandas",
+    "PUBLICATIONS",
     "prfs_for",
+    "publications",
     "reason_counts",
+    "recipients",
     "subscriptions_frame",
     "validate",
 ]
@@ -307,21 +315,14 @@ def validate(
         vks = {p: VerifyKey.from_bytes(k) for p, k in keys.items()}
         for pdf in batches:
             drops: list[str | None] = []
-            for row in pdf.itertuples(index=False):
-                vk = vks.get(row.publisher)
-                msg = signed_message(
-                    row.event_id,
-                    row.publisher,
-                    int(row.ts),
-                    int(row.epoch),
-                    row.mode,
-                    bytes(row.nonce),
-                    [int(t) for t in row.tokens],
-                    bytes(row.hint),
-                    _decode_or_empty(row.secrets),
-                    bytes(row.payload),
-                )
-                if vk is None or not vk.is_valid(bytes(row.sig), msg):
+            rows = list(pdf.itertuples(index=False))
+            # one signature per event, verified as one Ed25519 batch per Arrow batch (native;
+            # pyca's verdict per signature either way: crypto.ed25519_batch)
+            signed = [(vks.get(row.publisher), bytes(row.sig), _message(row)) for row in rows]
+            valid = verify_batch([(vk, sig, m) for vk, sig, m in signed if vk is not None])
+            verdicts = iter(valid)
+            for row, (vk, _, _) in zip(rows, signed, strict=True):
+                if vk is None or not next(verdicts):
                     drops.append(DropReason.FORGED.value)
                 elif abs(now_ms - int(row.ts)) > max_delay_ms:
                     drops.append(DropReason.STALE.value)
@@ -343,6 +344,22 @@ def validate(
         .otherwise(F.lit(DropReason.DUPLICATE.value))
     )
     return ranked.withColumn("drop", drop).drop("_rn", "_first_sig")
+
+
+def _message(row: Any) -> bytes:
+    """The bytes an event's Ed25519 signature covers (:func:`signed_message`)."""
+    return signed_message(
+        row.event_id,
+        row.publisher,
+        int(row.ts),
+        int(row.epoch),
+        row.mode,
+        bytes(row.nonce),
+        [int(t) for t in row.tokens],
+        bytes(row.hint),
+        _decode_or_empty(row.secrets),
+        bytes(row.payload),
+    )
 
 
 def _decode_or_empty(blob: Any) -> tuple[tuple[str, bytes], ...]:
@@ -431,21 +448,46 @@ def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> 
     return events.select("event_id", "nonce", "tokens").mapInPandas(fn, "event_id string, tok long")
 
 
+def recipients(fids: Iterable[str], subs: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """``subscriber -> filter id`` for the filters ``fids`` an event matched: one delivery per
+    subscriber, named by its smallest matching filter id (the keys it opens with)."""
+    best: dict[str, str] = {}
+    for fid in fids:
+        for sub in subs.get(fid, ()):
+            if sub not in best or fid < best[sub]:
+                best[sub] = fid
+    return best
+
+
+def counted_filters(
+    toks: Iterable[int], by_tok: Mapping[int, Sequence[tuple[str, int]]]
+) -> list[str]:
+    """The filters an event's token hits ``toks`` satisfy: a filter of ``n`` token groups
+    matches an event meeting ``n`` of its tokens (the counting matcher, map side)."""
+    met: dict[str, int] = {}
+    need: dict[str, int] = {}
+    for t in toks:
+        for fid, n in by_tok.get(t, ()):
+            met[fid] = met.get(fid, 0) + 1
+            need[fid] = n
+    return [fid for fid, c in met.items() if c == need[fid]]
+
+
 def match(
     events: DataFrame,
     filters: DataFrame,
     subscriptions: DataFrame,
     *,
     mode: str,
-    body: Sequence[str] = ("epoch", "hint", "secrets", "payload"),
 ) -> DataFrame:
     """Stage *match*: protected events x protected filters x subscriptions -> deliveries
-    ``(subscriber, event_id, filter_id, *body)``, one per (subscriber, event) (the smallest
-    matching filter id names the keys to open with). ``body``: the event columns a delivery
-    carries (psguard's record columns by default; a wire-layout profile's publication)."""
+    ``(subscriber, event_id, filter_id)``, one per (subscriber, event) (the smallest matching
+    filter id names the keys to open with). The join carries what it must and no more: event
+    ids and 64-bit tokens. Each delivered event's publication is attached once per event
+    afterwards (:func:`publications`), not copied into every delivery."""
     from pyspark.sql import functions as F
 
-    check_columns(events, ("event_id", "nonce", "tokens", *body), "protected events")
+    check_columns(events, ("event_id", "nonce", "tokens"), "protected events")
     check_columns(filters, FILTER_COLUMNS, "protected filters")
     check_columns(subscriptions, SUBSCRIPTION_COLUMNS, "subscriptions")
     ftab = filters.select("tok", "filter_id", "n")
@@ -461,22 +503,36 @@ def match(
         .where(F.col("met") == F.col("n"))
         .select("event_id", "filter_id")
     )
-    per_sub = (
+    return (
         counted.join(subscriptions.select(*SUBSCRIPTION_COLUMNS), "filter_id")
         .groupBy("subscriber", "event_id")
         .agg(F.min("filter_id").alias("filter_id"))
     )
-    carried = events.select("event_id", *body)
-    return per_sub.join(carried, "event_id").select("subscriber", "event_id", "filter_id", *body)
+
+
+def publications(events: DataFrame, deliveries: DataFrame, body: Sequence[str]) -> DataFrame:
+    """``(event_id, *body)`` once per event with at least one delivery: the publication the
+    deliveries of that event refer to (``body``: the columns a subscriber opens; psguard's
+    record columns, or a wire-layout profile's ``routing``, ``body``, ``meta``). Written once
+    to ``OUT/outbox/_publications`` beside the per-subscriber delivery lists: the ciphertext
+    is the same bytes for every recipient of an event, so it is stored once, not once per
+    delivery."""
+    check_columns(events, ("event_id", *body), "protected events")
+    delivered = deliveries.select("event_id").distinct()
+    return events.select("event_id", *body).join(delivered, "event_id", "left_semi")
 
 
 # -- deliver ------------------------------------------------------------------------------------
 
 
-def deliver(deliveries: DataFrame, outbox: Path | str) -> None:
-    """Stage *deliver*: each subscriber's ciphertexts to ``outbox/subscriber=S/``, written to a
-    staging directory and renamed into place, so re-running replaces the outbox whole and a
-    failure never leaves a half-written one."""
+def deliver(
+    deliveries: DataFrame, outbox: Path | str, publications: DataFrame | None = None
+) -> None:
+    """Stage *deliver*: each subscriber's deliveries to ``outbox/subscriber=S/`` and the
+    delivered events' publications once to ``outbox/_publications/`` (Spark and pyarrow skip
+    ``_``-prefixed directories when they read the outbox), written to a staging directory and
+    renamed into place, so re-running replaces the outbox whole and a failure never leaves a
+    half-written one."""
 
     def write(staging: Path) -> None:
         (
@@ -486,5 +542,7 @@ def deliver(deliveries: DataFrame, outbox: Path | str) -> None:
             .partitionBy("subscriber")
             .parquet(str(staging))
         )
+        if publications is not None:
+            publications.write.mode("overwrite").parquet(str(staging / PUBLICATIONS))
 
     atomic_replace(Path(outbox), write)

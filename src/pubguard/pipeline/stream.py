@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,19 @@ from pubguard.pipeline.profiles import PipelineProfile, check_mode
 from pubguard.pipeline.run import _read_parquet, spark_errors
 from pubguard.pipeline.tables import check_columns, read_manifest
 from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS
-from pubguard.schemes.psguard.tokens import NONCE_BYTES, match_randomized
+from pubguard.schemes.psguard.tokens import NONCE_BYTES
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["build_index", "match_with_index", "run_stream", "stream_summary"]
+__all__ = [
+    "build_index",
+    "index_from_rows",
+    "index_matches",
+    "match_with_index",
+    "run_stream",
+    "stream_summary",
+]
 
 BATCHES = "_batches"
 SEEN = "_seen"
@@ -48,77 +55,70 @@ SEEN = "_seen"
 
 def build_index(filters: DataFrame, subscriptions: DataFrame) -> dict[str, Any]:
     """The subscription index shipped to executors (tokens and ids only)."""
+    return index_from_rows(
+        filters.select("tok", "token", "filter_id", "n").toLocalIterator(),
+        subscriptions.select("subscriber", "filter_id").toLocalIterator(),
+    )
+
+
+def index_from_rows(filters: Iterable[Any], subscriptions: Iterable[Any]) -> dict[str, Any]:
+    """:func:`build_index` from rows (mappings with the filter table's ``tok``, ``token``,
+    ``filter_id``, ``n``, and the subscriptions' ``subscriber``, ``filter_id``)."""
     by_tok: dict[int, list[tuple[str, int]]] = {}
     raw: dict[int, bytes] = {}
-    for r in filters.select("tok", "token", "filter_id", "n").toLocalIterator():
+    for r in filters:
         by_tok.setdefault(int(r["tok"]), []).append((r["filter_id"], int(r["n"])))
         raw[int(r["tok"])] = bytes(r["token"])
     subs: dict[str, list[str]] = {}
-    for r in subscriptions.select("subscriber", "filter_id").toLocalIterator():
+    for r in subscriptions:
         subs.setdefault(r["filter_id"], []).append(r["subscriber"])
     toks = sorted(raw)
     return {"by_tok": by_tok, "subs": subs, "toks64": toks, "tokens": [raw[t] for t in toks]}
 
 
-def match_with_index(
-    events: DataFrame,
-    index_bc: Any,
-    mode: str,
-    *,
-    body: Sequence[str] = ("epoch", "hint", "secrets", "payload"),
-) -> DataFrame:
-    """Stage *match* against a broadcast index (map side; no shuffle of the filter table);
-    each delivery carries the event's ``body`` columns."""
+def match_with_index(events: DataFrame, index_bc: Any, mode: str) -> DataFrame:
+    """Stage *match* against a broadcast index (map side; no shuffle of the filter table):
+    deliveries ``(subscriber, event_id, filter_id)``. Randomized tokens are tested with the
+    token matcher of :mod:`pubguard.native` (one call per Arrow batch, AES contexts set up
+    once per Python worker and index: :func:`~pubguard.pipeline.stages.token_set_for`), as
+    the batch match stage does."""
     from pyspark.sql import types as T
 
-    cols = ["subscriber", "event_id", "filter_id", *body]
-    fields = {f.name: f for f in events.schema.fields}
     out_schema = T.StructType(
-        [
-            T.StructField("subscriber", T.StringType(), False),
-            T.StructField("event_id", T.StringType(), False),
-            T.StructField("filter_id", T.StringType(), False),
-            *(fields[c] for c in body),
-        ]
+        [T.StructField(c, T.StringType(), False) for c in ("subscriber", "event_id", "filter_id")]
     )
 
     def fn(batches: Iterable[Any]) -> Iterable[Any]:
         import pandas as pd
 
         idx = index_bc.value
-        by_tok, subs = idx["by_tok"], idx["subs"]
         for pdf in batches:
-            ids = pdf["event_id"].tolist()
-            if mode == "randomized":
-                nonces = b"".join(bytes(x) for x in pdf["nonce"])
-                if len(nonces) != NONCE_BYTES * len(pdf):
-                    raise ValueError("randomized match needs a 16-byte nonce per event")
-                hits_by_ev: dict[int, list[int]] = {}
-                prfs = S.prfs_for(idx["tokens"])  # AES contexts once per worker and index
-                hits = match_randomized(nonces, list(pdf["tokens"]), idx["tokens"], prfs=prfs)
-                for e, t in hits:
-                    hits_by_ev.setdefault(e, []).append(idx["toks64"][t])
-            else:
-                hits_by_ev = {i: [int(x) for x in toks] for i, toks in enumerate(pdf["tokens"])}
-            rows = []
-            for i, toks in hits_by_ev.items():
-                met: dict[str, int] = {}
-                need: dict[str, int] = {}
-                for t in toks:
-                    for fid, n in by_tok.get(t, ()):
-                        met[fid] = met.get(fid, 0) + 1
-                        need[fid] = n
-                best: dict[str, str] = {}
-                for fid, c in met.items():
-                    if c == need[fid]:
-                        for s in subs.get(fid, ()):
-                            if s not in best or fid < best[s]:
-                                best[s] = fid
-                for s, fid in best.items():
-                    rows.append((s, ids[i], fid, *(pdf[c].iat[i] for c in body)))
-            yield pd.DataFrame(rows, columns=cols)
+            yield pd.DataFrame(
+                index_matches(idx, pdf, mode), columns=["subscriber", "event_id", "filter_id"]
+            )
 
-    return events.select("event_id", "nonce", "tokens", *body).mapInPandas(fn, out_schema)
+    return events.select("event_id", "nonce", "tokens").mapInPandas(fn, out_schema)
+
+
+def index_matches(idx: Mapping[str, Any], pdf: Any, mode: str) -> list[tuple[str, str, str]]:
+    """``(subscriber, event_id, filter_id)`` of one batch of protected events (``event_id``,
+    ``nonce``, ``tokens``) against an index of :func:`build_index`."""
+    ids = pdf["event_id"].tolist()
+    if mode == "randomized":
+        nonces = b"".join(bytes(x) for x in pdf["nonce"])
+        if len(nonces) != NONCE_BYTES * len(pdf):
+            raise ValueError("randomized match needs a 16-byte nonce per event")
+        toks64 = idx["toks64"]
+        hits_by_ev: dict[int, list[int]] = {}
+        for e, t in S.token_set_for(idx["tokens"]).match_batch(nonces, list(pdf["tokens"])):
+            hits_by_ev.setdefault(e, []).append(toks64[t])
+    else:
+        hits_by_ev = {i: [int(x) for x in toks] for i, toks in enumerate(pdf["tokens"])}
+    rows = []
+    for i, toks in hits_by_ev.items():
+        best = S.recipients(S.counted_filters(toks, idx["by_tok"]), idx["subs"])
+        rows += [(sub, ids[i], fid) for sub, fid in best.items()]
+    return rows
 
 
 def _seen_ids(spark: SparkSession, out: Path, since_ms: int) -> DataFrame | None:
@@ -146,9 +146,11 @@ def _process_batch(
         return  # committed by an earlier attempt: exactly once
     outbox, tag = out / "outbox", f"part-b{batch_id:012d}-"
     if outbox.exists():  # files of a crashed attempt of this batch
-        for p in outbox.glob(f"subscriber=*/{tag}*"):
+        for p in [*outbox.glob(f"subscriber=*/{tag}*"), *outbox.glob(f"{S.PUBLICATIONS}/{tag}*")]:
             p.unlink()
     shutil.rmtree(out / SEEN / f"batch={batch_id}", ignore_errors=True)
+    from pyspark.sql import functions as F
+
     spark = batch.sparkSession
     now = int(time.time() * 1000) if now_ms is None else now_ms
     checked = prof.validate(batch, manifest, now_ms=now, max_delay_ms=max_delay_ms)
@@ -159,13 +161,19 @@ def _process_batch(
     by_reason = S.reason_counts(checked)  # drops and the event count in one job
     drops = {r: c for r, c in by_reason.items() if r is not None}
     ok = S.accepted(checked)
-    deliveries = matcher(ok).cache()
+    # the batch id rides on both sides of the delivery -> publication reference: an
+    # identifier accepted again after the replay window is another publication
+    batch_col = F.lit(batch_id).cast("long").alias("batch")
+    deliveries = matcher(ok).select("*", batch_col).cache()
     n = deliveries.count()
+    pubs = S.publications(ok, deliveries, prof.delivery_body).select("*", batch_col)
     staging = out / f".staging-b{batch_id:012d}"
     shutil.rmtree(staging, ignore_errors=True)
-    deliveries.write.partitionBy("subscriber").parquet(str(staging))
-    for f in sorted(staging.glob("subscriber=*/*.parquet")):
-        dest = outbox / f.parent.name
+    deliveries.write.partitionBy("subscriber").parquet(str(staging / "d"))
+    pubs.write.parquet(str(staging / "p"))
+    moves = [(f, outbox / f.parent.name) for f in staging.glob("d/subscriber=*/*.parquet")]
+    moves += [(f, outbox / S.PUBLICATIONS) for f in staging.glob("p/*.parquet")]
+    for f, dest in sorted(moves):
         dest.mkdir(parents=True, exist_ok=True)
         os.replace(f, dest / f"{tag}{f.name}")
     shutil.rmtree(staging, ignore_errors=True)

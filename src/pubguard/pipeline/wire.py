@@ -20,15 +20,21 @@ Executors (untrusted brokers) then run, per partition:
   sequence their publications), a second one with an accepted identifier ``duplicate`` (the
   routing guard's de-dup, eventguard.txt §4.7);
 - *match*: the token profiles' counting join (:func:`pubguard.pipeline.stages.match`) on the
-  ``tokens`` column, or a profile's own map-side matcher (plain: its scheme's index);
+  ``tokens`` column, or a profile's own map-side matcher (plain: its scheme's index). Either
+  yields deliveries ``(subscriber, event_id, filter_id)`` only: the publication (``routing``,
+  ``body``, ``meta``, many times a plaintext event's size: permits, signature, Merkle path)
+  is attached once per delivered event afterwards (``stages.publications``);
 - *deliver*: as every profile (``stages.deliver``).
 
 Subscribers open on the trusted side with one scheme client per filter (holding that filter's
-keys only), then re-check the plaintext filter (post-filter).
+keys only), then re-check the plaintext filter (post-filter): :class:`WireOpener`, driven by
+:func:`pubguard.pipeline.opener.open_deliveries` as every profile's opener is.
 """
 
 from __future__ import annotations
 
+import abc
+import functools
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -42,11 +48,11 @@ from pubguard.crypto import SecretBytes
 from pubguard.errors import DropReason, InvalidToken, PubguardError, ValidationError
 from pubguard.model import Event, EventType, Filter
 from pubguard.pipeline import stages as S
-from pubguard.pipeline.opener import OPENED_COLUMNS, OpenStats
+from pubguard.pipeline.opener import MEMO_ROWS, OPENED_COLUMNS, OpenStats, open_deliveries
+from pubguard.pipeline.profiles import PipelineProfile
 from pubguard.pipeline.tables import (
     FILTER_COLUMNS,
     WIRE_EVENT_COLUMNS,
-    atomic_replace,
     filters_schema,
     wire_events_schema,
 )
@@ -55,7 +61,7 @@ from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind, ProtectedEve
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["MERKLE_BATCH", "WireContext", "WireProfile", "pack", "unpack"]
+__all__ = ["MERKLE_BATCH", "WireContext", "WireOpener", "WireProfile", "pack", "unpack"]
 
 #: publications per publisher signature (one Merkle root per batch; eventguard.txt §4.4): the
 #: batch the broker network's clients sign by default, so a broker verifies one signature per
@@ -64,8 +70,6 @@ MERKLE_BATCH: Final = 64
 #: the identity an executor's guards see for the link the tables came on: a broker link
 #: (strikes never ban it: one bad row must not refuse the rest of the table)
 PIPELINE_LINK: Final = LinkInfo("pipeline", LinkKind.PARENT, "pipeline")
-#: an outbox this small is opened on the driver: starting Spark tasks would cost more
-OPEN_ON_DRIVER_ROWS: Final = 5000
 
 
 def pack(v: Mapping[str, Any]) -> bytes:
@@ -141,16 +145,14 @@ class WireContext:
         return random.Random(f"pubguard-pipeline/{self.profile}/{self.seed}/{label}")
 
 
-class WireProfile:
-    """Base of the wire-layout profiles: the table handling; a subclass supplies the scheme
-    (the hooks below raise NotImplementedError)."""
+class WireProfile(PipelineProfile):
+    """Base of the wire-layout profiles: the table handling. A subclass supplies its scheme
+    through the abstract hooks; a profile that does not match by the counting join on
+    ``tokens`` (``token_join = False``) overrides :meth:`build_match_index` and
+    :meth:`match_partition` (their defaults are the counting matcher, map side)."""
 
-    name = ""
-    modes: tuple[str, ...] = ()
-    mode_note = ""
-    layout = "wire"
-    leaks_plaintext = False
     event_columns: tuple[str, ...] = WIRE_EVENT_COLUMNS
+    #: the publication a subscriber opens (stored once per delivered event)
     delivery_body: tuple[str, ...] = ("routing", "body", "meta")
     #: publications carry (ts, seq) per publisher key: a second one is ``replayed``
     sequenced = False
@@ -158,44 +160,50 @@ class WireProfile:
     token_join = True
 
     # -- hooks ----------------------------------------------------------------------------------
+    @abc.abstractmethod
     def protect_batch(self, ctx: WireContext, events: Sequence[Event]) -> list[ProtectedEvent]:
         """One Merkle batch of publications from the profile's publishing client."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def join_fields(
         self, ctx: WireContext, pe: ProtectedEvent
     ) -> tuple[str, bytes, int, int, str, bytes, list[int]]:
         """``(publisher, pkey, ts_ms, seq, mode, nonce, tokens)`` of a publication, read with
         the broker face's decoder."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def filter_rows(
         self, ctx: WireContext, fid: str, f: Filter
     ) -> list[tuple[str, int, int, bytes]]:
         """``(filter_id, n, tok, token)`` rows of a subscription, from the profile's
         subscribing client (tokens only; its keys stay with the subscriber)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def public(self, ctx: WireContext) -> dict[str, Any]:
         """Manifest material: ``publishers`` (name -> public key hex) and what the broker
         needs (the key service's public key, revoked keys)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def broker(self, manifest: Mapping[str, Any], max_delay: float) -> Any:
         """The profile's broker scheme, from the manifest's public material."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def subscriber(self, ctx: WireContext, fid: str, f: Filter) -> Any:
         """A client holding ``f``'s keys only (its ``open_event`` opens deliveries)."""
-        raise NotImplementedError
-
-    def match_partition(self, index: Any, pdf: Any) -> list[tuple[str, str, str]]:
-        """Map-side match of one batch against a broadcast index: ``(subscriber, event_id,
-        filter_id)`` (profiles without a token join)."""
-        raise NotImplementedError
 
     def build_match_index(self, filters: DataFrame, subs: DataFrame) -> Any:
-        raise NotImplementedError
+        """The index :meth:`match_partition` matches against, broadcast once (default: the
+        token index of the counting matcher)."""
+        from pubguard.pipeline.stream import build_index
+
+        return build_index(filters, subs)
+
+    def match_partition(self, index: Any, pdf: Any) -> list[tuple[str, str, str]]:
+        """Map-side match of one batch against the broadcast index: ``(subscriber, event_id,
+        filter_id)`` (default: the counting matcher on deterministic ``tokens``)."""
+        from pubguard.pipeline.stream import index_matches
+
+        return index_matches(index, pdf, "deterministic")
 
     def trusted(
         self,
@@ -358,8 +366,10 @@ class WireProfile:
     def match(
         self, events: DataFrame, filters: DataFrame, subs: DataFrame, *, mode: str
     ) -> DataFrame:
+        """Deliveries ``(subscriber, event_id, filter_id)``; the publications are attached
+        once per event afterwards (:func:`pubguard.pipeline.stages.publications`)."""
         if self.token_join:
-            return S.match(events, filters, subs, mode=mode, body=self.delivery_body)
+            return S.match(events, filters, subs, mode=mode)
         spark = events.sparkSession
         bc = spark.sparkContext.broadcast(self.build_match_index(filters, subs))
         return self._map_match(events, bc)
@@ -367,40 +377,28 @@ class WireProfile:
     def stream_matcher(
         self, spark: SparkSession, filters: DataFrame, subs: DataFrame, mode: str
     ) -> tuple[Callable[[DataFrame], DataFrame], Any]:
-        body = self.delivery_body
         if self.token_join:
             from pubguard.pipeline.stream import build_index, match_with_index
 
             bc = spark.sparkContext.broadcast(build_index(filters, subs))
-            return (lambda ev: match_with_index(ev, bc, mode, body=body)), bc
+            return (lambda ev: match_with_index(ev, bc, mode)), bc
         bc = spark.sparkContext.broadcast(self.build_match_index(filters, subs))
         return (lambda ev: self._map_match(ev, bc)), bc
 
     def _map_match(self, events: DataFrame, bc: Any) -> DataFrame:
         from pyspark.sql import types as T
 
-        body = self.delivery_body
-        fields = {f.name: f for f in events.schema.fields}
-        out_schema = T.StructType(
-            [
-                T.StructField("subscriber", T.StringType(), False),
-                T.StructField("event_id", T.StringType(), False),
-                T.StructField("filter_id", T.StringType(), False),
-                *(fields[c] for c in body),
-            ]
-        )
+        cols = ("subscriber", "event_id", "filter_id")
+        out_schema = T.StructType([T.StructField(c, T.StringType(), False) for c in cols])
         profile = self
 
         def fn(batches: Iterable[Any]) -> Iterator[Any]:
             import pandas as pd
 
             for pdf in batches:
-                hits = profile.match_partition(bc.value, pdf)
-                pos = {e: i for i, e in enumerate(pdf["event_id"])}
-                rows = [(s, e, fid, *(pdf[c].iat[pos[e]] for c in body)) for s, e, fid in hits]
-                yield pd.DataFrame(rows, columns=["subscriber", "event_id", "filter_id", *body])
+                yield pd.DataFrame(profile.match_partition(bc.value, pdf), columns=list(cols))
 
-        return events.select("event_id", *body).mapInPandas(fn, out_schema)
+        return events.select(*WIRE_EVENT_COLUMNS).mapInPandas(fn, out_schema)
 
     # -- subscriber side (trusted) ------------------------------------------------------------------
     def open_outbox(
@@ -411,41 +409,55 @@ class WireProfile:
         filters: Mapping[str, Filter],
         spark: SparkSession | None,
     ) -> OpenStats:
-        """Open every delivery with a client holding its filter's keys only. With a local
-        (trusted) session on its cores, otherwise on the driver over Arrow batches."""
-        src = Path(outbox)
-        rows = _rows(src)
-        local = spark is not None and (spark.sparkContext.master or "").startswith("local")
-        if spark is not None and local and rows > OPEN_ON_DRIVER_ROWS:
-            return self._open_on_spark(spark, src, Path(opened), ctx, filters)
-        has_rows = rows > 0
-        return self._open_on_driver(src, Path(opened), ctx, filters, has_rows)
+        """Open every delivery with a client holding its filter's keys only
+        (:func:`pubguard.pipeline.opener.open_deliveries` with a :class:`WireOpener`)."""
+        make = functools.partial(WireOpener, self, ctx)
+        return open_deliveries(outbox, opened, make, filters, self.delivery_body, spark=spark)
 
-    def _opener(self, ctx: WireContext, filters: Mapping[str, Filter]) -> Callable[..., Any]:
-        clients: dict[str, Any] = {}
 
-        def open_row(fid: str, event_id: str, routing: Any, body: Any, meta: Any) -> Any:
-            f = filters.get(fid)
-            if f is None:
-                return "refused"
-            c = clients.get(fid)
-            if c is None:
-                c = clients[fid] = self.subscriber(ctx, fid, f)
-            try:
-                ev = c.open_event(event_id, unpack(routing), bytes(body), unpack(meta), now=ctx.now)
-            except (InvalidToken, PubguardError):
-                return "refused"
-            return ev if f.matches(ev) else "post_filtered"
+class WireOpener:
+    """The subscriber side of a wire-layout profile over delivery rows: one client per
+    filter, holding that filter's keys only (``open_event``), then the plaintext filter
+    re-checked (post-filter). Subscribers sharing a filter open the same publication to the
+    same event, so the result is memoised by the filter and the publication's bytes (bounded
+    as :class:`pubguard.pipeline.opener` bounds its own)."""
 
-        return open_row
+    def __init__(self, profile: WireProfile, ctx: WireContext, filters: Mapping[str, Filter]):
+        self.profile, self.ctx, self.filters = profile, ctx, filters
+        self.clients: dict[str, Any] = {}
+        self.memo: dict[tuple[Any, ...], Any] = {}
 
-    def _open_columns(
-        self, open_row: Callable[..., Any], cols: Mapping[str, list[Any]], n: int
+    def open_row(self, fid: str, event_id: str, routing: Any, body: Any, meta: Any) -> Any:
+        """The opened Event, or the status ``refused`` / ``post_filtered``."""
+        key = (fid, event_id, bytes(routing), bytes(body), bytes(meta))
+        got = self.memo.get(key)
+        if got is None:
+            got = self._open(fid, event_id, key[2], key[3], key[4])
+            if len(self.memo) >= MEMO_ROWS:
+                self.memo.clear()
+            self.memo[key] = got
+        return got
+
+    def _open(self, fid: str, event_id: str, routing: bytes, body: bytes, meta: bytes) -> Any:
+        f = self.filters.get(fid)
+        if f is None:
+            return "refused"
+        c = self.clients.get(fid)
+        if c is None:
+            c = self.clients[fid] = self.profile.subscriber(self.ctx, fid, f)
+        try:
+            ev = c.open_event(event_id, unpack(routing), body, unpack(meta), now=self.ctx.now)
+        except (InvalidToken, PubguardError):
+            return "refused"
+        return ev if f.matches(ev) else "post_filtered"
+
+    def open_columns(
+        self, cols: Mapping[str, list[Any]], n: int
     ) -> tuple[dict[str, list[Any]], list[str]]:
         out: dict[str, list[Any]] = {k: [] for k in OPENED_COLUMNS}
         status: list[str] = []
         for i in range(n):
-            got = open_row(
+            got = self.open_row(
                 cols["filter_id"][i],
                 cols["event_id"][i],
                 cols["routing"][i],
@@ -462,121 +474,3 @@ class WireProfile:
             out["attrs"].append(json.dumps(dict(got.attrs), sort_keys=True))
             out["payload"].append(got.payload)
         return out, status
-
-    def _open_on_driver(
-        self,
-        outbox: Path,
-        opened: Path,
-        ctx: WireContext,
-        filters: Mapping[str, Filter],
-        has_rows: bool,
-    ) -> OpenStats:
-        import pyarrow as pa
-        import pyarrow.dataset as ds
-        import pyarrow.parquet as pq
-
-        from pubguard.pipeline.opener import opened_schema
-
-        stats = OpenStats()
-        schema = opened_schema()
-        open_row = self._opener(ctx, filters)
-
-        def write(staging: Path) -> None:
-            staging.mkdir(parents=True, exist_ok=True)
-            if not has_rows:
-                pq.write_table(schema.empty_table(), staging / "part-00000.parquet")
-                return
-            dataset = ds.dataset(str(outbox), format="parquet", partitioning="hive")
-            with pq.ParquetWriter(staging / "part-00000.parquet", schema) as writer:
-                for batch in dataset.to_batches(batch_size=8192):
-                    out, status = self._open_columns(open_row, batch.to_pydict(), batch.num_rows)
-                    _count(stats, out["subscriber"], status)
-                    writer.write_table(pa.table(out, schema=schema))
-
-        atomic_replace(opened, write)
-        return stats
-
-    def _open_on_spark(
-        self,
-        spark: SparkSession,
-        outbox: Path,
-        opened: Path,
-        ctx: WireContext,
-        filters: Mapping[str, Filter],
-    ) -> OpenStats:
-        from pyspark.sql import functions as F
-
-        bc = spark.sparkContext.broadcast({k: json.dumps(f.to_json()) for k, f in filters.items()})
-        profile = self
-        schema = (
-            "subscriber string, event_id string, type string, attrs string, payload binary, "
-            "status string"
-        )
-
-        def fn(batches: Iterable[Any]) -> Iterator[Any]:
-            import pandas as pd
-
-            from pubguard.model import filter_from_json
-
-            fs = {k: filter_from_json(json.loads(t)) for k, t in bc.value.items()}
-            open_row = profile._opener(ctx, fs)
-            for pdf in batches:
-                cols = {c: pdf[c].tolist() for c in pdf.columns}
-                out, status = profile._open_columns(open_row, cols, len(pdf))
-                rows = pd.DataFrame(out, columns=list(OPENED_COLUMNS))
-                rows["status"] = "opened"
-                bad = [s for s in status if s != "opened"]
-                if bad:
-                    extra = pd.DataFrame({"status": bad})
-                    for c in OPENED_COLUMNS:
-                        extra[c] = None
-                    rows = pd.concat([rows, extra[rows.columns]], ignore_index=True)
-                yield rows
-
-        parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-        result = (
-            spark.read.parquet(str(outbox))
-            .withColumn("subscriber", F.col("subscriber").cast("string"))
-            .repartition(parts, "filter_id")
-            .select("subscriber", "event_id", "filter_id", "routing", "body", "meta")
-            .mapInPandas(fn, schema)
-            .cache()
-        )
-        stats = OpenStats()
-        try:
-            for r in result.groupBy("status", "subscriber").count().collect():
-                n = int(r["count"])
-                if r["status"] == "opened":
-                    stats.opened += n
-                    stats.by_subscriber[r["subscriber"]] = n
-                elif r["status"] == "refused":
-                    stats.refused += n
-                else:
-                    stats.post_filtered += n
-
-            def write(staging: Path) -> None:
-                opened_rows = result.where(F.col("status") == "opened").drop("status")
-                opened_rows.write.mode("overwrite").parquet(str(staging))
-
-            atomic_replace(opened, write)
-        finally:
-            result.unpersist()
-            bc.unpersist()
-        return stats
-
-
-def _rows(outbox: Path) -> int:
-    """Deliveries in an outbox, from the Parquet footers (no data read)."""
-    import pyarrow.dataset as ds
-
-    if not outbox.exists() or not any(outbox.rglob("*.parquet")):
-        return 0
-    return int(ds.dataset(str(outbox), format="parquet", partitioning="hive").count_rows())
-
-
-def _count(stats: OpenStats, subscribers: list[str], status: list[str]) -> None:
-    stats.opened += status.count("opened")
-    stats.refused += status.count("refused")
-    stats.post_filtered += status.count("post_filtered")
-    for sub in subscribers:
-        stats.by_subscriber[sub] = stats.by_subscriber.get(sub, 0) + 1

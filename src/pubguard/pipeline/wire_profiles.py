@@ -19,13 +19,14 @@ meta-service are stateless functions of it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from pubguard.crypto import SigningKey, VerifyKey, hkdf
 from pubguard.errors import ValidationError
 from pubguard.model import Event, Filter, Op
 from pubguard.pipeline.profiles import register
+from pubguard.pipeline.stages import recipients
 from pubguard.pipeline.wire import WireContext, WireProfile, pack, unpack
 from pubguard.schemes.base import ProtectedEvent
 
@@ -45,6 +46,23 @@ def _public(ctx: WireContext, **service: str) -> dict[str, Any]:
         "revoked": sorted(_publisher_key(ctx, n).public.to_bytes().hex() for n in ctx.revoked),
         **service,
     }
+
+
+#: filters one subscribing client protects on the trusted side before a fresh one takes over:
+#: a client keeps every filter it subscribed and re-scans them per new filter (the psguard
+#: client's epoch bookkeeping), so one client for a whole filter table made protect quadratic
+#: in filters (10,000 filters: hours); per chunk it stays linear
+FILTERS_PER_CLIENT: Final = 64
+
+
+def _token_client(ctx: WireContext, make: Callable[[], Any]) -> Any:
+    """The subscribing client that protects the next filter's tokens (its keys are dropped:
+    executors get tokens only, and each subscriber opens with a client of its own)."""
+    n = ctx.cache.get("token-client-uses", 0)
+    ctx.cache["token-client-uses"] = n + 1
+    if n % FILTERS_PER_CLIENT == 0:
+        ctx.cache["token-client"] = make()
+    return ctx.cache["token-client"]
 
 
 def _revoked(manifest: Mapping[str, Any]) -> list[bytes]:
@@ -99,7 +117,7 @@ class DefaultPipeline(WireProfile):
         from pubguard.schemes.psguard.record import ProtectedFilterRows
         from pubguard.schemes.psguard.wire import parse_filter
 
-        sub = ctx.memo("subscriber-tokens", lambda: self._client(ctx, "pipeline-filters"))
+        sub = _token_client(ctx, lambda: self._client(ctx, "pipeline-filters"))
         pf = sub.protect_filter(f.with_id(fid), now=ctx.now)
         return ProtectedFilterRows(fid, parse_filter(pf.filter).as_rows().groups).rows()
 
@@ -189,7 +207,7 @@ class EventGuardPipeline(WireProfile):
     ) -> list[tuple[str, int, int, bytes]]:
         from pubguard.schemes.psguard.tokens import tok64
 
-        sub = ctx.memo("subscriber-tokens", lambda: self._client(ctx, "pipeline-filters"))
+        sub = _token_client(ctx, lambda: self._client(ctx, "pipeline-filters"))
         token = sub.protect_filter(Filter.of(("topic", "=", _topic(fid, f))), now=ctx.now).filter[
             "token"
         ]
@@ -280,11 +298,7 @@ class PlainPipeline(WireProfile):
         s, m = self._scheme(), self._matcher(index)
         out = []
         for eid, routing in zip(pdf["event_id"], pdf["routing"], strict=True):
-            best: dict[str, str] = {}
-            for fid in m.match(s.decode_event(unpack(routing))):
-                for sub in index["subs"].get(fid, ()):
-                    if sub not in best or fid < best[sub]:
-                        best[sub] = fid
+            best = recipients(m.match(s.decode_event(unpack(routing))), index["subs"])
             out += [(sub, eid, fid) for sub, fid in best.items()]
         return out
 
