@@ -89,6 +89,11 @@ class VcapsPipeline(WireProfile):
         pub = self._publisher(ctx)
         return [pub.publish(e, now=ctx.now) for e in events]
 
+    def wire_id(self, ctx: WireContext, event_id: str) -> str:
+        """The opaque id the protected row of application event ``event_id`` carries (the
+        application's id is sealed in ``E_KN(N)``; ``schemes.common.wire_id``)."""
+        return self._publisher(ctx).wire_id(event_id)
+
     def join_fields(
         self, ctx: WireContext, pe: ProtectedEvent
     ) -> tuple[str, bytes, int, int, str, bytes, list[int]]:

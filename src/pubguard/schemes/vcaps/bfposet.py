@@ -27,7 +27,12 @@ filters against the encrypted vector with the paper's two heuristics: (i) a filt
 only when every held filter covering it matched (starting from the roots, so an unmatched root
 prunes its sub-tree), and (ii) stop once every recipient group is already in the receiver list
 (only when every recipient has a group). SRV-fast tests every filter that has recipients, one
-PRF each (cheaper than (i)'s bookkeeping), with heuristic (ii).
+PRF each (cheaper than (i)'s bookkeeping), with heuristic (ii). With the native backend
+(:mod:`pubguard.native`) those PRFs run in one call over the held keys, scheduled once per
+compacted poset (psguard's :class:`~pubguard.schemes.psguard.tokens.TokenSet`: the AES-PRF
+over a batch against a tag set). It compares each codeword's first 64 bits (a false match has
+probability 2^-64 per test, the bound of SWP's ``m = 8`` check bytes). The Python loop is the
+reference.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
+from pubguard import native as nb
+from pubguard.schemes.psguard.tokens import TokenSet
 from pubguard.schemes.vcaps.swp import swp_match_any
-from pubguard.schemes.vcaps.tokens import FastRouting, RvToken, Token
+from pubguard.schemes.vcaps.tokens import FastRouting, FastToken, RvToken, Token
 
 __all__ = ["BFPoset"]
 
@@ -55,6 +62,7 @@ class BFPoset(Generic[R]):
         self._group = group
         self.tokens: dict[bytes, Token] = {}
         self._full: dict[bytes, dict[R, None]] = {}  # handle -> every recipient, in order
+        self._gc: dict[bytes, dict[Hashable, int]] = {}  # handle -> its recipients per group
         self._active: dict[bytes, tuple[R, ...]] = {}  # handle -> compacted recipients
         self.up: dict[bytes, set[bytes]] = {}  # handle -> held handles covering it
         self.down: dict[bytes, set[bytes]] = {}  # handle -> held handles it covers
@@ -68,6 +76,11 @@ class BFPoset(Generic[R]):
         self.roots: set[bytes] = set()
         self._nogroup = 0  # recipients without a group (heuristic (ii) needs none)
         self._groups: set[Hashable] | None = None  # every active recipient's group (cached)
+        # SRV-fast, native backend: (handles in _active order, their keys' TokenSet) (cached)
+        self._fast_set: tuple[list[bytes], TokenSet] | None = None
+        # SRV-fast Stage II, native backend: every held key (see _key_sets)
+        self._keys_base: tuple[list[bytes], TokenSet] | None = None
+        self._keys_pending: list[bytes] = []
 
     def __len__(self) -> int:
         return len(self._active)
@@ -95,13 +108,16 @@ class BFPoset(Generic[R]):
         if full is not None:  # YES: add x_i to the recipient list of ID_F
             if recipient not in full:
                 full[recipient] = None
-                self._nogroup += self._group(recipient) is None
-                self._recompact({h} | self.down[h])
+                g = self._count(h, recipient, 1)
+                self._recompact([h, *self._holding(self.down[h], g)])
             return False
         parents, children = self._relations(token)
         self.tokens[h] = token
+        if isinstance(token, FastToken):
+            self._keys_pending.append(h)
         self._full[h] = {recipient: None}
-        self._nogroup += self._group(recipient) is None
+        self._gc[h] = {}
+        g = self._count(h, recipient, 1)
         self.up[h] = parents
         self.down[h] = children
         for p in parents:
@@ -121,7 +137,7 @@ class BFPoset(Generic[R]):
                 self._listing_pred[h] = None
         if not parents:
             self.roots.add(h)
-        self._recompact({h} | children)
+        self._recompact([h, *self._holding(children, g)])
         if parents:
             return False
         self.forwarded.add(h)
@@ -138,12 +154,57 @@ class BFPoset(Generic[R]):
         # SRV (§5.3 steps i-ii) and SRV-fast: one test per held filter and direction. Only a
         # held filter with a non-empty list can name the new one (the lists' lengths are on
         # the wire anyway), and only a new token with a non-empty list can name a held one.
+        if isinstance(token, FastToken) and nb.NATIVE is not None:
+            return self._fast_relations(token)
         tokens = self.tokens
         cand_p = tokens if token.pred else self._listing_succ
         cand_c = tokens if token.succ else self._listing_pred
         parents = {g for g in cand_p if tokens[g].covers(token)}
         children = {g for g in cand_c if g not in parents and token.covers(tokens[g])}
         return parents, children
+
+    def _fast_relations(self, t: FastToken) -> tuple[set[bytes], set[bytes]]:
+        """:meth:`_relations` of an SRV-fast token with the PRFs in native batches: every held
+        key over ``t``'s nonce against its pred / succ codewords (held filters covering /
+        covered by ``t`` that ``t`` names), and ``t``'s key over the nonce of each held filter
+        with a list (those that name ``t``)."""
+        tokens: dict[bytes, Any] = self.tokens
+        parents: set[bytes] = set()
+        below: set[bytes] = set()
+        if t.pred or t.succ:
+            for held, ts in self._key_sets():
+                for e, i in ts.match_batch(t.nonce * 2, (t.pred_tags, t.succ_tags)):
+                    g = held[i]
+                    if g in tokens:  # a set may still list a filter that left
+                        (parents if e == 0 else below).add(g)
+        # t's key over every listing filter's nonce in one AES call, each output looked up in
+        # that filter's own set (its lists may be long: a set lookup, not a tag batch)
+        ls, lp = list(self._listing_succ), list(self._listing_pred)
+        if ls or lp:
+            out = t.prf(b"".join([tokens[g].nonce for g in ls] + [tokens[g].nonce for g in lp]))
+            for j, g in enumerate(ls):
+                if out[16 * j : 16 * j + 16] in tokens[g].succ:
+                    parents.add(g)
+            base = 16 * len(ls)
+            for j, g in enumerate(lp):
+                if out[base + 16 * j : base + 16 * j + 16] in tokens[g].pred:
+                    below.add(g)
+        return parents, below - parents
+
+    def _key_sets(self) -> list[tuple[list[bytes], TokenSet]]:
+        """Every held SRV-fast key, scheduled: a large set rebuilt only when the filters added
+        since outgrow an eighth of it, plus a small one of those (amortised O(sqrt n))."""
+        tokens = self.tokens
+        base = self._keys_base
+        pend = [h for h in self._keys_pending if h in tokens]
+        if base is None or len(pend) > 64 + len(base[0]) // 8:
+            held = list(tokens)
+            base = self._keys_base = (held, TokenSet([tokens[g].k for g in held]))  # type: ignore[union-attr]
+            self._keys_pending = pend = []
+        out = [base]
+        if pend:
+            out.append((pend, TokenSet([tokens[g].k for g in pend])))  # type: ignore[union-attr]
+        return out
 
     def remove(self, handle: bytes, recipient: R) -> tuple[bool, list[Token]]:
         """Drop ``recipient`` from ``handle``'s list (our unsubscription extension). Returns
@@ -154,13 +215,15 @@ class BFPoset(Generic[R]):
         if full is None or recipient not in full:
             return False, []
         del full[recipient]
-        self._nogroup -= self._group(recipient) is None
+        g = self._count(handle, recipient, -1)
         if full:
-            self._recompact({handle} | self.down[handle])
+            self._recompact([handle, *self._holding(self.down[handle], g)])
             return False, []
         token = self.tokens.pop(handle)
         del self._full[handle]
+        del self._gc[handle]
         self._active.pop(handle, None)
+        self._fast_set = None
         if isinstance(token, RvToken):
             for i in token.succ:
                 self._named_succ[i].discard(handle)
@@ -185,14 +248,39 @@ class BFPoset(Generic[R]):
         self.forwarded.discard(handle)
         return withdraw, promoted
 
+    def _count(self, h: bytes, recipient: R, d: int) -> Hashable | None:
+        """Count ``recipient`` in (d = 1) or out of (d = -1) ``h``'s groups; its group."""
+        g = self._group(recipient)
+        if g is None:
+            self._nogroup += d
+            return None
+        gc = self._gc[h]
+        n = gc.get(g, 0) + d
+        if n:
+            gc[g] = n
+        else:
+            gc.pop(g, None)
+        return g
+
+    def _holding(self, handles: Iterable[bytes], g: Hashable | None) -> list[bytes]:
+        """The handles with a recipient of group ``g``: the only ones whose compaction a
+        change of ``g`` above them can alter."""
+        if g is None:
+            return []
+        gc = self._gc
+        return [c for c in handles if g in gc[c]]
+
     def _recompact(self, handles: Iterable[bytes]) -> None:
-        group = self._group
+        """Recompute the compacted lists of ``handles``: a recipient whose group has a
+        recipient under a held cover is dropped. Costs |recipients| x |covers| lookups."""
+        group, gc = self._group, self._gc
         self._groups = None
+        self._fast_set = None
         for h in handles:
-            above: set[Hashable] = set()
-            for p in self.up[h]:
-                above.update(g for g in map(group, self._full[p]) if g is not None)
-            keep = tuple(r for r in self._full[h] if (g := group(r)) is None or g not in above)
+            ups = [gc[p] for p in self.up[h]]
+            keep = tuple(
+                r for r in self._full[h] if (g := group(r)) is None or not any(g in u for u in ups)
+            )
             if keep:
                 self._active[h] = keep
             else:
@@ -253,7 +341,7 @@ class BFPoset(Generic[R]):
                 out.update(rs)
                 if groups is not None:
                     reached.update(map(group, rs))
-                    if reached >= groups:
+                    if len(reached) >= len(groups):  # reached ⊆ groups
                         break
             stack.extend(c for c in down[h] if c not in memo)
         return out
@@ -261,6 +349,8 @@ class BFPoset(Generic[R]):
     def _codewords(self, pe: FastRouting) -> set[R]:
         """SRV-fast: one PRF and one set lookup per filter with recipients (a flat loop: a
         test costs less than heuristic (i)'s bookkeeping), stopping by heuristic (ii)."""
+        if nb.NATIVE is not None:
+            return self._codewords_native(pe)
         nonce, v = pe.nonce, pe.v
         tokens, group = self.tokens, self._group
         groups = self._all_groups()
@@ -271,6 +361,30 @@ class BFPoset(Generic[R]):
                 out.update(rs)
                 if groups is not None:
                     reached.update(map(group, rs))
-                    if reached >= groups:
+                    if len(reached) >= len(groups):  # reached ⊆ groups
                         break
+        return out
+
+    def _codewords_native(self, pe: FastRouting) -> set[R]:
+        """:meth:`_codewords` with every held key's PRF in one native call; the hits, in
+        ``_active`` order, then go through the same heuristic (ii) loop."""
+        fs = self._fast_set
+        if fs is None or not fs[1].is_native:
+            handles = list(self._active)
+            keys = [self.tokens[h].k for h in handles]  # type: ignore[union-attr]
+            fs = self._fast_set = (handles, TokenSet(keys))
+        handles, ts = fs
+        if not handles or not pe.tags:
+            return set()
+        active, group = self._active, self._group
+        groups = self._all_groups()
+        out: set[R] = set()
+        reached: set[Hashable] = set()
+        for _, t in ts.match_batch(pe.nonce, (pe.tags,)):
+            rs = active[handles[t]]
+            out.update(rs)
+            if groups is not None:
+                reached.update(map(group, rs))
+                if len(reached) >= len(groups):  # reached ⊆ groups
+                    break
         return out

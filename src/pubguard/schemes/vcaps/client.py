@@ -2,20 +2,22 @@
 publisher matches and ships ``<RV, E_KN(N)>``, the subscriber decrypts.
 
 Stage I (vcaps.txt §4.1) runs over "an auxiliary point-to-point channel" between subscriber and
-publisher; here it is a call on the publisher core (:class:`VcapsPublisher`), made in the
-trusted process that holds both (the key bundle, a test, the simulator). ``K_N`` comes from
-:class:`VcapsKeyService` for the publisher named in the routing header and the epoch in meta.
+publisher: a :class:`Registrar`. In the trusted process that holds both (the key bundle, a
+test, the simulator) that is the publisher core (:class:`VcapsPublisher`) itself; over the
+network it is ``pubguard.net.vcaps_registrar.RemoteRegistrar`` (mutual TLS to the publisher).
+``K_N`` comes from :class:`NotificationKeys` (:class:`VcapsKeyService`, or the same remote
+registrar) for the publisher named in the routing header and the epoch in meta.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from random import Random
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 
-from pubguard.crypto import open_
+from pubguard.crypto import SecretBytes, open_
 from pubguard.errors import InvalidToken, StateError, ValidationError
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
@@ -23,7 +25,22 @@ from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
 from pubguard.schemes.vcaps.keyservice import VcapsKeyService
 from pubguard.schemes.vcaps.publisher import VcapsPublisher, event_aad
 
-__all__ = ["VcapsClient"]
+__all__ = ["NotificationKeys", "Registrar", "VcapsClient"]
+
+
+class Registrar(Protocol):
+    """Where a subscriber registers its filters (Stage I): the publisher, in process or over
+    an authenticated channel."""
+
+    profile: str
+
+    def register(self, f: Filter, *, subscriber: str) -> dict[str, Any]: ...
+
+
+class NotificationKeys(Protocol):
+    """Where ``K_N`` comes from (vcaps.txt §1: the group key of a publisher's subscribers)."""
+
+    def notification_key(self, publisher: str, epoch: int, *, requester: str) -> SecretBytes: ...
 
 
 class VcapsClient(ClientScheme):
@@ -33,9 +50,9 @@ class VcapsClient(ClientScheme):
     def __init__(
         self,
         identity: str,
-        keys: VcapsKeyService,
+        keys: VcapsKeyService | NotificationKeys,
         *,
-        registrar: VcapsPublisher | None = None,
+        registrar: VcapsPublisher | Registrar | None = None,
         publisher: VcapsPublisher | None = None,
     ) -> None:
         self.identity = identity
@@ -51,7 +68,7 @@ class VcapsClient(ClientScheme):
         return f"VcapsClient({self.identity!r}, {self.profile})"
 
     @property
-    def registrar(self) -> VcapsPublisher | None:
+    def registrar(self) -> VcapsPublisher | Registrar | None:
         """The publisher this client registers its filters at (Stage I)."""
         return self._registrar
 
@@ -90,8 +107,15 @@ class VcapsClient(ClientScheme):
             raise InvalidToken()
         kn = self._keys.notification_key(pub, epoch, requester=self.identity)
         pt = open_(kn, bytes(body), aad=event_aad(pub, epoch, event_id))
-        try:
-            attrs, etype, payload = msgpack.unpackb(pt, raw=False)
-            return Event(attrs, id=event_id, type=etype, payload=payload)
+        try:  # the application's id travels inside E_KN(N) (VcapsPublisher.publish)
+            attrs, etype, payload, app_id = msgpack.unpackb(pt, raw=False)
+            return Event(attrs, id=app_id, type=etype, payload=payload)
         except (ValueError, TypeError):
             raise InvalidToken() from None
+
+    def wire_id(self, event_id: str) -> str:
+        """The opaque wire id of ``event_id``: a keyed hash under the publisher's signing key
+        (``pubguard.schemes.common.wire_id``)."""
+        if self._publisher is None:
+            raise StateError(f"{self.identity!r} is not a v-CAPS publisher")
+        return self._publisher.wire_id(event_id)

@@ -39,6 +39,7 @@ from pubguard.model.codec import constraint_from_json
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.schemes.base import ProtectedEvent
+from pubguard.schemes.common.wire_id import WireIds
 from pubguard.schemes.plain import new_event_id
 from pubguard.schemes.vcaps.keyservice import VcapsKeyService
 from pubguard.schemes.vcaps.swp import ID_BYTES, SwpKeys
@@ -92,6 +93,9 @@ class VcapsPublisher:
         self._ks = SecretBytes(hkdf(m, info=b"pubguard/vcaps/k_s"))
         self._swp = SwpKeys(m)
         self._sk = signing_key
+        #: opaque wire ids under the signing key (schemes/common/wire_id.py): the application's
+        #: event id travels inside E_KN(N), never in clear
+        self._wire_ids = WireIds.for_key(signing_key)
         self.keys = keys
         self._rng = rng
         self.poset = CoveringPoset()  # the PFPoset, keyed by ID
@@ -190,13 +194,21 @@ class VcapsPublisher:
             v.add(random_bytes(16, self._rng))
         return {"pub": self.name, "n": n, "v": sorted(v)}
 
+    def wire_id(self, event_id: str) -> str:
+        """The opaque id a notification of application event ``event_id`` carries."""
+        return self._wire_ids(event_id)
+
     def publish(self, event: Event, *, now: float) -> ProtectedEvent:
-        """``N_e = <RV> F_match </RV> <Payload> E_KN(N) </Payload>``, signed."""
-        eid = event.id if event.id is not None else new_event_id(self._rng)
+        """``N_e = <RV> F_match </RV> <Payload> E_KN(N) </Payload>``, signed. The wire carries
+        :meth:`wire_id`; the application's id is sealed in ``E_KN(N)`` with the attributes."""
+        app_id = event.id if event.id is not None else new_event_id(self._rng)
+        eid = self._wire_ids(app_id)
         routing = self.routing(self.match(event))
         epoch = self.keys.epoch(now)
         kn = self.keys.notification_key(self.name, epoch, requester=self.name)
-        pt = msgpack.packb([dict(event.attrs), event.type, event.payload], use_bin_type=True)
+        pt = msgpack.packb(
+            [dict(event.attrs), event.type, event.payload, app_id], use_bin_type=True
+        )
         body = seal(kn, pt, aad=event_aad(self.name, epoch, eid), rng=self._rng)
         sig = self._sk.sign(notification_message(eid, self.profile, routing, epoch, body))
         return ProtectedEvent(eid, routing, body, {"epoch": epoch, "sig": sig})

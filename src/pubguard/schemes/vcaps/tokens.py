@@ -30,6 +30,7 @@ the publisher's signature over event id, profile, routing, epoch and ``H(body)``
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -55,6 +56,7 @@ __all__ = [
     "decode_token",
     "notification_message",
     "sign_token",
+    "tags64",
     "token_message",
 ]
 
@@ -137,9 +139,14 @@ class FastToken:
     succ: frozenset[bytes] = field(repr=False)
     ef: bytes = field(repr=False)
     prf: AesPrf = field(init=False, repr=False, compare=False)
+    #: the codewords' first 64 bits (as :attr:`FastRouting.tags`), for the native matcher
+    pred_tags: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    succ_tags: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prf", AesPrf(self.k))
+        object.__setattr__(self, "pred_tags", tags64(self.pred))
+        object.__setattr__(self, "succ_tags", tags64(self.succ))
 
     def covers(self, other: Token) -> bool:
         assert isinstance(other, FastToken)
@@ -155,10 +162,22 @@ Token = RvToken | SrvToken | FastToken
 
 @dataclass(frozen=True, slots=True)
 class FastRouting:
-    """A decoded SRV-fast routing header: the nonce and the (padded) codeword set ``V``."""
+    """A decoded SRV-fast routing header: the nonce and the (padded) codeword set ``V``.
+    ``tags``: each codeword's first 64 bits as a signed big-endian int (psguard's ``tok64``),
+    what the native matcher compares (:meth:`BFPoset.match`)."""
 
     nonce: bytes
     v: frozenset[bytes]
+    tags: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tags", tags64(self.v))
+
+
+def tags64(codewords: frozenset[bytes]) -> tuple[int, ...]:
+    """Each 16-byte codeword's first 64 bits as a signed big-endian int (psguard's ``tok64``):
+    the even 64-bit words of their concatenation."""
+    return struct.unpack(f">{2 * len(codewords)}q", b"".join(codewords))[::2]
 
 
 def token_message(publisher: str, tok: bytes) -> bytes:
