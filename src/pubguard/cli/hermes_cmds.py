@@ -1,6 +1,8 @@
 """``pubguard experiments hermes``: hermes-encrypted-access-control.txt Figs. 6-8 and the OFT
 scaling of §4.1 (:mod:`pubguard.ops.bench.hermes`), JSON with the paper's values beside ours,
-a table, and PNG plots."""
+a table, and PNG plots. ``pubguard hermes up``: a cluster with a ``[hermes]`` table (the type
+owner's key-group manager beside the brokers, :mod:`pubguard.ops.hermes_cluster`) in the
+foreground; ``pubguard hermes police-toml``: Fig. 1's network as such a file."""
 
 from __future__ import annotations
 
@@ -94,7 +96,101 @@ def experiments_hermes(
     console.print(f"results and plots in {out}")
 
 
+@click.command("police-toml")
+def hermes_police_toml() -> None:
+    """Print the police scenario of Fig. 1 as a cluster.toml (for `pubguard hermes up`)."""
+    from pubguard.ops.demo.police import police_rendezvous, police_toml
+
+    click.echo(police_toml(police_rendezvous()), nl=False)
+
+
+@click.command("up")
+@click.option(
+    "--config",
+    "config",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A cluster.toml with a [hermes] table.",
+)
+@click.option(
+    "--for",
+    "seconds",
+    type=click.FloatRange(0, None),
+    default=None,
+    help="Stop after this many seconds (default: at Ctrl-C).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the deployment as one JSON object.")
+def hermes_up(config: Path, seconds: float | None, as_json: bool) -> None:
+    """Run a Hermes cluster in the foreground: its brokers, and the type owner's key-group
+    manager, which admits each broker the [hermes] table grants attributes to."""
+    import asyncio
+
+    from pubguard.errors import ConfigError
+    from pubguard.net.config import load_cluster_config
+    from pubguard.ops.cluster import LocalCluster
+
+    cfg = load_cluster_config(config)
+    if cfg.hermes is None:
+        raise ConfigError(f"{config}: no [hermes] table", key="hermes")
+    poll = cfg.hermes.poll
+
+    async def run() -> dict:
+        cluster = LocalCluster(cfg)
+        try:
+            await cluster.start()
+            assert cluster.hermes is not None
+            await asyncio.sleep(min(1.0, 2 * poll))  # a poll: the groups settle
+            out = cluster.hermes.summary()
+            out["brokers"] = {
+                b: {
+                    "port": cluster.ports.get(b),
+                    "domain": cfg.settings(b).get("domain", ""),
+                }
+                for b in cfg.brokers
+            }
+            if as_json:
+                print_json(out)
+            else:
+                _print_deployment(out)
+            if seconds is None:
+                console.print("running; Ctrl-C stops every broker and the manager")
+                await asyncio.Event().wait()
+            else:
+                await asyncio.sleep(seconds)
+            return out
+        finally:
+            await cluster.stop()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+def _print_deployment(out: dict) -> None:
+    console.print(
+        f"type {out['type']} of {out['owner']} (id {out['type_id'][:16]}…); key-group manager "
+        f"{out['kgm']['name']} (domain {out['kgm']['domain'] or '-'}) on port {out['kgm']['port']}"
+    )
+    t = Table(title=f"brokers (rendezvous node: {out['rendezvous']})")
+    for c in ("broker", "domain", "port", "may read", "in key groups"):
+        t.add_column(c)
+    members = {b for ms in out["members"].values() for b in ms}
+    for b, info in out["brokers"].items():
+        t.add_row(
+            b,
+            info["domain"] or "-",
+            str(info["port"]),
+            ", ".join(out["readable"][b]) or "nothing (routes by type id)",
+            "yes" if b in members else "no",
+        )
+    console.print(t)
+
+
 def register(cli: click.Group) -> None:
     get_group(cli, "experiments", "Reproduce the papers' experiments.").add_command(
         experiments_hermes
     )
+    group = get_group(cli, "hermes", "Hermes clusters: brokers encrypt (docs/hermes.md).")
+    group.add_command(hermes_up)
+    group.add_command(hermes_police_toml)

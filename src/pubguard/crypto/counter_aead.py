@@ -33,7 +33,16 @@ from pubguard.crypto.primitives import hkdf
 from pubguard.crypto.secret import SecretBytes, raw
 from pubguard.errors import InvalidToken, ValidationError
 
-__all__ = ["COUNTER_MAX", "NONCE_BYTES", "TAG_BYTES", "CounterAead", "broker_subkey", "nonce_of"]
+__all__ = [
+    "COUNTER_MAX",
+    "NONCE_BYTES",
+    "TAG_BYTES",
+    "CounterAead",
+    "broker_subkey",
+    "nonce_of",
+    "open_each",
+    "seal_each",
+]
 
 NONCE_BYTES: Final = 12
 TAG_BYTES: Final = 16
@@ -104,3 +113,41 @@ class CounterAead:
             return self._decrypt(_NONCE.pack(0, counter), blob, aad)
         except InvalidTag:
             raise InvalidToken() from None
+
+
+def seal_each(first: int, items: list[tuple[CounterAead, bytes, bytes]]) -> list[bytes]:
+    """Seal ``(cipher, plaintext, aad)`` triples under counters ``first, first + 1, ...``:
+    one event's attributes, each under its own key (hermes §3.2), checked once and sealed in
+    one loop (the per-call checks of :meth:`CounterAead.seal` hoisted out of it)."""
+    if isinstance(first, bool) or not isinstance(first, int):
+        raise ValidationError("nonce counter must be an integer")
+    if first < 0 or first + len(items) - 1 > COUNTER_MAX:
+        raise ValidationError("nonce counter out of range")
+    pack = _NONCE.pack
+    out = []
+    for i, (c, pt, aad) in enumerate(items):
+        if not aad:
+            raise ValidationError("associated data is required")
+        out.append(c._encrypt(pack(0, first + i), pt, aad))
+    return out
+
+
+def open_each(
+    first: int, items: list[tuple[CounterAead, bytes, bytes] | None]
+) -> list[bytes | None]:
+    """Open ``(cipher, ciphertext||tag, aad)`` triples under counters ``first + i`` (None
+    entries are skipped: attributes the caller holds no key for); each result is the
+    plaintext or None when it fails to authenticate (never which check failed)."""
+    if type(first) is not int or not 0 <= first or first + len(items) - 1 > COUNTER_MAX:
+        return [None] * len(items)
+    pack = _NONCE.pack
+    out: list[bytes | None] = []
+    for i, it in enumerate(items):
+        if it is None or len(it[1]) < TAG_BYTES:
+            out.append(None)
+            continue
+        try:
+            out.append(it[0]._decrypt(pack(0, first + i), it[1], it[2]))
+        except InvalidTag:
+            out.append(None)
+    return out

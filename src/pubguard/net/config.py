@@ -44,6 +44,8 @@ A cluster (``cluster.toml``)::
     kind = "tree"               # or "edges" with edges = [["b0", "b1"], ...] (parent, child)
     arity = 2
     depth = 2
+    ind = 1                     # independent paths (eventguard.txt §5.2): each broker process
+                                # serves the ind relabelled trees T_k (docs/resilience.md)
     external = [["b0", "h1"]]   # (parent, child): a child run by another domain on its own
                                 # host (docs/deploy.md); listed by its parent, never started
     publishers = ["cli"]        # psguard publishers whose keys brokers must know up front
@@ -59,6 +61,12 @@ A cluster (``cluster.toml``)::
     master_env = "PUBGUARD_KEYSERVICE_MASTER"   # base64 master secret (the default), or
     # master_file = "master.pem"  # 0600, encrypted with PUBGUARD_TLS_PASSPHRASE
     port = 0                    # 0: any free port (recorded in <state>/cluster.json)
+    [hermes]                    # a Hermes type, its owner and the brokers' grants: the
+    owner = "PITO"              # cluster runs the owner's key-group manager (docs/hermes.md,
+    type = "Numberplate"        # pubguard.schemes.hermes.deployment)
+    attributes = [["numberplate", "str"]]
+    [hermes.grants]
+    b1 = ["*"]
 
 When any broker serves a profile other than plain, the cluster writes the public key material
 to ``<state>/pki/broker-keys.json`` (beside the CA) and points every broker's ``keys`` at it.
@@ -75,7 +83,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pubguard.errors import ConfigError
-from pubguard.schemes.hermes import HERMES_ATTRIBUTE, HERMES_EVENT
+from pubguard.schemes.hermes import HERMES_ATTRIBUTE, HERMES_EVENT, HermesSettings, parse_hermes
 from pubguard.schemes.registry import PROFILES
 
 #: broker-keyed profiles served beside the registry's (pubguard.net.server.hermes_node)
@@ -179,6 +187,9 @@ class BrokerConfig:
     record: Path | None = None  # append every message seen here (msgpack stream)
     revocation: RevocationSource | None = None
     no_catch_up: tuple[str, ...] = ()  # peers never caught up to (Broker.no_catch_up)
+    #: the broker.toml of this node in each extra relabelled tree T_1 .. (served in this
+    #: process beside this one, T_0: pubguard.net.server.multitree; docs/resilience.md)
+    trees: tuple[Path, ...] = ()
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -201,6 +212,10 @@ class ClusterConfig:
     keyservice: KeyServiceSettings | None = None  # [keyservice]: run one beside the brokers
     #: (parent, child) edges to brokers other domains run on their own hosts
     external: tuple[tuple[str, str], ...] = ()
+    #: independent paths per subscriber (eventguard.txt §5.2): ``[topology] ind``
+    ind: int = 1
+    #: ``[hermes]``: the secure type, its owner and the brokers' grants (docs/hermes.md)
+    hermes: HermesSettings | None = None
 
     def settings(self, name: str) -> dict[str, Any]:
         """``[broker]`` defaults with ``[brokers.<name>]`` applied."""
@@ -386,6 +401,10 @@ def parse_broker_config(
     for i, c in enumerate(no_catch_up):
         if not isinstance(c, str) or not c:
             raise r.fail(f"no_catch_up[{i}]", "must be a child broker's or client's name")
+    trees = r.get("trees", list, [])
+    for i, tp in enumerate(trees):
+        if not isinstance(tp, str) or not tp:
+            raise r.fail(f"trees[{i}]", "must be the path of a broker.toml")
     hb = r.positive("heartbeat_interval", (int, float), 2.0)
     hbt = r.positive("heartbeat_timeout", (int, float), 10.0)
     if hbt <= hb:
@@ -409,6 +428,7 @@ def parse_broker_config(
         record=_path(base, record) if record else None,
         revocation=revocation,
         no_catch_up=tuple(no_catch_up),
+        trees=tuple(_path(base, tp) for tp in trees),
     )
     r.done()
     return cfg
@@ -511,6 +531,9 @@ def parse_cluster_config(
         brokers = _check_tree(edges, t)
     else:
         raise t.fail("kind", f"must be 'tree' or 'edges', got {kind!r}")
+    ind = t.positive("ind", int, 1)
+    if kind == "tree" and ind > max(arity, 1):
+        raise t.fail("ind", f"must be at most the arity ({arity}): independent paths need siblings")
     external: list[tuple[str, str]] = []
     for i, e in enumerate(t.get("external", list, [])):
         if not (isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e)):
@@ -537,6 +560,7 @@ def parse_cluster_config(
         if not isinstance(n, str) or not n:
             raise r.fail(f"publishers[{i}]", "must be an identity name")
     ks = _keyservice(r.table("keyservice"), base)
+    hermes = parse_hermes(r.get("hermes", dict, None), brokers=tuple(brokers), path=path)
     if ks is not None and KEYSERVICE_NAME in brokers:
         raise t.fail("edges", f"{KEYSERVICE_NAME!r} names the key service, not a broker")
     r.done()
@@ -550,6 +574,8 @@ def parse_cluster_config(
         tuple(pubs),
         ks,
         tuple(external),
+        ind,
+        hermes,
     )
 
 
@@ -590,7 +616,8 @@ def _broker_defaults(
     if d is None:
         return {}
     out = dict(d.data)
-    for k in ("name", "parent", "children", "tls", "port", "state_dir", "keys", "revocation"):
+    per = ("name", "parent", "children", "tls", "port", "state_dir", "keys", "revocation", "trees")
+    for k in per:
         if k in out:
             raise d.fail(k, "is set per broker by the cluster, not in the cluster config")
     if "record" in out:

@@ -55,7 +55,7 @@ from typing import Any, Final
 
 from pubguard.crypto import SecretBytes, random_bytes
 from pubguard.crypto.x509 import Role
-from pubguard.errors import StateError, TransportError
+from pubguard.errors import ConfigError, StateError, TransportError
 from pubguard.net.client.client import Client, connect
 from pubguard.net.client.profiles import connect as connect_profile
 from pubguard.net.config import (
@@ -78,6 +78,7 @@ from pubguard.ops.cluster_keys import (
 )
 from pubguard.ops.crl_agent import AGENT_DIR as CRL_AGENT
 from pubguard.ops.crl_agent import start_crl_agent, stop_crl_agent
+from pubguard.ops.hermes_cluster import HermesDeployment
 from pubguard.ops.keyservice_proc import (
     ENDPOINT_FILE,
     KEYSERVICE,
@@ -89,6 +90,7 @@ from pubguard.ops.keyservice_proc import (
 from pubguard.ops.keyservice_proc import start_keyservice as _start_keyservice
 from pubguard.ops.pki import DEFAULT_CLIENTS, PASSPHRASE_ENV, ClusterPki
 from pubguard.ops.process import alive, spawn_broker, stop_pids, terminate
+from pubguard.schemes.hermes import HermesSettings
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 __all__ = [
@@ -104,8 +106,9 @@ __all__ = [
 START_TIMEOUT: Final = 30.0
 STATUS_TIMEOUT: Final = 10.0  # seconds `cluster status` waits for one broker's answer
 # seconds LocalCluster.status asks a live broker again before it gives up (each ask waits
-# the client's own 5 s): one slow answer on a loaded machine is not a failure
+# STATUS_ASK, the client's own default): one slow answer on a loaded machine is not a failure
 STATUS_PATIENCE: Final = 60.0
+STATUS_ASK: Final = 5.0
 CLUSTER_FILE: Final = "cluster.json"
 KEYS_FILE: Final = "broker-keys.json"  # in <state>/pki, beside the CA
 #: the revocation list's max_age, in polls (a broker whose list is older reports it stale)
@@ -131,6 +134,7 @@ class LocalCluster:
         kdc: KdcConfig | None = None,
         revocation_poll: float = 2.0,
         crl_agent: bool = False,
+        pki: ClusterPki | None = None,
     ) -> None:
         """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
         broker stops by itself when this process exits, even on SIGKILL. ``keyservice``: also
@@ -140,14 +144,16 @@ class LocalCluster:
         an open policy, ``admin`` its administrator), and only then can the key service serve
         the KDC and brokers poll its revocation list (every ``revocation_poll`` seconds).
         ``crl_agent``: when ``PUBGUARD_CA_PASSPHRASE`` is set, also run the CRL agent that
-        keeps the CA's CRL renewed (:mod:`pubguard.ops.crl_agent`; brokers load that CRL)."""
+        keeps the CA's CRL renewed (:mod:`pubguard.ops.crl_agent`; brokers load that CRL).
+        ``pki``: another cluster's CA and identities (the relabelled trees of one multi-path
+        cluster share them: :mod:`pubguard.ops.multipath`)."""
         self.config = config
         self._run_crl_agent = crl_agent
         self.detached = detached
         self.state_dir = config.state_dir.resolve()
         self.in_process = in_process
         self._bundle = bundle
-        self.pki = ClusterPki(self.state_dir / "pki")
+        self.pki = pki or ClusterPki(self.state_dir / "pki")  # shared by a node's trees
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.servers: dict[str, BrokerServer] = {}
         self.ports: dict[str, int] = {}
@@ -163,6 +169,8 @@ class LocalCluster:
         self.keyservice: KeyServiceProcess | None = None
         #: narada's KMC hosted in the key service: (its secret, its certificate's path)
         self._kmc: tuple[SecretBytes, Path] | None = None
+        #: the ``[hermes]`` table's owner and key-group manager, once :meth:`start` ran it
+        self.hermes: HermesDeployment | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -283,6 +291,8 @@ class LocalCluster:
             made = cluster_secrets(self.config, self.pki, now=time.time())
             self.kdc, self._bundle, self._kmc = made.kdc, made.bundle, made.kmc
         self.write_configs()
+        if self.config.hermes is not None and self.hermes is None:
+            await self._start_hermes(self.config.hermes)
         if self._run_crl_agent and os.environ.get(PASSPHRASE_ENV):
             # first: it renews a CRL that is due before any broker loads it
             self.procs[CRL_AGENT] = start_crl_agent(self.state_dir)
@@ -303,6 +313,25 @@ class LocalCluster:
             raise
         if ks is not None:
             await ks
+
+    async def _start_hermes(self, settings: HermesSettings) -> None:
+        """The type owner's key-group manager in this process (``pubguard.ops.hermes_cluster``):
+        it would die with a detached cluster's starter, so only a foreground one runs it."""
+        if self.detached:
+            raise ConfigError(
+                "hermes: a detached cluster cannot host the key-group manager; "
+                "run it in the foreground with `pubguard hermes up`",
+                key="hermes",
+            )
+        self.hermes = HermesDeployment(
+            settings,
+            brokers=self.config.brokers,
+            profiles=self.config.served,
+            pki=self.pki,
+            broker_dir=self.broker_dir,
+            host=self.config.host,
+        )
+        await self.hermes.start()
 
     async def start_keyservice(self) -> int:
         """Run the bundle's key services as their own process behind mutual TLS (``pubguard
@@ -386,6 +415,9 @@ class LocalCluster:
         self.servers.clear()
         for name in list(self.procs):
             terminate(self.procs.pop(name))
+        if self.hermes is not None:
+            await self.hermes.stop()
+            self.hermes = None
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / CLUSTER_FILE).unlink()
 
@@ -460,14 +492,16 @@ class LocalCluster:
             self.url(broker), identity=identity, ssl=self.pki.client_context(identity), **kw
         )
 
-    async def status(self, name: str, *, timeout: float = STATUS_PATIENCE) -> dict[str, Any]:
-        """Broker ``name``'s status report. An answer that does not come in time (a loaded
-        machine; a broker just restarted, its admin link still backing off) is asked again
-        until ``timeout``; a broker process that has exited is a StateError at once."""
+    async def status(
+        self, name: str, *, timeout: float = STATUS_PATIENCE, ask: float = STATUS_ASK
+    ) -> dict[str, Any]:
+        """Broker ``name``'s status report. An answer that does not come within ``ask`` (a
+        loaded machine; a broker just restarted, its admin link still backing off) is asked
+        again until ``timeout``; a broker process that has exited is a StateError at once."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                return await self._status_once(name)
+                return await self._status_once(name, ask)
             except (TimeoutError, TransportError) as exc:
                 proc = self.procs.get(name)
                 if proc is not None and proc.poll() is not None:
@@ -478,7 +512,7 @@ class LocalCluster:
                     ) from None
                 await asyncio.sleep(0.05)
 
-    async def _status_once(self, name: str) -> dict[str, Any]:
+    async def _status_once(self, name: str, ask: float = STATUS_ASK) -> dict[str, Any]:
         async with self._admin_locks.setdefault(name, asyncio.Lock()):
             c = self._admin.get(name)
             if c is None or c._closing:
@@ -486,7 +520,7 @@ class LocalCluster:
                     self.url(name), identity=f"admin/{name}", ssl=self.pki.client_context("admin")
                 )
                 self._admin[name] = c
-        return await c.status()
+        return await c.status(timeout=ask)
 
     async def statuses(self) -> dict[str, dict[str, Any]]:
         names = self.config.brokers

@@ -9,10 +9,11 @@ build and check them, and import nothing from the server or client (nats-py's ``
 ``t``       fields                                           meaning
 ==========  ===============================================  =====================================
 ``hello``   ``v name role session durable rx [resumed]``     first frame each way; ``rx`` is the
-            ``[profiles]``                                   highest sequence already processed
+            ``[profiles] [creds]``                           highest sequence already processed
                                                              from the peer (resend what follows);
                                                              a broker tells a client the profiles
-                                                             it serves in ``profiles``
+                                                             it serves in ``profiles``; a Hermes
+                                                             broker its capabilities in ``creds``
 ``m``       ``s m``                                          reliable message number ``s`` (>= 1)
                                                              carrying broker message ``m``
 ``mb``      ``s m``                                          a batch: messages ``s``, ``s+1``, ...
@@ -77,6 +78,8 @@ MAX_BATCH: Final = 4096  # messages in one batch frame (a link's window)
 ROLES: Final = ("broker", "client")
 MAX_NAME: Final = 200
 MAX_PROFILES: Final = 32  # profile names in a broker's hello
+MAX_CREDS: Final = 16  # credentials a broker presents in its hello (hermes §3.4)
+MAX_CRED_BYTES: Final = 4096  # bytes of one presented credential
 #: how a ``bye`` reason starts when a newer connection with the same identity took over
 BYE_REPLACED: Final = "replaced:"
 _SEQ_MAX: Final = 2**63 - 1
@@ -91,6 +94,7 @@ def hello(
     rx: int,
     resumed: bool | None = None,
     profiles: Sequence[str] | None = None,
+    creds: Sequence[bytes] | None = None,
 ) -> dict[str, Any]:
     d: dict[str, Any] = {
         "t": "hello",
@@ -105,6 +109,8 @@ def hello(
         d["resumed"] = resumed
     if profiles is not None:
         d["profiles"] = list(profiles)
+    if creds:  # a broker's credentials for its neighbour (hermes §3.4's handshake)
+        d["creds"] = list(creds)
     return d
 
 
@@ -171,7 +177,7 @@ def _str(d: dict[str, Any], k: str, max_len: int = MAX_NAME, empty: bool = False
 _FIELDS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     "hello": (
         frozenset({"v", "name", "role", "session", "durable", "rx"}),
-        frozenset({"resumed", "profiles"}),
+        frozenset({"resumed", "profiles", "creds"}),
     ),
     "m": (frozenset({"s", "m"}), frozenset()),
     "mb": (frozenset({"s", "m"}), frozenset()),
@@ -236,4 +242,10 @@ def check_envelope(d: dict[str, Any]) -> str:
             for p in ps:
                 if type(p) is not str or not 0 < len(p) <= MAX_NAME:
                     raise FrameError("hello profiles must be non-empty strings")
+        if "creds" in d:
+            cs = d["creds"]
+            if type(cs) is not list or len(cs) > MAX_CREDS:
+                raise FrameError(f"hello creds must be a list of at most {MAX_CREDS}")
+            if not all(type(c) is bytes and 0 < len(c) <= MAX_CRED_BYTES for c in cs):
+                raise FrameError(f"hello creds must be 1..{MAX_CRED_BYTES} bytes each")
     return t  # type: ignore[return-value]

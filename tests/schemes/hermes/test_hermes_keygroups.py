@@ -150,3 +150,27 @@ def test_timer_refresh_and_grace_period_select_keys_by_timestamp() -> None:
     assert net.reads("met2", old) and net.reads("met2", new)  # old kept within the grace
     net.bcast(net.mgr.tick(now=140.0))  # a second refresh; the key of t=5 is past its grace
     assert not net.reads("met2", old)
+
+
+def test_long_lived_crypters_follow_every_rekey_and_old_timestamps() -> None:
+    """A broker's ``Crypter`` keeps its key choice per type between events (one look-up per
+    event, not per attribute): a rekey must still take effect at once, for sealing and for
+    opening, and an event stamped before the refresh still opens under the old key."""
+    net = Net(mode="attribute", lazy=False, grace=30.0)
+    net.join("met1", cap("met1", 1), 10.0)
+    net.join("met2", cap("met2", 2), 11.0)
+    phb = Crypter("met1", "attribute", net.rings["met1"], NonceCounter("met1"))
+    shb = Crypter("met2", "attribute", net.rings["met2"], NonceCounter("met2"))
+    attrs = {"numberplate": "AB12CDE", "location": "Soho"}
+    first = phb.seal_event(VIEW, attrs, 12_000)
+    assert shb.open_event(VIEW, first) == attrs
+    net.join("met3", cap("met3", 3), 20.0)  # a refresh: backward secrecy for met3
+    after = phb.seal_event(VIEW, attrs, 21_000)
+    assert shb.open_event(VIEW, after) == attrs
+    assert shb.open_event(VIEW, first) == attrs  # the old key, within its grace
+    met3 = Crypter("met3", "attribute", net.rings["met3"], NonceCounter("met3"))
+    assert met3.open_event(VIEW, after) == attrs and met3.open_event(VIEW, first) == {}
+    net.bcast(net.mgr.leave("met2", now=30.0, rng=net.rng))  # forward secrecy for met2
+    later = phb.seal_event(VIEW, attrs, 31_000)
+    assert shb.open_event(VIEW, later) == {}
+    assert met3.open_event(VIEW, later) == attrs

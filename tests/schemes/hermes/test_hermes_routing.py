@@ -12,8 +12,11 @@ import pytest
 from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model.events import AttributeSpec, EventType
 from pubguard.model.filters import Filter
-from pubguard.schemes.hermes import rendezvous_node
+from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
+from pubguard.schemes.hermes import HermesBroker, rendezvous_node
+from pubguard.schemes.hermes.broker import TYPE_KEY
 from pubguard.sim.hermes_world import HermesWorld
+from pubguard.wire.messages import Publish
 
 NP = EventType(
     "Numberplate",
@@ -169,7 +172,7 @@ def test_plaintext_cache_travels_between_equals_and_is_cut_before_a_lesser_hop()
 
     def caches(b: str) -> list[set[str]]:
         return [
-            {bytes(a).hex() for a, _ in msgpack.unpackb(f["routing"]["k"])}
+            {bytes(a).hex() for a, _ in msgpack.unpackb(f["routing"]["k"]) if a}
             if "k" in f["routing"]
             else set()
             for f in frames_of(w, b)
@@ -219,3 +222,58 @@ def test_rendezvous_node_of_the_type_is_the_configured_root() -> None:
     brokers = list(DOMAINS)
     rv = rendezvous_node(w.stype.type_id, brokers)
     assert rv in brokers  # a real cluster configures this broker as the type's tree root
+
+
+@pytest.mark.parametrize("profile", ["hermes-event", "hermes-attribute"])
+def test_broker_links_carry_a_wire_id_and_subscribers_get_the_application_id_back(
+    profile: str,
+) -> None:
+    w = world(profile)
+    w.attach("ccs", "ccs1", subscribe=["numberplate"])
+    w.subscribe("smith", Filter.of(("camera", ">=", 0)))
+    w.subscribe("ccs", Filter.of(("numberplate", "prefix", "AB")))
+    canary_id = "CANARY-ID-case-4711"
+    w.publish("camera", {"numberplate": "AB12CDE", "location": "x", "camera": 1}, canary_id)
+    # the PHB (met1) sealed the id: a broker reads it only where it may read the event (in
+    # the ciphertext, or in the plaintext cache from an equal); the others never see it
+    assert w.brokers["isp1"].frames
+    assert not any(canary_id.encode() in f for f in w.brokers["isp1"].frames)
+    wire_ids = {f["event_id"] for b in w.brokers for f in frames_of(w, b) if f["op"] == "publish"}
+    assert len(wire_ids) == 1 and len(next(iter(wire_ids))) == 32  # one opaque id per event
+    assert [e.id for e in w.clients["smith"].received] == [canary_id]
+    if profile == "hermes-attribute":  # the CCS's broker reads the id beside the numberplate
+        assert [e.id for e in w.clients["ccs"].received] == [canary_id]
+    # the same application event sealed again gets the same wire id (a duplicate downstream)
+    phb = w.brokers["met1"].scheme
+    view = phb.view(w.stype.type_id)
+    assert view is not None
+    again = phb.crypter.wire_id(view, ["numberplate", "location", "camera"], 1_000_000, canary_id)
+    assert wire_ids == {again}
+    assert phb.crypter.wire_id(view, ["camera"], 1_000_000, "another-id") != again
+
+
+def test_a_phb_that_lost_its_keys_suppresses_the_publication_instead_of_failing() -> None:
+    """Evicted between the guard and the hop (its poller applied the refresh): nothing leaves
+    in clear and nothing raises into the core."""
+    w = world("hermes-attribute")
+    lonely = HermesBroker("hermes-attribute", "met1", types=[w.stype])  # in no key group
+    pub = Publish("e-1", "hermes-attribute", {TYPE_KEY: "Numberplate", "numberplate": "AB"})
+    link = LinkInfo("metgw", LinkKind.PARENT, peer="metgw")
+    assert lonely.outgoing(pub, CheckContext(now=1000.0, link=link, broker_id="met1")) is None
+
+
+def test_a_lesser_neighbours_cache_cannot_pass_between_equals_unvetted() -> None:
+    """The CCS broker (numberplate only) sends metgw a cache with a forged location: metgw,
+    whose next hop met2 is its equal but not the sender's, vets it and drops the lie before
+    passing the event on, so Smith gets the true, decrypted location."""
+    w = world("hermes-attribute")
+    w.subscribe("smith", Filter.of(("camera", ">=", 0)))
+    w.publish("camera", {"numberplate": "AB12CDE", "location": "true", "camera": 1}, "e1")
+    sealed = next(f for f in frames_of(w, "isp1") if f["op"] == "publish")
+    lie = dict(sealed["routing"])
+    ids = w.stype.attribute_ids
+    lie["k"] = msgpack.packb([[ids["numberplate"], "AB12CDE"], [ids["location"], "FORGED"]])
+    w.inject("metgw", "ccs1", {**sealed, "event_id": "e2", "routing": lie})
+    assert [e["location"] for e in w.clients["smith"].received] == ["true", "true"]
+    relayed = [f for f in frames_of(w, "met2") if f["op"] == "publish"]
+    assert len(relayed) == 2 and not any(b"FORGED" in f for f in w.brokers["met2"].frames)

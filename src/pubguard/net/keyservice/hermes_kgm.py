@@ -14,9 +14,10 @@ its certificate's common name, never a request field. Ops:
   keys, which are never written to disk) is first removed with an immediate refresh.
 - ``hermes_rekeys``: the ``Rekey`` broadcasts of the caller's groups after the sequence
   numbers it has (brokers poll; the broadcasts are sealed for their subtrees, §4.1).
-- ``hermes_neighbours``: the capabilities the named brokers presented, so a broker can run the
-  credential check of §3.4 on its neighbours (it verifies each one itself against the type
-  owner's key; the manager only relays them).
+- ``hermes_neighbours``: the capabilities the named brokers presented (members only), so a
+  broker learns which of its neighbours the manager still admits; the neighbours present
+  their capabilities themselves in their link ``hello`` (§3.4's handshake,
+  ``pubguard.net.server.hermes_node``) and each broker verifies them against the owner's key.
 - ``hermes_revoke``: the type owner (the caller named as the type's owner) revokes a
   capability serial; holders are evicted and their groups refreshed at once.
 

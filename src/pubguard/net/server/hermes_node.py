@@ -17,8 +17,14 @@ and keeps the ``Welcome`` in memory only (group keys never reach the disk). A re
 a bad capability) is logged and the broker runs *unauthorised*: it routes the type's
 ciphertext by type id (§3.3). A :class:`HermesPoller` thread then asks the manager every
 ``poll`` seconds for the broadcasts after the ones it has (refreshes on join, leave, timer
-and expiry, Fig. 5) and for the capabilities of its tree neighbours, which it verifies itself
-against the type owner's key (§3.4's credential exchange, relayed by the manager). The nonce
+and expiry, Fig. 5) and for which of its tree neighbours it still admits.
+
+The credential handshake of §3.4 happens on every broker link: each side's ``hello``
+(``pubguard.wire.envelope``) carries the capabilities it holds (:func:`hermes_greeting`),
+and the other side verifies them against the type owner's key (:meth:`HermesPoller.presented`,
+the peer's name already checked against its certificate); what they grant decides what the
+plaintext cache carries on that hop. Each poll re-checks them (validity) and withdraws the
+cache from a neighbour the manager no longer admits (revoked or expired). The nonce
 counter lives in ``<state_dir>/hermes.db`` (SQLite), so sealing never repeats a nonce after a
 restart (§3.5).
 """
@@ -49,11 +55,21 @@ from pubguard.schemes.hermes import (
 from pubguard.schemes.hermes.kgm_wire import rekey_from_wire, welcome_from_wire
 from pubguard.store import Database
 
-__all__ = ["HERMES_FILE", "HERMES_PROFILES", "HermesPoller", "hermes_schemes", "write_hermes_file"]
+__all__ = [
+    "HERMES_FILE",
+    "HERMES_PROFILES",
+    "HermesPoller",
+    "hermes_greeted",
+    "hermes_greeting",
+    "hermes_pollers",
+    "write_hermes_file",
+]
 
 HERMES_FILE: Final = "hermes.json"
 HERMES_PROFILES: Final = (HERMES_EVENT, HERMES_ATTRIBUTE)
 DEFAULT_POLL: Final = 1.0  # seconds between two asks to the key-group manager
+#: seconds ``HermesPoller.stop`` waits for a poll in flight (a call to the manager) to end
+STOP_WAIT: Final = 5.0
 
 log = logging.getLogger("pubguard.hermes")
 
@@ -119,6 +135,9 @@ class HermesPoller:
         self.neighbours, self.poll = neighbours, poll
         self._stop = threading.Event()
         self._refusals = 0
+        #: neighbour -> the capabilities it presented in its link ``hello`` (§3.4)
+        self._presented: dict[str, list[Capability]] = {}
+        self._members: frozenset[str] | None = None  # neighbours the manager still admits
         self._thread = threading.Thread(target=self._run, name=f"hermes-{name}", daemon=True)
 
     def join(self) -> bool:
@@ -142,8 +161,40 @@ class HermesPoller:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = STOP_WAIT) -> None:
+        """Stop polling: the node's (or cluster's) shutdown calls it. The thread ends at once
+        between polls, or after a call to the manager in flight, and closes its connection;
+        this waits at most ``timeout`` seconds for that (0: signal only, for an event loop
+        that must not block, as the manager may be slow to answer). Idempotent."""
         self._stop.set()
+        if timeout > 0 and self._thread.is_alive():
+            if self._thread is not threading.current_thread():
+                self._thread.join(timeout)
+        if not self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                self.client.close()
+
+    def presented(self, peer: str, blobs: list[bytes], *, now: float) -> int:
+        """The credential handshake of §3.4: ``peer`` presented ``blobs`` (its capabilities)
+        in its link ``hello``; this broker verifies them itself against the type owner's key
+        and from now on sends that neighbour the cache they grant. Returns how many it
+        accepted. A neighbour the manager has evicted (revoked, expired) gets nothing."""
+        caps = []
+        for b in blobs:
+            try:
+                caps.append(Capability.from_bytes(b))
+            except ValidationError:
+                log.info("hermes: %s presented a malformed capability", peer)
+        self._presented[peer] = caps
+        if self._members is not None and peer not in self._members:
+            caps = []
+        n = self.scheme.learn_neighbour(peer, caps, now=now)
+        log.info("hermes: neighbour %s presented %d capabilities, %d accepted", peer, len(blobs), n)
+        return n
 
     def poll_once(self) -> None:
         ring = self.scheme.keyring
@@ -153,16 +204,18 @@ class HermesPoller:
         elif since:
             ok = self.client.call("hermes_rekeys", profile=self.scheme.profile, since=since)
             ring.apply(rekey_from_wire(r) for r in ok["rekeys"])
+        # the neighbours' credentials come from the link handshake (``presented``); the
+        # manager says which of them it still admits (an evicted one gets no cache), and each
+        # poll re-checks the presented capabilities' validity
         ok = self.client.call(
             "hermes_neighbours", profile=self.scheme.profile, names=self.neighbours
         )
+        caps_of = ok["caps"]
+        self._members = frozenset(p for p in self.neighbours if caps_of.get(p))
         now = time.time()
-        for peer in self.neighbours:
-            try:
-                caps = [Capability.from_wire(c) for c in ok["caps"].get(peer, [])]
-            except ValidationError:
-                caps = []
-            self.scheme.learn_neighbour(peer, caps, now=now)
+        for peer, caps in list(self._presented.items()):
+            admitted = peer in self._members
+            self.scheme.learn_neighbour(peer, caps if admitted else [], now=now)
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll):
@@ -178,15 +231,16 @@ class HermesPoller:
             self.client.close()
 
 
-def hermes_schemes(
+def hermes_pollers(
     profiles: tuple[str, ...],
     *,
     name: str,
     state_dir: Path,
     tls: Any,
     neighbours: list[str],
-) -> list[HermesBroker]:
-    """The Hermes broker schemes of a broker process, joined and polling (see module)."""
+) -> list[HermesPoller]:
+    """The Hermes profiles of a broker process, joined and polling: one started
+    :class:`HermesPoller` per profile (its ``scheme`` to register; ``stop`` on close)."""
     wanted = [p for p in profiles if p in HERMES_PROFILES]
     if not wanted:
         return []
@@ -218,5 +272,23 @@ def hermes_schemes(
         with contextlib.suppress(PubguardError):
             poller.poll_once()
         poller.start()
-        out.append(scheme)
+        out.append(poller)
     return out
+
+
+def hermes_greeting(pollers: list[HermesPoller]) -> list[bytes]:
+    """What a broker presents in its link ``hello`` (§3.4): its capabilities, every profile's
+    (public: the type owner signed them; the peer verifies them itself)."""
+    out: dict[bytes, None] = {}
+    for p in pollers:
+        for c in p.scheme.credentials():
+            out[c.to_bytes()] = None
+    return list(out)
+
+
+def hermes_greeted(pollers: list[HermesPoller], peer: str, blobs: list[bytes]) -> None:
+    """A neighbour's ``hello`` arrived (its identity checked against its certificate):
+    every Hermes profile learns what it presented."""
+    now = time.time()
+    for p in pollers:
+        p.presented(peer, blobs, now=now)

@@ -84,8 +84,13 @@ class ParentConnector:
         on_up: Callable[[Link], None],
         serve: Callable[[Link, FrameConnection, Frames], Awaitable[None]],
         on_down: Callable[[Link], None],
+        greeting: Callable[[], list[bytes]] = list,
+        on_greeting: Callable[[str, list[bytes]], None] = lambda peer, creds: None,
     ) -> None:
+        """``greeting``: the credentials this broker presents in its ``hello``;
+        ``on_greeting(peer, creds)``: the parent's (hermes §3.4's handshake)."""
         self.name, self.session = name, session
+        self._greeting, self._on_greeting = greeting, on_greeting
         self.parent = parent
         self.link = link
         self.ssl = ssl
@@ -135,7 +140,12 @@ class ParentConnector:
             writer.write(
                 encode_frame(
                     envelope.hello(
-                        self.name, "broker", self.session, durable=link.durable, rx=link.rx_seq
+                        self.name,
+                        "broker",
+                        self.session,
+                        durable=link.durable,
+                        rx=link.rx_seq,
+                        creds=self._greeting(),
                     )
                 )
             )
@@ -143,6 +153,7 @@ class ParentConnector:
             cn, _ = peer_identity(writer.get_extra_info("ssl_object"))
             if hello["name"] != p.name or (self.ssl is not None and cn != p.name):
                 raise TransportError(f"expected parent {p.name!r}, got {hello['name']!r}")
+            self._on_greeting(p.name, hello.get("creds", []))
             if hello["session"] != link.session:
                 link.rx_seq = 0  # the parent's sequence numbers restarted
                 link.session = hello["session"]

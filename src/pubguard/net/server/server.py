@@ -71,7 +71,12 @@ from pubguard.net.config import BrokerConfig
 from pubguard.net.conn import FrameConnection, PeerClosed
 from pubguard.net.crl import CrlWatch
 from pubguard.net.server.batching import BatchProcessor
-from pubguard.net.server.hermes_node import HERMES_PROFILES, hermes_schemes
+from pubguard.net.server.hermes_node import (
+    HERMES_PROFILES,
+    hermes_greeted,
+    hermes_greeting,
+    hermes_pollers,
+)
 from pubguard.net.server.links import BROKER_WINDOW, Link
 from pubguard.net.server.parent_link import ParentConnector, read_hello
 from pubguard.net.server.pidfile import remove_pidfile, write_pidfile
@@ -226,14 +231,15 @@ class BrokerServer:
         others = tuple(p for p in config.served if p not in HERMES_PROFILES) or ("plain",)
         registry = schemes_for(others, config.keys, replay_db=replay_db)
         near = ([config.parent.name] if config.parent else []) + list(config.children)
-        for hs in hermes_schemes(
+        self.hermes = hermes_pollers(  # stopped in close()
             config.served,
             name=config.name,
             state_dir=config.state_dir,
             tls=config.tls,
             neighbours=near,
-        ):
-            registry.register(hs)
+        )
+        for poller in self.hermes:
+            registry.register(poller.scheme)
         self.core = Broker(
             config.name,
             registry,
@@ -282,6 +288,8 @@ class BrokerServer:
                 on_up=self._link_up,
                 serve=self._read_loop,
                 on_down=self._link_down,
+                greeting=lambda: hermes_greeting(self.hermes),
+                on_greeting=lambda peer, creds: hermes_greeted(self.hermes, peer, creds),
             )
 
     def _tls_contexts(self) -> tuple[_ssl.SSLContext, _ssl.SSLContext]:
@@ -441,6 +449,8 @@ class BrokerServer:
     async def close(self) -> None:
         self._closing = True
         self.batches.stop()
+        for poller in self.hermes:
+            poller.stop(timeout=0)  # signalled: it ends after any call in flight
         if self.parent is not None:
             self.parent.stop()
         if self._server is not None:
@@ -487,9 +497,13 @@ class BrokerServer:
                         resumed=resumed,
                         # a client learns what it may send (envelope.py); brokers need not
                         profiles=self.core.schemes.profiles if link.role == "client" else None,
+                        # a neighbour broker learns this one's credentials (hermes §3.4)
+                        creds=hermes_greeting(self.hermes) if link.role == "broker" else None,
                     )
                 )
             )
+            if link.role == "broker":
+                hermes_greeted(self.hermes, hello["name"], hello.get("creds", []))
             if link.kind == LinkKind.CHILD.value and not resumed:
                 self._link_up(link)
             self.core.link_live(link.link_id, time.time())

@@ -24,37 +24,31 @@ log) for every published plaintext value.
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import tempfile
-import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pubguard.crypto import SigningKey
-from pubguard.crypto.x509 import Role, server_ssl_context
+import msgpack
+
 from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model.events import AttributeSpec, Event, EventType
 from pubguard.model.filters import Filter
 from pubguard.net.config import parse_cluster_config
-from pubguard.net.keyservice.hermes_kgm import HermesKgmCore
-from pubguard.net.keyservice.server import KeyServiceServer
-from pubguard.net.server.hermes_node import write_hermes_file
-from pubguard.net.tls import tls_password
 from pubguard.ops.cluster import LocalCluster
-from pubguard.schemes.hermes import (
-    ALL,
-    Capability,
-    HermesClient,
-    KeyGroupManager,
-    SecureEventType,
-    rendezvous_node,
-)
+from pubguard.schemes.hermes import ALL, HermesClient, rendezvous_node, type_id
 
-__all__ = ["NUMBERPLATE", "BrokerView", "PoliceResult", "police_demo"]
+__all__ = [
+    "NUMBERPLATE",
+    "BrokerView",
+    "PoliceResult",
+    "police_demo",
+    "police_rendezvous",
+    "police_toml",
+]
 
 NUMBERPLATE: Final = EventType(
     "Numberplate",
@@ -147,7 +141,9 @@ def _tree(rv: str) -> list[tuple[str, str]]:
     return edges
 
 
-def _toml(rv: str) -> str:
+def police_toml(rv: str) -> str:
+    """The scenario as a ``cluster.toml``: the tree rooted at the rendezvous node ``rv``, each
+    broker's domain, and the ``[hermes]`` table (PITO's type, its manager, the grants)."""
     lines = [
         "[topology]",
         'kind = "edges"',
@@ -156,7 +152,34 @@ def _toml(rv: str) -> str:
     lines += ["[broker]", f'profiles = ["{PROFILE}"]']
     for b, d in DOMAINS.items():
         lines += [f"[brokers.{b}]", f'domain = "{d}"', "record = true"]
+    attrs = ", ".join(f'["{a.name}", "{a.type}"]' for a in NUMBERPLATE.attributes)
+    lines += [
+        "[hermes]",
+        f'owner = "{OWNER}"',
+        f'type = "{NUMBERPLATE.name}"',
+        f"attributes = [{attrs}]",
+        'kgm_domain = "pito"',
+        "poll = 0.5",
+        "[hermes.grants]",
+    ]
+    lines += [f"{b} = {list(g)!r}".replace("'", '"') for b, g in GRANTS.items()]
     return "\n".join(lines) + "\n"
+
+
+def _publications_recorded(path: Path) -> int:
+    """Publications in a recording broker's log (their ids are opaque wire ids: counted by
+    op, not by the application's ``sighting-`` ids, which no broker link carries)."""
+    if not path.exists():
+        return 0
+    with path.open("rb") as f:
+        return sum(
+            1
+            for rec in msgpack.Unpacker(f, raw=False)
+            if isinstance(rec, list)
+            and len(rec) == 2
+            and isinstance(rec[1], dict)
+            and rec[1].get("op") == "publish"
+        )
 
 
 def _sightings(rng: random.Random, n: int) -> list[dict[str, Any]]:
@@ -186,46 +209,18 @@ async def police_demo(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def police_rendezvous() -> str:
+    """The Numberplate type's rendezvous node among the scenario's brokers (§2.1: hashing the
+    type id, which depends on the owner's and the type's names only)."""
+    return rendezvous_node(type_id(OWNER, NUMBERPLATE.name), list(DOMAINS))
+
+
 async def _run(state: Path, events: int, seed: int, say: Callable[[str], None]) -> PoliceResult:
     rng = random.Random(seed)
-    owner = SigningKey.from_seed(rng.randbytes(32))
-    stype = SecureEventType.define(OWNER, NUMBERPLATE, owner)
-    rv = rendezvous_node(stype.type_id, list(DOMAINS))
-    say(f"type id {stype.type_id.hex()[:16]}… hashes to rendezvous node {rv} (Fig. 2)")
-    core = HermesKgmCore({PROFILE: KeyGroupManager(stype, "attribute", grace=30.0)})
-    cluster = LocalCluster(parse_cluster_config(tomllib.loads(_toml(rv)), base=state))
-    ident = cluster.pki.identity("pito-kgm", Role.KDC)
-    kgm = KeyServiceServer(
-        core,
-        server_ssl_context(ident.cert_path, ident.key_path, ident.ca_path, password=tls_password()),
-    )
-    port = await kgm.start()
-    serial = 0
-
-    def cap(holder: str, action: str, attrs: tuple[str, ...]) -> Capability:
-        nonlocal serial
-        serial += 1
-        return Capability.issue(
-            owner,
-            holder=holder,
-            type_id=stype.type_id,
-            action=action,
-            attributes=attrs,
-            not_before=time.time() - 60,
-            not_after=math.inf,
-            serial=serial,
-        )
-
-    for b in DOMAINS:
-        grant = GRANTS.get(b)
-        caps = [cap(b, a, grant) for a in ("publish", "subscribe")] if grant else []
-        write_hermes_file(
-            cluster.broker_dir(b),
-            kgm=("127.0.0.1", port),
-            stype=stype if grant else None,
-            capabilities=caps,
-            poll=0.5,
-        )
+    rv = police_rendezvous()
+    say(f"type id {type_id(OWNER, NUMBERPLATE.name).hex()[:16]}… hashes to rendezvous node {rv}")
+    # the cluster runs PITO's key-group manager and hands out the grants ([hermes] table)
+    cluster = LocalCluster(parse_cluster_config(tomllib.loads(police_toml(rv)), base=state))
     sightings = _sightings(rng, events)
     filters = {
         "smith": Filter.of(("numberplate", "=", TARGET)),
@@ -244,6 +239,10 @@ async def _run(state: Path, events: int, seed: int, say: Callable[[str], None]) 
     try:
         say("starting 6 broker processes in 4 domains and PITO's key-group manager")
         await cluster.start()
+        hermes = cluster.hermes
+        assert hermes is not None
+        core, stype = hermes.core, hermes.stype
+        cap = hermes.capability
         say(f"key groups admitted: {', '.join(core.managers[PROFILE].members())}")
         cam = await cluster.connect(
             "met-cam",
@@ -288,8 +287,9 @@ async def _run(state: Path, events: int, seed: int, say: Callable[[str], None]) 
                 await cl.close()
     finally:
         await cluster.stop()
-        await kgm.stop()
-    mgr = core.managers[PROFILE]
+    assert hermes is not None
+    mgr = hermes.core.managers[PROFILE]
+    stype = hermes.stype
     names = {aid.hex(): n for n, aid in stype.attribute_ids.items()}
     out = []
     for b, d in DOMAINS.items():
@@ -303,7 +303,7 @@ async def _run(state: Path, events: int, seed: int, say: Callable[[str], None]) 
                 if k != "camera" and any(str(v).encode() in x for x in blobs)
             }
         )
-        routed = sum(x.count(b"sighting-") for x in blobs if x)
+        routed = _publications_recorded(cluster.record_path(b))
         role = "rendezvous node" if b == rv else ("type owner" if d == "pito" else "")
         out.append(BrokerView(b, d, role, readable, found, routed))
     unauthorised = sorted(b for b in DOMAINS if b not in mgr.members())

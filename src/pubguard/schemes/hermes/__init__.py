@@ -8,6 +8,7 @@
 - :mod:`.content`: event / attribute / filter sealing (§3.1-3.3, §3.5)
 - :mod:`.broker`, :mod:`.client`: the ``hermes-event`` and ``hermes-attribute`` profiles
 - :mod:`.rendezvous`: type -> rendezvous node (§2.1, Fig. 2)
+- :mod:`.deployment`: the ``[hermes]`` table of a cluster configuration
 """
 
 from pubguard.schemes.hermes.broker import (
@@ -20,6 +21,7 @@ from pubguard.schemes.hermes.broker import (
 from pubguard.schemes.hermes.capability import ALL, Capability, RevocationSet, check_capability
 from pubguard.schemes.hermes.client import HermesClient
 from pubguard.schemes.hermes.content import Crypter, OpenedFilter, TypeView
+from pubguard.schemes.hermes.deployment import HermesSettings, parse_hermes
 from pubguard.schemes.hermes.keygroups import BrokerKeyring, JoinResult, KeyGroupManager
 from pubguard.schemes.hermes.nonces import NonceCounter
 from pubguard.schemes.hermes.rendezvous import rendezvous_node
@@ -36,6 +38,7 @@ __all__ = [
     "HermesClient",
     "HermesEvent",
     "HermesMatcher",
+    "HermesSettings",
     "JoinResult",
     "KeyGroupManager",
     "NonceCounter",
@@ -45,6 +48,7 @@ __all__ = [
     "TypeView",
     "attribute_id",
     "check_capability",
+    "parse_hermes",
     "rendezvous_node",
     "type_id",
 ]

@@ -48,7 +48,6 @@ from typing import Any, Final
 
 from pubguard.errors import DropError, DropReason, InvalidToken, ValidationError
 from pubguard.model.codec import constraint_from_json
-from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.schemes.base import BrokerScheme, CheckContext, LinkKind, Matcher
 from pubguard.schemes.hermes.capability import (
@@ -69,7 +68,7 @@ from pubguard.schemes.hermes.content import (
 from pubguard.schemes.hermes.keygroups import BrokerKeyring, group_names
 from pubguard.schemes.hermes.nonces import NonceCounter
 from pubguard.schemes.hermes.secure_types import SecureEventType
-from pubguard.wire.messages import Deliver, Publish
+from pubguard.wire.messages import Deliver, Publish, decode_publish
 
 __all__ = [
     "HERMES_ATTRIBUTE",
@@ -86,6 +85,8 @@ HERMES_EVENT: Final = "hermes-event"
 HERMES_ATTRIBUTE: Final = "hermes-attribute"
 _MODE: Final = {HERMES_EVENT: "event", HERMES_ATTRIBUTE: "attribute"}
 _log = logging.getLogger("pubguard.hermes")
+#: decoded publications remembered by routing identity (a micro-batch's worth, and more)
+EVENT_MEMO_MAX: Final = 1024
 
 
 def ms(now: float) -> int:
@@ -99,16 +100,21 @@ class HermesEvent:
     the plaintext cache or its own opening). Internal to the scheme."""
 
     __slots__ = (
+        "app_id",
         "cache",
         "cache_in",
+        "cache_raw",
         "opened",
         "pairs",
         "plain",
         "present",
         "routing",
         "sealed",
+        "src",
         "type_id",
+        "vetted",
         "view",
+        "wire_id",
     )
 
     def __init__(
@@ -119,7 +125,7 @@ class HermesEvent:
         plain: dict[str, Any],
         sealed: bool,
         present: frozenset[str] | None,
-        cache: dict[str, Any],
+        cache_raw: bytes | None,
     ) -> None:
         self.type_id = type_id
         self.view = view
@@ -127,10 +133,15 @@ class HermesEvent:
         self.plain = plain  # attribute name -> value, what this broker can read
         self.sealed = sealed  # False: a client's plaintext publication at its PHB
         self.present = present  # attribute names the event carries (None: unknown)
-        self.cache = cache  # untrusted cache entries until broker_check vets the link
+        self.cache_raw = cache_raw  # the incoming cache, packed and untrusted (§3.4)
+        self.cache: dict[str, Any] = {}  # its entries the sender may read (``_vet``)
+        self.cache_in: frozenset[str] = frozenset()  # the names the incoming cache carried
+        self.vetted = cache_raw is None
+        self.src: str | None = None  # the sending neighbour (its TLS identity)
         self.opened = not sealed
         self.pairs: list[tuple[bytes, bytes]] | None = None  # attribute tuples, unpacked
-        self.cache_in = frozenset(cache)  # the names the incoming cache carried
+        self.app_id: str | None = None  # the application's id, once read (sealed or cached)
+        self.wire_id: str | None = None  # the id it carries between brokers (set by its PHB)
 
 
 class HermesMatcher:
@@ -161,6 +172,21 @@ class HermesMatcher:
             return set()
         self._scheme.open(pe)
         return {k for k, f in fs.items() if _decides_match(f, pe)}
+
+
+def _publish(event_id: str, profile: str, routing: Mapping[str, Any], body: bytes) -> Publish:
+    """A rewritten publication, built from its wire form (the decoder's one pass over the
+    flat routing; the core then packs that dict as it is)."""
+    wire: dict[str, Any] = {
+        "op": "publish",
+        "event_id": event_id,
+        "profile": profile,
+        "routing": routing,
+    }
+    if body:
+        wire["body"] = body
+    pub = decode_publish(wire)
+    return pub if pub is not None else Publish(event_id, profile, routing, body, {})
 
 
 def _decides_match(f: OpenedFilter, pe: HermesEvent) -> bool:
@@ -235,9 +261,15 @@ class HermesBroker(BrokerScheme):
         for c in capabilities:
             self._caps[(c.type_id, c.action)] = c
         self._neighbours: dict[str, dict[bytes, frozenset[str]]] = {}
+        self._own: dict[bytes, tuple[float, frozenset[str]]] = {}
+        # the client requests granted at one instant (``_check_client``; revocations only add)
+        self._granted: tuple[float, set[tuple[Any, ...]]] = (math.nan, set())
         self._clients: dict[tuple[str, bytes], Capability] = {}
         self._verified = VerifiedCapabilities()
-        self._last: tuple[Any, Any] = (None, None)  # (routing or filter wire, decoded)
+        self._last: tuple[Any, Any] = (None, None)  # (filter wire, decoded)
+        # routing (by identity) -> its decoding: the guard, the matcher and every outgoing
+        # of one publication, and of every publication of a micro-batch, share one opening
+        self._events: dict[int, tuple[Mapping[str, Any], HermesEvent]] = {}
         self._sealed_filters: dict[tuple[bytes, Filter, int], Mapping[str, Any]] = {}
 
     def __repr__(self) -> str:
@@ -256,6 +288,7 @@ class HermesBroker(BrokerScheme):
 
     def add_capability(self, cap: Capability) -> None:
         self._caps[(cap.type_id, cap.action)] = cap
+        self._own.pop(cap.type_id, None)  # what its neighbours may now be told it reads
 
     def credentials(self) -> list[Capability]:
         """What this broker presents to its neighbours in the handshake (§3.4)."""
@@ -289,6 +322,28 @@ class HermesBroker(BrokerScheme):
         self._neighbours[peer] = {t: frozenset(a) for t, a in grants.items()}
         return sum(len(a) > 0 for a in grants.values())
 
+    def _own_grants(self, type_id: bytes, now: float) -> frozenset[str]:
+        """The attributes this broker's own valid capabilities grant (what its neighbours
+        learn in the handshake), memoised until the first of them expires."""
+        hit = self._own.get(type_id)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        v = self._views.get(type_id)
+        caps = [
+            c
+            for (t, _), c in self._caps.items()
+            if t == type_id and c.valid_at(now) and c.serial not in self.revoked
+        ]
+        if v is None or not caps:
+            return frozenset()
+        names: set[str] = set()
+        for c in caps:
+            names.update(v.ids if ALL in c.attributes else c.granted(v.ids))
+        until = min(c.not_after for c in caps)
+        # a revocation between two publications is seen at the next re-check (one second)
+        self._own[type_id] = (min(until, now + 1.0), frozenset(names))
+        return frozenset(names)
+
     def neighbour_grants(self, peer: str | None, type_id: bytes) -> frozenset[str]:
         if peer is None:
             return frozenset()
@@ -296,9 +351,16 @@ class HermesBroker(BrokerScheme):
 
     # -- decoding -------------------------------------------------------------------------
     def decode_event(self, routing: Mapping[str, Any]) -> HermesEvent:
-        last_r, last_pe = self._last
-        if last_r is routing:
-            return last_pe  # type: ignore[no-any-return]
+        hit = self._events.get(id(routing))
+        if hit is not None and hit[0] is routing:
+            return hit[1]
+        pe = self._decode_event(routing)
+        if len(self._events) >= EVENT_MEMO_MAX:
+            self._events.clear()
+        self._events[id(routing)] = (routing, pe)  # (the routing kept: its id stays unique)
+        return pe
+
+    def _decode_event(self, routing: Mapping[str, Any]) -> HermesEvent:
         if not isinstance(routing, Mapping):
             raise ValidationError("hermes routing must be a mapping")
         if TYPE_KEY in routing:  # a client's plaintext publication (to its PHB only)
@@ -306,9 +368,8 @@ class HermesBroker(BrokerScheme):
             if view is None:
                 raise ValidationError("unknown event type")
             attrs = {k: v for k, v in routing.items() if k != TYPE_KEY}
-            ev = Event(attrs)
-            view.stype.etype.validate(ev)  # §2.1: type-checked at the PHB
-            pe = HermesEvent(view.type_id, view, routing, attrs, False, None, {})
+            view.type_check(attrs)  # §2.1: type-checked at the PHB
+            pe = HermesEvent(view.type_id, view, routing, attrs, False, None, None)
         else:
             tid = routing["t"]
             if type(tid) is not bytes or len(tid) != 32:
@@ -327,14 +388,35 @@ class HermesBroker(BrokerScheme):
                     present = frozenset(names[a] for a, _ in pairs if a in names)
             elif type(routing.get("c")) is not bytes:
                 raise ValidationError("hermes event needs 'c' or 'a'")
-            cache: dict[str, Any] = {}
             raw = routing.get("k")
-            if raw is not None and view is not None:
-                cache = unpack_cache(raw, view)
-            pe = HermesEvent(tid, view, routing, {}, True, present, cache)
+            if raw is not None and type(raw) is not bytes:
+                raise ValidationError("hermes cache must be bytes")
+            pe = HermesEvent(tid, view, routing, {}, True, present, raw)
             pe.pairs = pairs
-        self._last = (routing, pe)
         return pe
+
+    def _vet(self, pe: HermesEvent) -> None:
+        """Unpack the incoming plaintext cache and keep only the entries its sender was
+        authorised to read (§3.4); in event mode all of them or none. A malformed cache is
+        ignored (the broker decrypts instead)."""
+        if pe.vetted:
+            return
+        pe.vetted = True
+        if pe.view is None or pe.cache_raw is None:
+            return
+        try:
+            cache, app_id = unpack_cache(pe.cache_raw, pe.view)
+        except ValidationError:
+            _log.info("neighbour %s: malformed plaintext cache ignored", pe.src)
+            return
+        pe.cache_in = frozenset(cache)
+        ok = self.neighbour_grants(pe.src, pe.type_id)
+        cache = {k: v for k, v in cache.items() if k in ok}
+        if self.mode == "event" and set(cache) != set(pe.view.ids):
+            cache = {}
+        pe.cache = cache
+        if cache and app_id is not None:
+            pe.app_id = app_id
 
     def open(self, pe: HermesEvent) -> None:
         """Fill ``pe.plain`` with what this broker can read (vetted cache first, §3.4)."""
@@ -343,11 +425,15 @@ class HermesBroker(BrokerScheme):
         pe.opened = True
         if pe.view is None:
             return
+        self._vet(pe)
         pe.plain.update(pe.cache)
         skip = frozenset(pe.cache)
         if self.mode == "event" and skip:
             return
-        pe.plain.update(self.crypter.open_event(pe.view, pe.routing, skip, pe.pairs))
+        values, app_id = self.crypter.open_sealed(pe.view, pe.routing, skip, pe.pairs)
+        pe.plain.update(values)
+        if pe.app_id is None:
+            pe.app_id = app_id
 
     def decode_filter(self, wire: Mapping[str, Any]) -> Any:
         last_w, last_f = self._last
@@ -390,11 +476,7 @@ class HermesBroker(BrokerScheme):
                 return self._check_client(pe.view, "publish", message.meta, pe.plain, ctx)
             if not pe.sealed:
                 return DropReason.UNAUTHORISED  # plaintext from a broker: never accepted
-            if pe.cache:  # §3.4: only what the sender was authorised to read
-                ok = self.neighbour_grants(ctx.link.peer, pe.type_id)
-                pe.cache = {k: v for k, v in pe.cache.items() if k in ok}
-                if self.mode == "event" and pe.view and set(pe.cache) != set(pe.view.ids):
-                    pe.cache = {}
+            pe.src = ctx.link.peer  # its cache is vetted against this sender when used (§3.4)
             return None
         if op in ("subscribe", "advertise"):
             pf = self.decode_filter(message.filter)
@@ -427,6 +509,11 @@ class HermesBroker(BrokerScheme):
         if view is None:
             return DropReason.UNKNOWN_TYPE
         who = ctx.link.peer
+        names = tuple(names)
+        blob = meta.get("cap")
+        memo = (blob, who, action, names, view.type_id, len(self.revoked))
+        if type(blob) is bytes and self._granted[0] == ctx.now and memo in self._granted[1]:
+            return None  # the same request at the same instant (a micro-batch): granted
         try:
             cap = self._verified.get(meta["cap"], view.stype.owner_key)
             check_capability(
@@ -449,7 +536,6 @@ class HermesBroker(BrokerScheme):
         if own is None or not own.valid_at(ctx.now) or own.serial in self.revoked:
             _log.info("client %s: %s refused: this broker holds no valid capability", who, action)
             return DropReason.UNAUTHORISED
-        names = list(names)
         if not all(cap.grants(n) and own.grants(n) for n in names):
             _log.info("client %s: %s refused: attributes beyond the capabilities", who, action)
             return DropReason.UNAUTHORISED
@@ -461,6 +547,10 @@ class HermesBroker(BrokerScheme):
         if not all(self.crypter.can_read(g, ts) for g in needed):
             _log.info("client %s: %s refused: this broker is not in the key group", who, action)
             return DropReason.UNAUTHORISED
+        if self._granted[0] != ctx.now:
+            self._granted = (ctx.now, set())
+        if type(blob) is bytes and len(self._granted[1]) < EVENT_MEMO_MAX:
+            self._granted[1].add(memo)
         return None
 
     # -- matching and covering ------------------------------------------------------------
@@ -500,31 +590,48 @@ class HermesBroker(BrokerScheme):
             return dataclasses.replace(message, meta={})
         return message
 
-    def _sealed_routing(self, pe: HermesEvent, now: float) -> Mapping[str, Any]:
-        """The event's ciphertext without any cache: sealed here once if this is its PHB."""
+    def _sealed_routing(self, pe: HermesEvent, now: float, event_id: str) -> Mapping[str, Any]:
+        """The event's ciphertext without any cache: sealed here once if this is its PHB,
+        with the application's id (``event_id``) inside and its wire id beside it."""
         if not pe.sealed:
             assert pe.view is not None
-            pe.routing = self.crypter.seal_event(pe.view, pe.plain, ms(now))
+            ts = ms(now)
+            pe.app_id = event_id
+            pe.wire_id = self.crypter.wire_id(pe.view, pe.plain, ts, event_id)
+            pe.routing = self.crypter.seal_event(pe.view, pe.plain, ts, event_id)
             pe.sealed = True  # every later link reuses this one sealing (§3.4)
         r = pe.routing
         return {k: v for k, v in r.items() if k != "k"} if "k" in r else r
 
-    def _to_broker(self, message: Publish, ctx: CheckContext) -> Publish:
+    def _to_broker(self, message: Publish, ctx: CheckContext) -> Publish | None:
         """Seal (at the PHB), then attach the cache the next broker may have (§3.4): the
         message leaves unchanged when what it carries is exactly that."""
         pe = self.decode_event(message.routing)
         sealed_in = pe.sealed
-        self.open(pe)
         grants = self.neighbour_grants(ctx.link.peer, pe.type_id)
+        if sealed_in and grants and grants == self.neighbour_grants(pe.src, pe.type_id):
+            # §3.4, Fig. 3: between brokers of equal credentials the ciphertext and its cache
+            # pass on as they came; the next broker vets the cache against this broker's
+            # grants, which cover no more than the sender's (``_own_grants``)
+            if self._own_grants(pe.type_id, ctx.now) <= grants:
+                return message
+        self.open(pe)
         cache = {k: v for k, v in pe.plain.items() if k in grants}
         if self.mode == "event" and pe.view is not None and set(cache) != set(pe.view.ids):
             cache = {}
         if sealed_in and set(cache) == pe.cache_in and len(pe.cache) == len(pe.cache_in):
             return message  # the ciphertext with the (all vetted) cache it came with, or none
-        routing = self._sealed_routing(pe, ctx.now)
+        try:
+            routing = self._sealed_routing(pe, ctx.now, message.event_id)
+        except InvalidToken:  # the keys went (evicted) between the guard and this hop
+            _log.warning("publication not sealed: this broker no longer holds the type's keys")
+            return None
         if cache and pe.view is not None:
-            routing = {**routing, "k": pack_cache(cache, pe.view)}
-        return Publish(message.event_id, message.profile, routing, message.body, {})
+            routing = {**routing, "k": pack_cache(cache, pe.view, pe.app_id)}
+        # between brokers the publication carries its wire id, never the application's id
+        eid = message.event_id if sealed_in else pe.wire_id
+        assert eid is not None
+        return _publish(eid, message.profile, routing, message.body)
 
     def _deliver(self, d: Deliver, ctx: CheckContext) -> Deliver | None:
         msg = d.event
@@ -542,7 +649,7 @@ class HermesBroker(BrokerScheme):
         if not attrs:
             return None
         routing = {TYPE_KEY: pe.view.stype.name, **attrs}
-        ev = Publish(msg.event_id, msg.profile, routing, msg.body, {})
+        ev = _publish(pe.app_id or msg.event_id, msg.profile, routing, msg.body)
         return Deliver.trusted(ev, d.sub_ids)  # the core validated the ids
 
     def _seal_filter(self, message: Any, ctx: CheckContext) -> Any:

@@ -31,14 +31,16 @@ attribute ids only).
 
 from __future__ import annotations
 
+import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
 
-from pubguard.crypto.counter_aead import CounterAead, broker_subkey
+from pubguard.crypto import KeyedHash, hkdf
+from pubguard.crypto.counter_aead import CounterAead, broker_subkey, open_each, seal_each
 from pubguard.errors import InvalidToken, ValidationError
 from pubguard.model.codec import constraint_from_json
 from pubguard.model.constraints import Constraint
@@ -64,6 +66,10 @@ _TS: Final = struct.Struct(">q")
 
 
 _LEN: Final = struct.Struct(">I")
+_WIRE_ID_INFO: Final = b"pubguard-hermes-wire-id\x00"
+WIRE_ID_BYTES: Final = 16  # a wire id is 32 hex characters, as under the other profiles
+#: exact value types of the model (``pubguard.model.values``; bool before int on purpose)
+_TYPE_NAMES: Final[dict[type, str]] = {bool: "bool", int: "int", float: "float", str: "str"}
 MAX_ATTRS: Final = 1024  # attribute tuples one event may carry
 
 
@@ -91,20 +97,27 @@ def unpack_attrs(blob: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def pack_cache(values: Mapping[str, Any], view: TypeView) -> bytes:
-    """§3.4's plaintext cache, one bytes field: msgpack ``[[attr_id, value], ...]``."""
-    return _pack([[view.ids[k], v] for k, v in values.items()])
+def pack_cache(values: Mapping[str, Any], view: TypeView, app_id: str | None = None) -> bytes:
+    """§3.4's plaintext cache, one bytes field: msgpack ``[[attr_id, value], ...]``, and
+    ``[b"", app_id]`` first when the application's event id is known (a broker that reads
+    from the cache does not decrypt, so the id it would have found sealed rides along)."""
+    head = [[b"", app_id]] if app_id else []
+    return _pack(head + [[view.ids[k], v] for k, v in values.items()])
 
 
-def unpack_cache(blob: Any, view: TypeView) -> dict[str, Any]:
-    """Attribute name -> cached value (ids this broker does not know are left out)."""
+def unpack_cache(blob: Any, view: TypeView) -> tuple[dict[str, Any], str | None]:
+    """Attribute name -> cached value (ids this broker does not know are left out), and the
+    application's event id if the cache carries it."""
     if type(blob) is not bytes:
         raise ValidationError("hermes cache must be bytes")
     try:
         items = msgpack.unpackb(blob, raw=False, max_array_len=MAX_ATTRS)
         names = view.names
-        return {names[bytes(a)]: v for a, v in items if bytes(a) in names}
-    except (ValueError, TypeError, msgpack.UnpackException):
+        app_id = None
+        if items and items[0][0] == b"" and isinstance(items[0][1], str):
+            app_id = items.pop(0)[1] or None
+        return {names[bytes(a)]: v for a, v in items if bytes(a) in names}, app_id
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
         raise ValidationError("malformed hermes cache") from None
 
 
@@ -125,19 +138,39 @@ class TypeView:
     type_group: str  # event-mode key group: the type id in hex
     ids: Mapping[str, bytes]  # attribute name -> attribute id
     names: Mapping[bytes, str]  # attribute id -> attribute name
+    types: Mapping[str, str]  # attribute name -> its declared value type
 
     @classmethod
     def of(cls, stype: SecureEventType) -> TypeView:
         ids = stype.attribute_ids
-        return cls(stype, stype.type_id, stype.type_id.hex(), ids, {v: k for k, v in ids.items()})
+        types = {a.name: a.type for a in stype.etype.attributes}
+        return cls(
+            stype, stype.type_id, stype.type_id.hex(), ids, {v: k for k, v in ids.items()}, types
+        )
+
+    def type_check(self, attrs: Mapping[str, Any]) -> None:
+        """ValidationError unless ``attrs`` conform to the type (``EventType.validate`` of
+        ``Event(attrs)``, in one pass: the PHB's check of every publication, §2.1)."""
+        types = self.types
+        for k, v in attrs.items():
+            want = types.get(k)
+            if want is None:
+                raise ValidationError(f"event type {self.stype.name!r} has no attribute {k!r}")
+            t = _TYPE_NAMES.get(type(v))
+            if t is None:
+                raise ValidationError(f"attribute {k!r} must be int, float, str or bool")
+            if t != want and not (want == "float" and t == "int"):
+                raise ValidationError(f"attribute {k!r} must be {want}, got {t}")
+            if t == "float" and not math.isfinite(v):
+                raise ValidationError(f"attribute {k!r} must be a finite number")
 
 
 def _aad_event(tid: bytes, ts: int) -> bytes:
     return b"hermes-e\x00" + tid + _TS.pack(ts)
 
 
-def _aad_attr(tid: bytes, aid: bytes, ts: int) -> bytes:
-    return b"hermes-a\x00" + tid + aid + _TS.pack(ts)
+#: attribute-mode associated data: ``_AAD_ATTR || type id || attribute id || ts`` (§3.5)
+_AAD_ATTR: Final = b"hermes-a\x00"
 
 
 def _aad_filter(tid: bytes, aid: bytes, ts: int) -> bytes:
@@ -161,7 +194,16 @@ class OpenedFilter:
 class Crypter:
     """One broker's sealing and opening, over its keyring and nonce counter."""
 
-    __slots__ = ("_ciphers", "broker", "counter", "keyring", "mode")
+    __slots__ = (
+        "_ciphers",
+        "_id_hashes",
+        "_packer",
+        "_plans",
+        "broker",
+        "counter",
+        "keyring",
+        "mode",
+    )
 
     def __init__(
         self, broker: str, mode: str, keyring: BrokerKeyring, counter: NonceCounter
@@ -173,6 +215,10 @@ class Crypter:
         self.keyring = keyring
         self.counter = counter
         self._ciphers: dict[tuple[str, int, str], CounterAead] = {}
+        # (type id, PHB) -> (keyring stamp, in force from (ms), attribute id -> cipher)
+        self._plans: dict[tuple[bytes, str], tuple[int, int, dict[bytes, CounterAead]]] = {}
+        self._packer = msgpack.Packer(use_bin_type=True)
+        self._id_hashes: dict[tuple[str, int], KeyedHash] = {}
 
     def __repr__(self) -> str:
         return f"Crypter({self.broker!r}, {self.mode})"
@@ -190,13 +236,47 @@ class Crypter:
             c = self._ciphers[ck] = CounterAead(broker_subkey(key.key, phb))
         return c
 
+    def _attr_ciphers(self, view: TypeView, ts_ms: int, phb: str) -> dict[bytes, CounterAead]:
+        """Attribute id -> the cipher of every attribute key this broker holds in force at
+        ``ts_ms`` (§4.2) for PHB ``phb``: one look-up per event instead of one per attribute,
+        kept while the keyring is unchanged and the event is not older than its keys."""
+        pk = (view.type_id, phb)
+        plan = self._plans.get(pk)
+        stamp = self.keyring.stamp
+        if plan is not None and plan[0] == stamp and ts_ms >= plan[1]:
+            return plan[2]
+        out: dict[bytes, CounterAead] = {}
+        since = 0
+        current = True
+        for aid in view.names:
+            g = aid.hex()
+            c = self._cipher(g, ts_ms, phb)
+            if c is None:
+                continue
+            out[aid] = c
+            cur = self.keyring.current(g)
+            if cur is None or cur.valid_from > ts_ms / 1000.0:
+                current = False  # an older key (grace period): not a plan for later events
+            else:
+                since = max(since, math.ceil(cur.valid_from * 1000))
+        if current:
+            if len(self._plans) >= CIPHER_CACHE_MAX:
+                self._plans.clear()
+            self._plans[pk] = (stamp, since, out)
+        return out
+
     def can_read(self, group: str, ts_ms: int) -> bool:
         return self.keyring.key_at(group, ts_ms / 1000.0) is not None
 
     # -- events ------------------------------------------------------------------------------
-    def seal_event(self, view: TypeView, attrs: Mapping[str, Any], ts_ms: int) -> dict[str, Any]:
+    def seal_event(
+        self, view: TypeView, attrs: Mapping[str, Any], ts_ms: int, app_id: str = ""
+    ) -> dict[str, Any]:
         """The PHB's sealing of one event (``StateError``-free: raises ValidationError for an
-        attribute outside the type, :class:`InvalidToken` when it holds no key)."""
+        attribute outside the type, :class:`InvalidToken` when it holds no key). ``app_id``,
+        the application's event id, is sealed with the content: with the whole event, or
+        beside every attribute (each plaintext is ``[app_id, value]``), so whoever may read
+        any of it gets the id back and no other broker sees it."""
         tid = view.type_id
         if self.mode == "event":
             c = self._cipher(view.type_group, ts_ms, self.broker)
@@ -208,23 +288,32 @@ class Crypter:
                 "ts": ts_ms,
                 "b": self.broker,
                 "n": n,
-                "c": c.seal(n, _pack(dict(attrs)), _aad_event(tid, ts_ms)),
+                "c": c.seal(n, _pack([app_id, dict(attrs)]), _aad_event(tid, ts_ms)),
             }
-        items = []
+        # §3.2 with one key look-up per event and the AEAD calls in one loop (seal_each)
+        ciphers = self._attr_ciphers(view, ts_ms, self.broker)
+        ids = view.ids
+        pack = self._packer.pack
+        tail = _TS.pack(ts_ms)
+        aids, items = [], []
         for name, v in attrs.items():
-            aid = view.ids.get(name)
+            aid = ids.get(name)
             if aid is None:
                 raise ValidationError(f"type {view.stype.name!r} has no attribute {name!r}")
-            c = self._cipher(aid.hex(), ts_ms, self.broker)
+            c = ciphers.get(aid)
             if c is None:
                 raise InvalidToken("this broker holds no key for an attribute")
-            items.append((aid, c, _pack(v)))
+            aids.append(aid)
+            items.append((c, pack([app_id, v]), _AAD_ATTR + tid + aid + tail))
         n = self.counter.take(max(1, len(items)))
-        sealed = [
-            (aid, c.seal(n + i, pt, _aad_attr(tid, aid, ts_ms)))
-            for i, (aid, c, pt) in enumerate(items)
-        ]
-        return {"t": tid, "ts": ts_ms, "b": self.broker, "n": n, "a": pack_attrs(sealed)}
+        sealed = seal_each(n, items)
+        return {
+            "t": tid,
+            "ts": ts_ms,
+            "b": self.broker,
+            "n": n,
+            "a": pack_attrs(list(zip(aids, sealed, strict=True))),
+        }
 
     def open_event(
         self,
@@ -237,31 +326,80 @@ class Crypter:
         ``skip`` are not opened: the caller has them from a plaintext cache; ``pairs``: the
         attribute tuples if the caller unpacked them already). Ciphertexts it has no key for,
         or that fail to authenticate, are left out."""
+        return self.open_sealed(view, routing, skip, pairs)[0]
+
+    def open_sealed(
+        self,
+        view: TypeView,
+        routing: Mapping[str, Any],
+        skip: frozenset[str] = frozenset(),
+        pairs: list[tuple[bytes, bytes]] | None = None,
+    ) -> tuple[dict[str, Any], str | None]:
+        """:meth:`open_event` and the application's event id sealed with it (None when this
+        broker opened nothing)."""
         tid, ts, phb, n = view.type_id, routing["ts"], routing["b"], routing["n"]
         if self.mode == "event":
             if skip:
-                return {}
+                return {}, None
             c = self._cipher(view.type_group, ts, phb)
             if c is None:
-                return {}
+                return {}, None
             try:
                 out = _unpack(c.open(n, routing["c"], _aad_event(tid, ts)))
-            except InvalidToken:
-                return {}
-            return dict(out) if isinstance(out, dict) else {}
+            except (InvalidToken, ValueError):
+                return {}, None
+            if not (isinstance(out, list) and len(out) == 2 and isinstance(out[1], dict)):
+                return {}, None
+            return dict(out[1]), out[0] if isinstance(out[0], str) and out[0] else None
+        if type(ts) is not int:
+            return {}, None
+        # one key look-up per event, the AEAD calls in one loop (open_each)
+        ciphers = self._attr_ciphers(view, ts, phb)
+        names = view.names
+        tail = _TS.pack(ts)
+        got, items = [], []
+        for aid, blob in pairs if pairs is not None else unpack_attrs(routing["a"]):
+            name = names.get(aid)
+            c = ciphers.get(aid) if name is not None and name not in skip else None
+            got.append(name)
+            items.append(None if c is None else (c, blob, _AAD_ATTR + tid + aid + tail))
         res: dict[str, Any] = {}
-        for i, (aid, blob) in enumerate(pairs if pairs is not None else unpack_attrs(routing["a"])):
-            name = view.names.get(aid)
-            if name is None or name in skip:
-                continue
-            c = self._cipher(aid.hex(), ts, phb)
-            if c is None:
+        app_id = None
+        for name, pt in zip(got, open_each(n, items), strict=True):
+            if pt is None or name is None:
                 continue
             try:
-                res[name] = _unpack(c.open(n + i, blob, _aad_attr(tid, aid, ts)))
-            except InvalidToken:
+                i, value = _unpack(pt)
+            except (ValueError, TypeError):  # authentic but malformed: the PHB's fault
                 continue
-        return res
+            res[name] = value
+            if app_id is None and isinstance(i, str) and i:
+                app_id = i
+        return res, app_id
+
+    def wire_id(self, view: TypeView, names: Iterable[str], ts_ms: int, app_id: str) -> str:
+        """The id an event sealed here carries between brokers instead of ``app_id``:
+        ``hex(KH(HKDF(K, "pubguard-hermes-wire-id" || PHB), app_id)[:16])`` under the key
+        ``K`` of the event's first sealed unit (the type key; in attribute mode the key of
+        the first of its attributes in the type's order) in force at ``ts_ms``. Only this PHB
+        computes it; it is the same for the same event while that key is in force, so a
+        re-sent or re-published copy is still a duplicate downstream."""
+        if self.mode == "event":
+            group = view.type_group
+        else:
+            have = set(names)
+            group = next((aid.hex() for n, aid in view.ids.items() if n in have), view.type_group)
+        key = self.keyring.key_at(group, ts_ms / 1000.0)
+        if key is None:
+            raise InvalidToken("this broker holds no key for the type")
+        hk = (group, key.version)
+        kh = self._id_hashes.get(hk)
+        if kh is None:
+            if len(self._id_hashes) >= CIPHER_CACHE_MAX:
+                self._id_hashes.clear()
+            info = _WIRE_ID_INFO + self.broker.encode()
+            kh = self._id_hashes[hk] = KeyedHash(hkdf(key.key, info=info))
+        return kh(app_id.encode())[:WIRE_ID_BYTES].hex()
 
     # -- filters (§3.3) ----------------------------------------------------------------------
     def seal_filter(self, view: TypeView, f: Filter, ts_ms: int) -> dict[str, Any]:

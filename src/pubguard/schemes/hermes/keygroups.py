@@ -192,12 +192,14 @@ class KeyGroupManager:
 class BrokerKeyring:
     """A broker's key-group memberships: group name -> OFT member state and traffic keys."""
 
-    __slots__ = ("_grace", "_lock", "_members", "broker")
+    __slots__ = ("_grace", "_lock", "_members", "broker", "stamp")
 
     def __init__(self, broker: str, *, grace: float = DEFAULT_GRACE) -> None:
         self.broker = broker
         self._grace = grace
         self._members: dict[str, OFTMember] = {}
+        #: bumped by every welcome and rekey: what a sealer's cached key choice depends on
+        self.stamp = 0
         # a broker process applies rekeys from its poller thread while its event loop seals
         # and opens: membership changes and key look-ups take this lock
         self._lock = threading.Lock()
@@ -212,6 +214,7 @@ class BrokerKeyring:
         with self._lock:
             for g, w in welcomes.items():
                 self._members[g] = OFTMember(w, grace=self._grace)
+            self.stamp += 1
 
     def apply(self, rekeys: Iterable[Rekey]) -> None:
         """Process the manager's broadcasts (a member applies those of its groups)."""
@@ -222,6 +225,7 @@ class BrokerKeyring:
                     m.apply(r)
                     if not m.active:
                         del self._members[r.group]
+            self.stamp += 1
 
     def groups(self) -> frozenset[str]:
         return frozenset(self._members)
