@@ -1,5 +1,6 @@
-"""Multi-path routing over real brokers (mutual TLS on loopback): one cluster per relabelled
-spanning tree of G^ind (ops/multipath.py)."""
+"""Multi-path routing over real broker processes (mutual TLS on loopback): one process per
+node serves every relabelled spanning tree of G^ind (ops/multipath.py, net/server/multitree.py),
+set up from ``[topology] ind`` in the cluster config."""
 
 from __future__ import annotations
 
@@ -13,17 +14,26 @@ from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.net.config import parse_cluster_config
-from pubguard.ops.multipath import MultiPathCluster
-from tests.loopback import LoopThread
+from pubguard.ops.multipath import MultiPathClient, MultiPathCluster, MultiPathSubscription
+from pubguard.schemes.registry import HOSPITAL
+from tests.loopback import LoopThread, until
 
-pytestmark = pytest.mark.slow  # 39 + 14 in-process brokers with TLS (~25 s)
+pytestmark = pytest.mark.slow  # two clusters of 7 broker processes, each serving 2-3 trees
+
+#: ind = 2 on the binary tree of depth 2; ind = 3 on a tree whose inner nodes have 3 children
+#: (b1's children b4-b6 reach b0 through b1, b2 and b3 on T_0, T_1 and T_2)
+TOPOLOGIES = {
+    2: 'kind = "tree"\narity = 2\ndepth = 2\nind = 2\n[broker]\nprofiles = ["plain", "default"]\n',
+    3: 'kind = "edges"\nind = 3\nedges = [["b0", "b1"], ["b0", "b2"], ["b0", "b3"], '
+    '["b1", "b4"], ["b1", "b5"], ["b1", "b6"]]\n',
+}
 
 
-def _cluster(aloop: LoopThread, state: Path, arity: int, ind: int) -> Iterator[MultiPathCluster]:
-    toml = f'host = "127.0.0.1"\n[topology]\nkind = "tree"\narity = {arity}\ndepth = 2\n'
-    mp = MultiPathCluster(
-        parse_cluster_config(tomllib.loads(toml), base=state), ind, in_process=True
-    )
+def _cluster(aloop: LoopThread, state: Path, ind: int) -> Iterator[MultiPathCluster]:
+    toml = f'host = "127.0.0.1"\n[topology]\n{TOPOLOGIES[ind]}'
+    cfg = parse_cluster_config(tomllib.loads(toml), base=state)
+    assert cfg.ind == ind
+    mp = MultiPathCluster(cfg)
     aloop.run(mp.start(), timeout=120)
     try:
         yield mp
@@ -33,47 +43,57 @@ def _cluster(aloop: LoopThread, state: Path, arity: int, ind: int) -> Iterator[M
 
 @pytest.fixture(scope="module")
 def mp2(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiPathCluster]:
-    yield from _cluster(aloop, tmp_path_factory.mktemp("mp2"), 2, 2)
+    yield from _cluster(aloop, tmp_path_factory.mktemp("mp2"), 2)
 
 
 @pytest.fixture(scope="module")
 def mp3(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiPathCluster]:
-    yield from _cluster(aloop, tmp_path_factory.mktemp("mp3"), 3, 3)
+    yield from _cluster(aloop, tmp_path_factory.mktemp("mp3"), 3)
 
 
-def test_trees_are_the_theorem_paths(mp3: MultiPathCluster) -> None:
+def test_one_process_per_node_serves_every_tree(mp3: MultiPathCluster, aloop: LoopThread) -> None:
+    """Each node is one process; its T_k server has T_k's parent, and the root-to-leaf paths
+    of the trees are the theorem's independent paths."""
     from pubguard.overlay.resilient import independent_paths, is_independent
 
-    leaf = mp3.tree.leaves[4]
-    paths = mp3.paths_of(leaf)
+    assert len({p.pid for p in mp3.procs.values()}) == len(mp3.config.brokers) == 7
+    paths = mp3.paths_of("b4")
     assert is_independent([[*p, "S"] for p in paths])
-    assert [p[:-1] for p in paths] == [q[:-1] for q in independent_paths(mp3.tree, 3, leaf)]
+    assert [p[:-1] for p in paths] == [q[:-1] for q in independent_paths(mp3.tree, 3, "b4")]
+
+    async def parents() -> list[str | None]:
+        return [(await mp3.view(k).status("b5"))["parent"] for k in range(3)]
+
+    # T_k maps the edge b1 - b4 to sib_k(b1) - sib_k(b4): b5 sits under b1, b2, b3 in turn
+    assert aloop.run(parents()) == ["b:b1", "b:b2", "b:b3"]
 
 
 def test_probabilistic_paths_match_the_reference(mp2: MultiPathCluster, aloop: LoopThread) -> None:
-    """psguard.txt §4.2: a token on ind_t trees, each event on one chosen uniformly; every
-    subscriber gets exactly what the reference matcher says, once."""
+    """psguard.txt §4.2 with the default profile (tokens, permits and sealed bodies on every
+    tree, from one key bundle): a token on ind_t trees, each event on one chosen uniformly;
+    every subscriber gets exactly what the reference matcher says, once."""
     filters = {"s0": 'topic = "hot"', "s1": 'topic = "cold"', "s2": 'topic = "hot"'}
     ind_t = {"hot": 2, "cold": 1}
 
-    async def scenario() -> tuple[dict[str, list[str]], dict[str, set[str]], set[int]]:
+    async def scenario() -> tuple[dict[str, list[str]], dict[str, set[str]], set[int], int]:
         subs, clients = {}, []
         ref = ReferenceMatcher()
         for i, (name, f) in enumerate(filters.items()):
-            c = await mp2.connect(f"p-{name}", home=mp2.tree.leaves[i])
+            c = await mp2.connect_paths(f"p-{name}", home=mp2.tree.leaves[i], profile="default")
             clients.append(c)
             topic = f.split('"')[1]
             subs[name] = await c.subscribe(f, paths=ind_t[topic])
             ref.add(name, Filter.parse(f))
             await c.flush()
         await mp2.wait_quiescent()
-        pub = await mp2.connect("p-pub", seed=3)
+        pub = await mp2.connect_paths("p-pub", seed=3, profile="default")
         clients.append(pub)
         expected: dict[str, set[str]] = {n: set() for n in filters}
         used: set[int] = set()
         for i in range(30):
             topic = "hot" if i % 3 else "cold"
-            ev = Event({"topic": topic, "i": i}, id=f"p{i}")
+            attrs = {"topic": topic, "age": i, "patientRecord": f"r{i}"}
+            ev = Event(attrs, id=f"p{i}", type=HOSPITAL.name)
             trees = await pub.publish(ev, paths=ind_t[topic])
             if topic == "hot":
                 used |= set(trees)
@@ -84,53 +104,101 @@ def test_probabilistic_paths_match_the_reference(mp2: MultiPathCluster, aloop: L
             n: [(await s.next(timeout=20)).event.id or "" for _ in expected[n]]
             for n, s in subs.items()
         }
+        await mp2.wait_quiescent()
         pend = sum(s.pending for s in subs.values())
         for c in clients:
             await c.close()
-        assert pend == 0
-        return got, expected, used
+        return got, expected, used, pend
 
-    got, expected, used = aloop.run(scenario(), timeout=120)
+    got, expected, used, pend = aloop.run(scenario(), timeout=120)
     assert used == {0, 1}  # hot events took both of its trees
+    assert pend == 0
     for n, ids in got.items():
         assert sorted(ids) == sorted(expected[n]) and len(ids) == len(set(ids)), n
 
 
+TOPICS = ("w", "x", "y")
+
+
+def _filters(leaves: list[str]) -> dict[str, str]:
+    """One subscriber per leaf position, with overlapping topic filters."""
+    return {
+        leaf: (f'topic = "{TOPICS[i % 3]}"' if i % 2 == 0 else f'topic != "{TOPICS[i % 3]}"')
+        for i, leaf in enumerate(leaves)
+    }
+
+
 @pytest.mark.parametrize("which", ["mp2", "mp3"])
-def test_flooded_events_arrive_exactly_once_with_one_tree_left(
+def test_killed_brokers_every_event_arrives_once(
     which: str, request: pytest.FixtureRequest, aloop: LoopThread
 ) -> None:
-    """eventguard.txt §5.2: sent down every tree, deduplicated by the subscriber; with one
-    broker of the subscriber's path blackholed on every tree but one, every event still
-    arrives, once."""
+    """eventguard.txt §5.2: each event is multicast down every tree and deduplicated by the
+    subscriber. With the depth-1 broker of the first subscriber's path killed on every tree
+    but one (a killed process leaves every tree), every subscriber still gets exactly the
+    events the reference matcher gives it, each once. Restarted (ind = 2), the killed broker
+    catches up on every tree from its durable state: each subscriber then has had exactly one
+    copy per tree, and the dedup dropped all but the first."""
     mp: MultiPathCluster = request.getfixturevalue(which)
     ind = mp.ind
+    leaves = [n for n in mp.tree.leaves if mp.tree.parent[n] != mp.tree.root]
+    filters = _filters(leaves)
+    ref = ReferenceMatcher()
+    for leaf, f in filters.items():
+        ref.add(leaf, Filter.parse(f))
 
-    async def scenario() -> tuple[list[str], list[str], int, int]:
-        leaf = mp.tree.leaves[-1]
-        sub = await mp.connect(f"{which}-sub", home=leaf)
-        pub = await mp.connect(f"{which}-pub")
+    async def scenario() -> tuple[
+        dict[str, list[str]], dict[str, list[str]], dict[str, int], list[str], dict[str, int]
+    ]:
+        clients: list[MultiPathClient] = []
+        subs: dict[str, MultiPathSubscription] = {}
         try:
-            s = await sub.subscribe('topic = "w"')
-            await sub.flush()
+            for leaf, f in filters.items():
+                c = await mp.connect_paths(f"{which}-{leaf}", home=leaf)
+                clients.append(c)
+                subs[leaf] = await c.subscribe(f)
+                await c.flush()
             await mp.wait_quiescent()
-            for i in range(5):
-                await pub.publish(Event({"topic": "w", "i": i}, id=f"{which}-a{i}"))
-            first = [(await s.next(timeout=20)).event.id or "" for _ in range(5)]
-            paths = mp.paths_of(leaf)
-            for k in range(ind - 1):  # the depth-1 broker of Q_k, only on T_k
-                await mp.blackhole(k, paths[k][1])
-            for i in range(20):
-                await pub.publish(Event({"topic": "w", "i": i}, id=f"{which}-b{i}"))
+            pub = await mp.connect_paths(f"{which}-pub")
+            clients.append(pub)
+            killed = [mp.paths_of(leaves[0])[k][1] for k in range(ind - 1)]
+            for b in killed:
+                mp.kill(b)
+            events = [Event({"topic": TOPICS[i % 3], "i": i}, id=f"{which}-{i}") for i in range(24)]
+            for ev in events:
+                assert await pub.publish(ev) == list(range(ind))
             await pub.flush()
-            second = [(await s.next(timeout=20)).event.id or "" for _ in range(20)]
-            return first, second, s.duplicates, s.pending
+            want = {
+                leaf: [e.id or "" for e in events if leaf in {str(k) for k in ref.match(e)}]
+                for leaf in filters
+            }
+            got = {
+                leaf: [(await s.next(timeout=20)).event.id or "" for _ in want[leaf]]
+                for leaf, s in subs.items()
+            }
+            await mp.wait_quiescent()  # the live brokers: every copy delivered
+            pending = {leaf: s.pending for leaf, s in subs.items()}
+            # durability and catch-up per tree: restarted, the killed brokers pass on what
+            # was parked for them on every tree, and those copies are the duplicates dropped
+            # (on ind = 2 only: one restart is enough to show it, and each costs seconds)
+            back = killed if ind == 2 else []
+            for b in back:
+                await mp.restart(b)
+            copies = {leaf: len(want[leaf]) * len(back) for leaf in filters}
+            await until(
+                lambda: all(subs[leaf].duplicates >= copies[leaf] for leaf in filters),
+                "every tree's copies caught up",
+            )
+            await mp.wait_quiescent()
+            dups = {leaf: s.duplicates - copies[leaf] for leaf, s in subs.items()}
+            extra = {leaf: s.pending for leaf, s in subs.items()}
+            return got, want, pending | {f"{k}:extra": v for k, v in extra.items()}, killed, dups
         finally:
-            await sub.close()
-            await pub.close()
+            for c in clients:
+                await c.close()
 
-    first, second, dups, pending = aloop.run(scenario(), timeout=120)
-    assert sorted(first) == sorted(f"{which}-a{i}" for i in range(5))
-    assert sorted(second) == sorted(f"{which}-b{i}" for i in range(20))
-    assert pending == 0
-    assert dups >= 5 * (ind - 1) - (ind - 1)  # copies of the first batch, dropped
+    got, want, pending, killed, dups = aloop.run(scenario(), timeout=180)
+    assert len(killed) == ind - 1 and all(want.values())
+    for leaf, ids in got.items():
+        assert sorted(ids) == sorted(want[leaf]) and len(set(ids)) == len(ids), leaf
+        assert pending[leaf] == 0, leaf  # no second copy, no stray event
+        assert pending[f"{leaf}:extra"] == 0 and dups[leaf] == 0, leaf  # each tree's copy once

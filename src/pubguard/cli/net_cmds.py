@@ -240,7 +240,8 @@ def register(cli: click.Group) -> None:
         import asyncio
 
         from pubguard.net.config import configured_state_dir, load_cluster_config
-        from pubguard.ops.cluster import LocalCluster, running_brokers
+        from pubguard.ops.cluster import running_brokers
+        from pubguard.ops.multipath import cluster_for
 
         given = click.get_current_context().get_parameter_source("state")
         if config is not None and given is click.core.ParameterSource.DEFAULT:
@@ -259,7 +260,7 @@ def register(cli: click.Group) -> None:
         before = _entries(state)
 
         async def up() -> dict[str, int]:
-            c = LocalCluster(cfg, detached=True, crl_agent=True)
+            c = cluster_for(cfg, detached=True, crl_agent=True)  # [topology] ind: every tree
             try:
                 await c.start()
             except BaseException:
@@ -280,6 +281,8 @@ def register(cli: click.Group) -> None:
             console.print(f"{name}  tls://127.0.0.1:{port}")
         hint = "" if state == _STATE_DEFAULT else f" (--state {state} for status, down and clients)"
         console.print(f"{len(ports)} brokers up; state in {state}{hint}", soft_wrap=True)
+        if cfg.ind > 1:  # docs/resilience.md: one process per broker, a port per tree
+            console.print(f"each broker serves {cfg.ind} trees (T_k in {state}/tree<k>)")
         secure = [p for p in cfg.served if p != "plain"]
         if secure and cfg.keyservice is None:  # said, never silent
             err_console.print(

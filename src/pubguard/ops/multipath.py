@@ -1,4 +1,4 @@
-"""Multi-path routing on the network: one broker tree per independent path of G^ind.
+"""Multi-path routing on the network: every broker process serves all ``ind`` relabelled trees.
 
 Theory of operation
 -------------------
@@ -7,13 +7,18 @@ subscriber has ``ind`` independent paths from the publisher (Claims 5.3 / 4.3). 
 uses the ``ind`` relabelled spanning trees ``T_0 .. T_{ind-1}`` of G^ind
 (:mod:`pubguard.overlay.multipath`), and each tree keeps its *own* subscription and
 advertisement state (a subscription set up on ``T_1`` must not pull events sent on ``T_0``).
-:class:`MultiPathCluster` realises that with unchanged brokers: tree ``T_k`` is a
-:class:`~pubguard.ops.cluster.LocalCluster` of its own (state under ``<state>/tree<k>``, its
-own broker processes or in-process servers, mutual TLS as every cluster), so broker ``n`` runs
-one routing core per tree it is in (all of them), and the extra G^ind edges are exactly the
-tree links of ``T_1 ..``. Covering, durability and catch-up work per tree because each tree is
-an ordinary cluster. All trees share one key bundle, so a secure profile's keys are valid on
-every path.
+
+:class:`MultiPathCluster` is a :class:`~pubguard.ops.cluster.LocalCluster` of the configured
+tree (``[topology] ind`` in the cluster config, ``pubguard cluster up``) whose brokers each
+serve every tree in **one process** (:mod:`pubguard.net.server.multitree`): node ``n`` has its
+``T_0`` state and ``broker.toml`` in ``<state>/n`` as any broker, and its state in ``T_k`` in
+``<state>/tree<k>/n``, with ``T_k``'s parent and children; its ``broker.toml`` lists the
+others (``trees = [...]``), so ``pubguard broker --config`` and ``cluster restart`` bring the
+node back on every tree. Each tree's links are mutual-TLS connections of their own (to the
+tree's own port), so the extra G^ind edges are exactly the tree links of ``T_1 ..``. All
+trees share the CA, the identities and the key bundle, so a secure profile's keys are valid on
+every path. Covering, durability and catch-up work per tree because each tree is served by an
+ordinary broker core with its own state.
 
 Clients (:class:`MultiPathClient`) hold one connection per tree: to the publisher's broker
 (the root) on every tree, and for a subscriber whose home is the leaf position ``L`` to
@@ -22,10 +27,12 @@ Clients (:class:`MultiPathClient`) hold one connection per tree: to the publishe
 - *eventguard* (§5.2, "each message is multicast along all ind independent paths"):
   :meth:`MultiPathClient.publish` with ``paths=None`` sends on every tree, and the subscriber
   keeps the first copy of each event id (:class:`MultiPathSubscription`);
-- *psguard / default* (psguard.txt §4.2): token ``t`` is set up on ``ind_t`` trees
-  (``subscribe(..., paths=ind_t)``), and each event of ``t`` takes one of them, chosen
-  uniformly (``publish(..., paths=ind_t)``). Setting up on the extra trees is the
-  construction cost of psguard.txt Fig. 8; routing an event costs one tree.
+- *psguard / default* (psguard.txt §4.2): token ``t`` is set up on
+  ``ind_t = clamp(round(tau * lambda_t), 1, ind_max)`` trees
+  (:func:`~pubguard.overlay.resilient.ind_for_frequencies`; ``subscribe(..., paths=ind_t)``),
+  and each event of ``t`` takes one of them, chosen uniformly (``publish(..., paths=ind_t)``).
+  Setting up on the extra trees is the construction cost of psguard.txt Fig. 8; routing an
+  event costs one tree.
 """
 
 from __future__ import annotations
@@ -33,85 +40,121 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from random import Random
 from typing import Any, Final
 
-from pubguard.errors import StateError, ValidationError
+from pubguard.errors import ConfigError, StateError, TransportError, ValidationError
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.net.client.client import Client
 from pubguard.net.client.subscription import Delivery, Subscription
 from pubguard.net.config import ClusterConfig
-from pubguard.ops.cluster import LocalCluster
+from pubguard.net.server.server import read_port
+from pubguard.ops.cluster import START_TIMEOUT, LocalCluster
 from pubguard.overlay.multipath import relabel_map, spanning_trees
 from pubguard.overlay.tree import Tree, tree_from_edges
 from pubguard.schemes.registry import KeyBundle
 
-__all__ = ["DEDUP_WINDOW", "MultiPathClient", "MultiPathCluster", "MultiPathSubscription"]
+__all__ = [
+    "DEDUP_WINDOW",
+    "MultiPathClient",
+    "MultiPathCluster",
+    "MultiPathSubscription",
+    "cluster_for",
+]
 
 #: event ids a multi-path subscription remembers to drop later copies (oldest forgotten first);
 #: copies of one event arrive within one dissemination, far fewer than this apart
 DEDUP_WINDOW: Final = 65_536
 
 
-class MultiPathCluster:
-    """``ind`` clusters, one per relabelled spanning tree of the configured tree's G^ind."""
+def cluster_for(config: ClusterConfig, **kw: Any) -> LocalCluster:
+    """The cluster ``pubguard cluster up`` runs: multi-path when ``[topology] ind > 1``."""
+    return MultiPathCluster(config, **kw) if config.ind > 1 else LocalCluster(config, **kw)
 
-    def __init__(
-        self,
-        config: ClusterConfig,
-        ind: int,
-        *,
-        in_process: bool = False,
-        bundle: KeyBundle | None = None,
-    ) -> None:
+
+class MultiPathCluster(LocalCluster):
+    """A local cluster whose broker processes serve the ``ind`` relabelled spanning trees of
+    the configured tree's G^ind (see the module docstring). The inherited API is tree
+    ``T_0``'s (status, ports, ``connect``); :meth:`view` is ``T_k``'s."""
+
+    def __init__(self, config: ClusterConfig, ind: int | None = None, **kw: Any) -> None:
+        ind = config.ind if ind is None else ind
+        if kw.get("in_process"):
+            raise ConfigError("a multi-path cluster runs its brokers as processes", key="ind")
+        #: the configured tree: the positions, and T_0
         self.tree: Tree = tree_from_edges(config.edges, nodes=config.brokers)
+        try:
+            self.trees = spanning_trees(self.tree, ind)
+        except ValidationError as exc:
+            raise ConfigError(f"[topology] ind = {ind}: {exc}", key="topology.ind") from None
+        super().__init__(dataclasses.replace(config, ind=ind), **kw)
         self.ind = ind
-        self.trees = spanning_trees(self.tree, ind)  # validates ind <= arity
         self.sigma = [relabel_map(self.tree, k) for k in range(ind)]
-        self.clusters = [
-            LocalCluster(
-                dataclasses.replace(
-                    config,
-                    state_dir=config.state_dir / f"tree{k}",
-                    edges=tuple(tk.edges),
-                    brokers=tk.nodes,
-                ),
-                in_process=in_process,
-                bundle=bundle,
-            )
-            for k, tk in enumerate(self.trees)
-        ]
+        #: T_1 ..: config writers and client views of the same processes (they run none);
+        #: made with the configs, when the key bundle they share exists
+        self.extra: list[LocalCluster] = []
+
+    def _tree_cluster(self, k: int, bundle: KeyBundle | None) -> LocalCluster:
+        tk = self.trees[k]
+        cfg = dataclasses.replace(
+            self.config,
+            state_dir=self.state_dir / f"tree{k}",
+            edges=tuple(tk.edges),
+            brokers=tk.nodes,
+            keyservice=None,
+            ind=1,
+        )
+        return LocalCluster(cfg, pki=self.pki, bundle=bundle)
+
+    def view(self, k: int) -> LocalCluster:
+        """Tree ``T_k``: ports, status and client connections of that tree."""
+        if not 0 <= k < self.ind:
+            raise ValidationError(f"tree must be in 0 .. {self.ind - 1}")
+        if k and not self.extra:
+            raise StateError("the trees exist once the cluster started")
+        return self if k == 0 else self.extra[k - 1]
+
+    def write_configs(self) -> None:
+        """Every node's ``broker.toml`` on ``T_0`` (listing its trees) and on each ``T_k``."""
+        super().write_configs()
+        bundle = self.bundle if self.secure else None  # one key bundle for all trees
+        self.extra = [self._tree_cluster(k, bundle) for k in range(1, self.ind)]
+        for sub in self.extra:
+            sub.write_configs()
+            for name in self.config.brokers:  # a port file is this run's once it exists
+                (sub.broker_dir(name) / "port").unlink(missing_ok=True)
+        for name in self.config.brokers:
+            paths = [str(sub.config_path(name)) for sub in self.extra]
+            text = self.config_path(name).read_text()
+            self.config_path(name).write_text(f"trees = {json.dumps(paths)}\n{text}")
 
     async def start(self) -> None:
+        await super().start()
         try:
-            for c in self.clusters:
-                await c.start()
+            deadline = time.monotonic() + START_TIMEOUT
+            for sub in self.extra:
+                for name in self.config.brokers:
+                    sub.ports[name] = await _tree_port(sub, name, deadline)
+                await sub.wait_connected()
         except BaseException:
             await self.stop()
             raise
 
     async def stop(self) -> None:
-        for c in self.clusters:
-            await c.stop()
-
-    async def blackhole(self, k: int, broker: str) -> None:
-        """Take ``broker`` out of tree ``T_k`` only (kill its process, or close its server)."""
-        c = self.clusters[k]
-        if broker in c.procs:
-            c.kill(broker)
-        elif broker in c.servers:
-            await c.servers.pop(broker).close()
-        else:
-            raise StateError(f"broker {broker} is not running in tree {k}")
+        for sub in self.extra:
+            await sub.stop()  # its admin links (it runs no process)
+        await super().stop()
 
     def paths_of(self, leaf: str) -> list[list[str]]:
         """The brokers from the root to the subscriber at ``leaf`` on each tree (Q_k)."""
         return [tk.path_from_root(self.sigma[k][leaf]) for k, tk in enumerate(self.trees)]
 
-    async def connect(
+    async def connect_paths(
         self, identity: str, *, home: str | None = None, seed: int = 0, **kw: Any
     ) -> MultiPathClient:
         """One connection per tree: at ``sigma_k(home)`` (default: the root, a publisher)."""
@@ -120,17 +163,44 @@ class MultiPathCluster:
             raise ValidationError(f"no broker {home!r}")
         clients: list[Client] = []
         try:
-            for k, c in enumerate(self.clusters):
-                clients.append(await c.connect(self.sigma[k][home], identity, **kw))
+            for k in range(self.ind):
+                clients.append(await self.view(k).connect(self.sigma[k][home], identity, **kw))
         except BaseException:
             for cl in clients:
                 await cl.close()
             raise
         return MultiPathClient(clients, Random(seed))
 
-    async def wait_quiescent(self) -> None:
-        for c in self.clusters:
-            await c.wait_quiescent()
+    def live(self) -> list[str]:
+        """The brokers whose process runs (a killed one is out of every tree)."""
+        return [n for n in self.config.brokers if n in self.procs and self.procs[n].poll() is None]
+
+    async def wait_quiescent(self, timeout: float = 30.0, settle: int = 2) -> None:
+        """Until no live broker has queued or unprocessed messages on any tree, ``settle``
+        polls in a row (killed brokers are skipped: their links stay parked for catch-up)."""
+        deadline = time.monotonic() + timeout
+        calm = 0
+        while calm < settle:
+            busy = {}
+            for k in range(self.ind):
+                view = self.view(k)
+                for n in self.live():
+                    q = (await view.status(n, timeout=max(deadline - time.monotonic(), 0)))["queue"]
+                    if q:
+                        busy[f"{n}@T{k}"] = q
+            calm = 0 if busy else calm + 1
+            if time.monotonic() > deadline:
+                raise TransportError(f"network not quiescent after {timeout}s: {busy}")
+            await asyncio.sleep(0.02)
+
+
+async def _tree_port(sub: LocalCluster, name: str, deadline: float) -> int:
+    """The port broker ``name`` listens on for ``sub``'s tree (it writes it once listening)."""
+    while (port := read_port(sub.broker_dir(name))) is None:
+        if time.monotonic() > deadline:
+            raise TransportError(f"broker {name} did not listen on {sub.state_dir.name}")
+        await asyncio.sleep(0.02)
+    return port
 
 
 class MultiPathSubscription:

@@ -21,7 +21,7 @@ from pathlib import Path
 from pubguard.errors import ConfigError, PubguardError
 from pubguard.net import gc_tuning
 from pubguard.net.config import BrokerConfig, load_broker_config
-from pubguard.net.server.server import run_broker
+from pubguard.net.server.multitree import run_host
 
 __all__ = ["PARENT_POLL_S", "PROFILE_ENV", "main", "serve"]
 
@@ -53,7 +53,7 @@ async def _serve(config: BrokerConfig, parent_pid: int | None = None) -> None:
     ready = asyncio.Event()
     tuner = asyncio.create_task(_tune_when_ready(ready))
     try:
-        await run_broker(config, ready=ready)
+        await run_host(config, ready=ready)  # every relabelled tree it lists
     except asyncio.CancelledError:
         pass
     finally:
