@@ -101,6 +101,9 @@ class PSGuardClient(ClientScheme):
         self._signer: Any = signing_key if sign_records else _NullSigner()
         self.publisher_keys = dict(publisher_keys or {})
         self._held: dict[tuple[str, int], _Held] = {}  # (str(filter), epoch) -> authorisation
+        # str(filter) -> its epochs in ``_held``: holding a filter touches only its own
+        # entries, so a client holding n filters protects them in O(n), not O(n^2)
+        self._epochs_of: dict[str, set[int]] = {}
         self._pub: tuple[int, Publisher] | None = None
         self._sign_records = sign_records
         #: verified batch roots (one Ed25519 verify per Merkle batch, psguard.txt §4)
@@ -157,10 +160,14 @@ class PSGuardClient(ClientScheme):
         many more as ``max_delay`` spans whole epochs; older ones are dropped. The soak found
         it with 3 s epochs and a 10 s window: events a restarted broker delivered a few
         epochs late were ``invalid token`` at the subscriber."""
-        self._held[(str(f), keys.epoch)] = _Held(f, keys)
+        fk = str(f)
+        self._held[(fk, keys.epoch)] = _Held(f, keys)
+        epochs = self._epochs_of.setdefault(fk, set())
+        epochs.add(keys.epoch)
         keep = 2 + math.floor(self.max_delay / float(self.service.epoch_length))
-        for k in [k for k in self._held if k[0] == str(f) and k[1] < keys.epoch - keep]:
-            del self._held[k]
+        for e in [e for e in epochs if e < keys.epoch - keep]:
+            epochs.discard(e)
+            del self._held[(fk, e)]
 
     def protect_filter(
         self, f: Filter, *, now: float, rng: Random | None = None
@@ -180,8 +187,8 @@ class PSGuardClient(ClientScheme):
         self, f: Filter, *, now: float, rng: Random | None = None
     ) -> dict[str, Any]:
         """Forget ``f``'s keys: it is not renewed at the next epoch."""
-        for k in [k for k in self._held if k[0] == str(f)]:
-            del self._held[k]
+        for e in self._epochs_of.pop(str(f), ()):
+            del self._held[(str(f), e)]
         return {}
 
     def unadvertise_meta(
