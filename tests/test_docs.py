@@ -160,16 +160,16 @@ def _run(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _stop_clusters(script: str, tmp: Path) -> None:
-    """A block that failed half-way may have left a cluster up: stop each state folder's."""
-    for state in set(re.findall(r"--state (\S+)", script)):
-        with contextlib.suppress(Exception):
-            subprocess.run(
-                ["pubguard", "cluster", "down", "--state", state],
-                cwd=tmp,
-                env=_env(tmp),
-                capture_output=True,
-                timeout=120,
-            )
+    """A block that failed half-way may have left a cluster up: stop each state folder's
+    (what ``pubguard cluster down --state`` does, called here rather than started as one
+    more process per folder after every block)."""
+    from pubguard.ops.cluster import stop_cluster
+
+    for state in set(re.findall(r"--state ([^\s;]+)", script)):
+        folder = tmp / state
+        if folder.is_dir():
+            with contextlib.suppress(Exception):
+                stop_cluster(folder)
 
 
 def _check(r: subprocess.CompletedProcess[str], block: Block) -> None:

@@ -87,18 +87,32 @@ def check_network_verdicts(out: str) -> None:
     assert "what 'cloud' holds" in text and "F_T(r)=" in text and "MRN-" in text
 
 
-def test_demo_network_part_reads_at_80_columns(tmp_path: Path) -> None:
-    out = run_demo(tmp_path, "--no-spark", "--in-process", timeout=300)
-    check_reads_at_80_columns(out, list(GLOSSES))
-    check_nothing_folded(out)
-    check_network_verdicts(out)
+SPARK_TEST = "test_demo_with_spark_reads_at_80_columns_without_jvm_lines"
+
+
+@pytest.fixture(scope="module")
+def demo_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One demo run for the module: with its Spark part when the Spark test is selected (its
+    network part is the same code, so the network test reads that run's output), with
+    ``--no-spark`` otherwise (``-m "not slow"``). ``--no-spark`` itself is run by
+    tests/cli/test_demo.py."""
+    tmp = tmp_path_factory.mktemp("demo80")
+    if any(item.name == SPARK_TEST for item in request.session.items):
+        return run_demo(
+            tmp, "--spark-events", "40", "--master", "local[2]", "--in-process", timeout=900
+        )
+    return run_demo(tmp, "--no-spark", "--in-process", timeout=300)
+
+
+def test_demo_network_part_reads_at_80_columns(demo_run: str) -> None:
+    check_reads_at_80_columns(demo_run, list(GLOSSES))
+    check_nothing_folded(demo_run)
+    check_network_verdicts(demo_run)
 
 
 @pytest.mark.slow
-def test_demo_with_spark_reads_at_80_columns_without_jvm_lines(tmp_path: Path) -> None:
-    out = run_demo(
-        tmp_path, "--spark-events", "40", "--master", "local[2]", "--in-process", timeout=900
-    )
+def test_demo_with_spark_reads_at_80_columns_without_jvm_lines(demo_run: str) -> None:
+    out = demo_run
     check_reads_at_80_columns(out, list(GLOSSES))
     check_nothing_folded(out)
     check_network_verdicts(out)

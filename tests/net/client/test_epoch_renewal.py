@@ -2,10 +2,10 @@
 over real broker processes with key epochs of a few seconds.
 
 A chain ``b0 - b1 - b2`` (mutual TLS), a publisher on ``b0`` and subscribers on ``b1`` and
-``b2`` of psguard, default and eventguard: events published steadily across two epoch
-changes all arrive at both, each exactly once (the old and new generations overlap at each
-change), each client renewed its subscription once per change, and once the old
-generations' grace and leases are over every broker holds one generation per subscriber
+``b2`` of psguard, default and eventguard, the three at once: events published steadily
+across two epoch changes all arrive at both, each exactly once (the old and new generations
+overlap at each change), each client renewed its subscription once per change, and once the
+old generations' grace and leases are over every broker holds one generation per subscriber
 (psguard's withdrawn by the client, the others lapsed at the brokers, ``Broker.expire``; at
 ``b1`` eventguard's old generation from ``b2`` covers its renewal, and the one promoted when
 the local one lapses must be accepted above: ``forwarded_grace``). A default subscriber that
@@ -35,8 +35,12 @@ pytestmark = pytest.mark.slow
 EPOCH = 4.0  # seconds
 MAX_DELAY = 1.0  # brokers' timestamp window: leases end one second after the permit
 GRACE = 0.5  # the client retires an old generation this long after its epoch
+PROFILES = ("psguard", "default", "eventguard")
 CLUSTER = chain_toml(
-    3, ["psguard", "eventguard", "default"], publishers=["hosp"], heartbeat_interval=0.5
+    3,
+    ["psguard", "eventguard", "default"],
+    publishers=["hosp", *(f"pub-{p}" for p in PROFILES)],
+    heartbeat_interval=0.5,
 )
 
 
@@ -48,103 +52,12 @@ def cluster(aloop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iter
         tmp_path_factory.mktemp("renewal"),
         CLUSTER,
         now=now,
-        identities=["hosp"],
+        identities=["hosp", *(f"pub-{p}" for p in PROFILES)],
         epoch_length=EPOCH,
         origin=now - 1.0,
         max_delay=MAX_DELAY,
     ) as c:
         yield c
-
-
-@pytest.mark.parametrize("profile", ["psguard", "default", "eventguard"])
-def test_a_subscription_outlives_two_epoch_changes(
-    aloop: LoopThread, cluster: LocalCluster, profile: str
-) -> None:
-    topic = f"t-{profile}"
-    brokers = ("b0", "b1", "b2")
-
-    async def scenario() -> tuple[list[str], dict[str, list[str]], dict[str, int], dict, int]:
-        # subscribers one and two hops below the publisher's broker: b1 holds its own
-        # subscriber's generations and b2's copies, one filter (eventguard's T(w) survives
-        # epochs, so an old generation covers the renewal there)
-        subs = {
-            b: await cluster.connect(b, f"sub-{profile}-{b}", profile=profile, renew_grace=GRACE)
-            for b in ("b1", "b2")
-        }
-        pub = await cluster.connect("b0", "hosp", profile=profile)
-        if profile == "eventguard":
-            await pub.advertise(f'topic = "{topic}"')  # eventguard.txt §4.3
-        its = {b: await c.subscribe(f'topic = "{topic}"') for b, c in subs.items()}
-        for c in (*subs.values(), pub):
-            await c.flush()
-        await cluster.wait_quiescent()
-        # the module's cluster is shared: count this test's drops only
-        before = {b: (await cluster.status(b))["drops"] for b in brokers}
-        start = time.time()
-        sent: list[str] = []
-        i = 0
-        # across two epoch changes, and enough events however slowly they go out
-        while time.time() < start + 2 * EPOCH + 1.0 or len(sent) <= 100:
-            eid = f"{profile}-{i}"
-            await pub.publish(
-                Event(
-                    {"topic": topic, "age": 30, "patientRecord": f"r{i}"},
-                    id=eid,
-                    type=HOSPITAL.name,
-                )
-            )
-            sent.append(eid)
-            i += 1
-            await asyncio.sleep(0.05)
-        await pub.flush()
-        got: dict[str, list[str]] = {}
-        for b, s in its.items():
-            got[b] = []
-            while len(got[b]) < len(sent):
-                try:
-                    got[b].append((await s.next(timeout=PATIENCE)).event.id)
-                except TimeoutError:  # one lost: nothing more comes (PATIENCE bounds the wait)
-                    break
-        # the last old generation is retired by the client (psguard) or has lapsed at the
-        # brokers (leases: the permit's end + MAX_DELAY, LEASE_SLACK more for a child's copy,
-        # swept every 0.25 s) 1.5 + 5 s after its epoch ended; the next ahead renewal comes
-        # EPOCH / 4 before the next end, so look in between: just before that renewal. On a
-        # loaded machine a look can miss its window (a status read late, past the renewal):
-        # look again in the next epoch's window, until PATIENCE
-        ms = cluster.bundle.ms
-        deadline = time.monotonic() + PATIENCE
-        late_looks = -1
-        while True:
-            late_looks += 1
-            at = ms.epoch_end(ms.epoch_at(time.time())) - EPOCH / 4 - 0.4
-            while at < ms.epoch_end(ms.epoch_at(time.time()) - 1) + MAX_DELAY + LEASE_SLACK + 0.5:
-                at += EPOCH
-            await asyncio.sleep(at - time.time())
-            tables = {}
-            for b in brokers:
-                st = await cluster.status(b)
-                drops = {r: n - before[b].get(r, 0) for r, n in st["drops"].items()}
-                drops = {r: n for r, n in drops.items() if n}
-                tables[b] = (st["subscriptions"], drops, st["advertisements"])
-            renewals = {b: c.renewals for b, c in subs.items()}
-            if tables == expected or time.monotonic() > deadline:
-                break
-        await pub.close()
-        for c in subs.values():
-            await c.close()
-        return sent, got, renewals, tables, late_looks
-
-    ads = 1 if profile == "eventguard" else 0  # renewed in place each epoch, none lapsed
-    # one generation per subscriber at its broker, b2's copy beside b1's own at b1, one
-    # forwarded to b0 (the two filters are one: covering)
-    expected = {"b0": (1, {}, ads), "b1": (2, {}, ads), "b2": (1, {}, ads)}
-    sent, got, renewals, tables, late_looks = aloop.run(scenario(), timeout=4 * PATIENCE)
-    assert len(sent) > 100
-    assert got == {"b1": sent, "b2": sent}  # every event, once, in order, across both changes
-    # one per change (a third, or a fourth, renewed by the time the tables are read; one
-    # more for each look that missed its window)
-    assert all(2 <= n <= 4 + late_looks for n in renewals.values()), (renewals, late_looks)
-    assert tables == expected, tables
 
 
 def test_a_vanished_subscriber_is_forgotten_upstream_when_its_permit_runs_out(
@@ -163,8 +76,8 @@ def test_a_vanished_subscriber_is_forgotten_upstream_when_its_permit_runs_out(
 
             return probe
 
-        # the module's cluster is shared: the earlier tests' subscribers are withdrawn or
-        # lapse by themselves, so start from a b0 that holds none of them
+        # the module's cluster is shared: this test runs first (b0 holds nothing yet, no
+        # earlier subscriber's lease to wait out), and still starts from a b0 that holds none
         base = (await until(b0_once(lambda st: st["subscriptions"] == 0), "b0 empty"))[
             "subscriptions"
         ]
@@ -196,6 +109,115 @@ def test_a_vanished_subscriber_is_forgotten_upstream_when_its_permit_runs_out(
     assert held == base + 1
     assert kept == base + 1 and refused >= 1  # the fake-unsubscribe guard held
     assert after == base  # the lease ended: forgotten without the subscriber's proof
+
+
+def test_a_subscription_outlives_two_epoch_changes_in_every_profile(
+    aloop: LoopThread, cluster: LocalCluster
+) -> None:
+    """The three profiles at once on the shared cluster (each with its own topic, publisher
+    and subscribers), so the epoch changes are waited for once, not once per profile."""
+    brokers = ("b0", "b1", "b2")
+
+    async def join(profile: str) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+        # subscribers one and two hops below the publisher's broker: b1 holds its own
+        # subscriber's generations and b2's copies, one filter (eventguard's T(w) survives
+        # epochs, so an old generation covers the renewal there)
+        topic = f"t-{profile}"
+        subs = {
+            b: await cluster.connect(b, f"sub-{profile}-{b}", profile=profile, renew_grace=GRACE)
+            for b in ("b1", "b2")
+        }
+        pub = await cluster.connect("b0", f"pub-{profile}", profile=profile)
+        if profile == "eventguard":
+            await pub.advertise(f'topic = "{topic}"')  # eventguard.txt §4.3
+        its = {b: await c.subscribe(f'topic = "{topic}"') for b, c in subs.items()}
+        for c in (*subs.values(), pub):
+            await c.flush()
+        return subs, pub, its
+
+    async def stream(profile: str, pub: Any, start: float) -> list[str]:
+        sent: list[str] = []
+        i = 0
+        # across two epoch changes, and enough events however slowly they go out
+        while time.time() < start + 2 * EPOCH + 1.0 or len(sent) <= 100:
+            eid = f"{profile}-{i}"
+            await pub.publish(
+                Event(
+                    {"topic": f"t-{profile}", "age": 30, "patientRecord": f"r{i}"},
+                    id=eid,
+                    type=HOSPITAL.name,
+                )
+            )
+            sent.append(eid)
+            i += 1
+            await asyncio.sleep(0.05)
+        await pub.flush(timeout=PATIENCE)  # three publishers at once on a loaded machine
+        return sent
+
+    async def collect(s: Any, sent: list[str]) -> list[str]:
+        got: list[str] = []
+        while len(got) < len(sent):
+            try:
+                got.append((await s.next(timeout=PATIENCE)).event.id)
+            except TimeoutError:  # one lost: nothing more comes (PATIENCE bounds the wait)
+                break
+        return got
+
+    async def scenario() -> tuple[dict, dict, dict, dict, int]:
+        parts = {p: await join(p) for p in PROFILES}
+        await cluster.wait_quiescent()
+        # the module's cluster is shared: count this test's drops only
+        before = {b: (await cluster.status(b))["drops"] for b in brokers}
+        start = time.time()
+        streams = await asyncio.gather(*(stream(p, parts[p][1], start) for p in PROFILES))
+        sent = dict(zip(PROFILES, streams, strict=True))
+        keys = [(p, b) for p in PROFILES for b in ("b1", "b2")]
+        gots = await asyncio.gather(*(collect(parts[p][2][b], sent[p]) for p, b in keys))
+        got = dict(zip(keys, gots, strict=True))
+        # the last old generation is retired by the client (psguard) or has lapsed at the
+        # brokers (leases: the permit's end + MAX_DELAY, LEASE_SLACK more for a child's copy,
+        # swept every 0.25 s) 1.5 + 5 s after its epoch ended; the next ahead renewal comes
+        # EPOCH / 4 before the next end, so look in between: just before that renewal. On a
+        # loaded machine a look can miss its window (a status read late, past the renewal):
+        # look again in the next epoch's window, until PATIENCE
+        ms = cluster.bundle.ms
+        deadline = time.monotonic() + PATIENCE
+        late_looks = -1
+        while True:
+            late_looks += 1
+            at = ms.epoch_end(ms.epoch_at(time.time())) - EPOCH / 4 - 0.4
+            while at < ms.epoch_end(ms.epoch_at(time.time()) - 1) + MAX_DELAY + LEASE_SLACK + 0.5:
+                at += EPOCH
+            await asyncio.sleep(at - time.time())
+            tables = {}
+            for b in brokers:
+                st = await cluster.status(b)
+                drops = {r: n - before[b].get(r, 0) for r, n in st["drops"].items()}
+                drops = {r: n for r, n in drops.items() if n}
+                tables[b] = (st["subscriptions"], drops, st["advertisements"])
+            renewals = {(p, b): parts[p][0][b].renewals for p, b in keys}
+            if tables == expected or time.monotonic() > deadline:
+                break
+        for subs, pub, _ in parts.values():
+            await pub.close()
+            for c in subs.values():
+                await c.close()
+        return sent, got, renewals, tables, late_looks
+
+    # per profile: one generation per subscriber at its broker, b2's copy beside b1's own at
+    # b1, one forwarded to b0 (the two filters are one: covering); eventguard's advertisement
+    # renewed in place each epoch, none lapsed
+    n = len(PROFILES)
+    expected = {"b0": (n, {}, 1), "b1": (2 * n, {}, 1), "b2": (n, {}, 1)}
+    sent, got, renewals, tables, late_looks = aloop.run(scenario(), timeout=4 * PATIENCE)
+    for p in PROFILES:
+        assert len(sent[p]) > 100
+        # every event, once, in order, across both changes
+        assert got[(p, "b1")] == sent[p] and got[(p, "b2")] == sent[p], p
+    # one per change (a third, or a fourth, renewed by the time the tables are read; one
+    # more for each look that missed its window)
+    assert all(2 <= n <= 4 + late_looks for n in renewals.values()), (renewals, late_looks)
+    assert tables == expected, tables
 
 
 def test_a_fresh_session_in_the_ahead_window_re_sends_both_generations(

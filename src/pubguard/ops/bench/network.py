@@ -433,6 +433,8 @@ async def measure_network(
                 good, rate = rate, rate * 2
         hi = bad if bad is not None else max_rate
         for _ in range(bisections):
+            if good >= hi:  # max_rate reached unsaturated: nothing left to bisect
+                break
             mid = (good + hi) / 2
             say(f"{run}: {brokers} brokers, {payload} B: {mid:.0f} ev/s")
             if await _run_at(net, mid, payload, run_s, rng, batch=batch):
