@@ -7,6 +7,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,10 +21,18 @@ from tests.loopback import LoopThread, until
 
 pytestmark = pytest.mark.slow  # two clusters of 7 broker processes, each serving 2-3 trees
 
+#: b1 (depth 1 on T_0) blackholes the topic "dark"; b2 eavesdrops (its counts in its status)
+MALICIOUS = (
+    '[brokers.b1.malicious]\nmodel = "selective"\ntopics = ["dark"]\n'
+    '[brokers.b2.malicious]\nmodel = "eavesdrop"\n'
+)
+
 #: ind = 2 on the binary tree of depth 2; ind = 3 on a tree whose inner nodes have 3 children
 #: (b1's children b4-b6 reach b0 through b1, b2 and b3 on T_0, T_1 and T_2)
 TOPOLOGIES = {
-    2: 'kind = "tree"\narity = 2\ndepth = 2\nind = 2\n[broker]\nprofiles = ["plain", "default"]\n',
+    2: 'kind = "tree"\narity = 2\ndepth = 2\nind = 2\n[broker]\nprofiles = ["plain", "default"]\n'
+    # malicious broker processes (net/server/malicious.py), on a topic no other test uses
+    + MALICIOUS,
     3: 'kind = "edges"\nind = 3\nedges = [["b0", "b1"], ["b0", "b2"], ["b0", "b3"], '
     '["b1", "b4"], ["b1", "b5"], ["b1", "b6"]]\n',
 }
@@ -115,6 +124,71 @@ def test_probabilistic_paths_match_the_reference(mp2: MultiPathCluster, aloop: L
     assert pend == 0
     for n, ids in got.items():
         assert sorted(ids) == sorted(expected[n]) and len(ids) == len(set(ids)), n
+
+
+def test_dropping_broker_other_tree_still_delivers(
+    mp2: MultiPathCluster, aloop: LoopThread
+) -> None:
+    """eventguard.txt §5 / §5.2: b1, the depth-1 broker on the T_0 path of a subscriber at b3,
+    is a live blackhole for topic "dark" (links up, frames acknowledged, publications
+    silently dropped: ``[brokers.b1.malicious]``). Sent down both trees, every event still
+    reaches every subscriber exactly once, as the reference matcher says, via T_1. With one
+    path only (T_0, i.e. ind = 1) the same broker silences "dark" for the subscriber behind
+    it, while the one at b5 (T_0 path through b2) gets it; b2, an eavesdropper, counts the
+    topics it routed."""
+    assert mp2.paths_of("b3")[0] == ["b0", "b1", "b3"] and "b1" not in mp2.paths_of("b3")[1]
+    assert "b1" not in mp2.paths_of("b5")[0]
+    f = 'topic != "none"'
+    homes = {"all": ("b3", None), "t0": ("b3", 1), "far": ("b5", 1)}  # name: (home, trees)
+    ref = ReferenceMatcher()
+    for name in homes:
+        ref.add(name, Filter.parse(f))
+    events = [Event({"topic": "dark" if i % 2 else "lit", "i": i}, id=f"mal{i}") for i in range(16)]
+    want = {n: [e.id or "" for e in events if n in {str(k) for k in ref.match(e)}] for n in homes}
+    want["t0"] = [i for i in want["t0"] if int(i[3:]) % 2 == 0]  # the blackhole's effect
+
+    def topics(st: dict[str, Any]) -> dict[str, int]:
+        return {t: st["malicious"]["tokens"].get(t, 0) for t in ("dark", "lit")}
+
+    async def scenario() -> tuple[dict[str, list[str]], dict[str, int], int, dict[str, int]]:
+        clients: list[MultiPathClient] = []
+        try:
+            dropped0 = (await mp2.status("b1"))["malicious"]["dropped"]
+            seen0 = topics(await mp2.status("b2"))
+            subs = {}
+            for name, (home, trees) in homes.items():
+                c = await mp2.connect_paths(f"mal-{name}", home=home)
+                clients.append(c)
+                subs[name] = await c.subscribe(f, paths=trees)
+                await c.flush()
+            await mp2.wait_quiescent()
+            pub = await mp2.connect_paths("mal-pub")
+            clients.append(pub)
+            for ev in events:
+                await pub.publish(ev)  # on both trees
+            await pub.flush()
+            got = {
+                n: [(await s.next(timeout=20)).event.id or "" for _ in want[n]]
+                for n, s in subs.items()
+            }
+            await mp2.wait_quiescent()
+            pending = {n: s.pending for n, s in subs.items()}
+            dropped = (await mp2.status("b1"))["malicious"]["dropped"] - dropped0
+            seen = {t: n - seen0[t] for t, n in topics(await mp2.status("b2")).items()}
+            return got, pending, dropped, seen
+        finally:
+            for c in clients:
+                await c.close()
+
+    got, pending, dropped, seen = aloop.run(scenario(), timeout=120)
+    for name, ids in got.items():
+        assert sorted(ids) == sorted(want[name]) and len(set(ids)) == len(ids), name
+        assert pending[name] == 0, name  # no second copy; nothing "dark" reached t0
+    assert len(want["all"]) == 16 and len(want["t0"]) == 8
+    assert dropped == 8  # each "dark" event once, on its way to b3 on T_0
+    assert seen == {"dark": 8, "lit": 8}  # b2 routed each to b5 on T_0
+    log = (mp2.broker_dir("b1") / "broker.log").read_text()
+    assert "MALICIOUS model 'selective'" in log
 
 
 TOPICS = ("w", "x", "y")

@@ -197,6 +197,10 @@ def _status_table(statuses: dict[str, Any]) -> Table:
             if not k.startswith("c:admin")
         )
         drops = ", ".join(f"{k}={v}" for k, v in s["drops"].items()) or "-"
+        if "malicious" in s:  # a research/test broker (docs/resilience.md): said first
+            from pubguard.net.malicious_config import status_summary
+
+            drops = f"[red]{status_summary(s['malicious'])}[/red]; {drops}"
         t.add_row(
             name,
             str(s["port"]),

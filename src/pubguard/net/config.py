@@ -36,6 +36,10 @@ One broker (``broker.toml``)::
     poll = 2.0                  # seconds between fetches
     max_age = 60.0              # a list older than this (issue time) is reported stale
 
+    [malicious]                 # research/test use only (net/malicious_config.py)
+    model = "selective"        # "selective" | "random" | "eavesdrop"; topics, tokens, prob, seed
+    topics = ["alerts"]
+
 A cluster (``cluster.toml``)::
 
     state_dir = "cluster-state"
@@ -83,6 +87,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pubguard.errors import ConfigError
+from pubguard.net.malicious_config import MaliciousSettings, parse_malicious
 from pubguard.schemes.hermes import HERMES_ATTRIBUTE, HERMES_EVENT, HermesSettings, parse_hermes
 from pubguard.schemes.registry import PROFILES
 
@@ -190,6 +195,8 @@ class BrokerConfig:
     #: the broker.toml of this node in each extra relabelled tree T_1 .. (served in this
     #: process beside this one, T_0: pubguard.net.server.multitree; docs/resilience.md)
     trees: tuple[Path, ...] = ()
+    #: ``[malicious]``: run a malicious node model (research/test use; docs/resilience.md)
+    malicious: MaliciousSettings | None = None
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -405,6 +412,7 @@ def parse_broker_config(
     for i, tp in enumerate(trees):
         if not isinstance(tp, str) or not tp:
             raise r.fail(f"trees[{i}]", "must be the path of a broker.toml")
+    malicious = parse_malicious(r.get("malicious", dict, None), r.fail)
     hb = r.positive("heartbeat_interval", (int, float), 2.0)
     hbt = r.positive("heartbeat_timeout", (int, float), 10.0)
     if hbt <= hb:
@@ -429,6 +437,7 @@ def parse_broker_config(
         revocation=revocation,
         no_catch_up=tuple(no_catch_up),
         trees=tuple(_path(base, tp) for tp in trees),
+        malicious=malicious,
     )
     r.done()
     return cfg
@@ -620,6 +629,8 @@ def _broker_defaults(
     for k in per:
         if k in out:
             raise d.fail(k, "is set per broker by the cluster, not in the cluster config")
+    if "malicious" in out and not per_broker:
+        raise d.fail("malicious", "is set per broker, in [brokers.<name>.malicious]")
     if "record" in out:
         if not isinstance(out["record"], bool):
             raise d.fail("record", "must be true or false")

@@ -64,6 +64,7 @@ from pubguard.net.config import (
     load_cluster_config,
 )
 from pubguard.net.keyservice.kdc import KdcConfig
+from pubguard.net.malicious_config import malicious_toml
 from pubguard.net.server.pidfile import command_line, live_pid
 from pubguard.net.server.server import BrokerServer, read_port
 from pubguard.ops.cluster_keys import (
@@ -251,6 +252,7 @@ class LocalCluster:
             settings = self.config.settings(name)
             if settings.pop("record", False):
                 lines.append(f"record = {_toml_str(self.record_path(name))}")
+            malicious = settings.pop("malicious", None)  # a table: written last
             for k, v in settings.items():
                 lines.append(f"{k} = {json.dumps(v)}")
             if self.secure:
@@ -280,6 +282,8 @@ class LocalCluster:
                     f"poll = {self.revocation_poll!r}",
                     f"max_age = {MAX_AGE_POLLS * self.revocation_poll!r}",
                 ]
+            if malicious:  # research/test use (docs/resilience.md)
+                lines += malicious_toml(malicious)
             self.broker_dir(name).mkdir(parents=True, exist_ok=True)
             self.config_path(name).write_text("\n".join(lines) + "\n")
 

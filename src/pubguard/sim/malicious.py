@@ -49,6 +49,7 @@ __all__ = [
     "RandomDrop",
     "SelectiveDrop",
     "place_malicious",
+    "publication_of",
     "routing_token",
 ]
 
@@ -67,7 +68,8 @@ def routing_token(msg: Publish) -> Hashable:
     return repr(sorted(msg.routing.items(), key=lambda kv: kv[0]))
 
 
-def _publication(action: Any) -> Publish | None:
+def publication_of(action: Any) -> Publish | None:
+    """The publication a forward or a delivery carries (None for any other action)."""
     if isinstance(action, Forward) and isinstance(action.message, Publish):
         return action.message
     if isinstance(action, DeliverTo) and isinstance(action.message, Deliver):
@@ -94,7 +96,7 @@ class SelectiveDrop(Behaviour):
     def filter(self, broker: str, actions: list[Any], rng: Random) -> list[Any]:
         out, gone = [], set()
         for a in actions:
-            pub = _publication(a)
+            pub = publication_of(a)
             if pub is not None and self.token_of(pub) in self.tokens:
                 gone.add(pub.event_id)
                 continue
@@ -115,11 +117,11 @@ class RandomDrop(Behaviour):
             raise ValidationError("drop probability must be in [0, 1]")
 
     def filter(self, broker: str, actions: list[Any], rng: Random) -> list[Any]:
-        pubs = {id(p) for a in actions if (p := _publication(a)) is not None}
+        pubs = {id(p) for a in actions if (p := publication_of(a)) is not None}
         if not pubs or (self.prob < 1.0 and rng.random() >= self.prob):
             return actions
         self.dropped += 1
-        return [a for a in actions if _publication(a) is None]
+        return [a for a in actions if publication_of(a) is None]
 
 
 @dataclass(slots=True)
@@ -135,7 +137,7 @@ class Eavesdrop(Behaviour):
 
     def filter(self, broker: str, actions: list[Any], rng: Random) -> list[Any]:
         for a in actions:
-            pub = _publication(a)
+            pub = publication_of(a)
             if pub is None or pub.event_id in self.event_ids:
                 continue
             self.event_ids.add(pub.event_id)

@@ -88,6 +88,7 @@ class BatchProcessor:
         stats: Counter[str],
         observe: Callable[[Sequence[Action]], None] | None = None,
         record: Path | None = None,
+        transform: Callable[[Sequence[Action]], Sequence[Action]] | None = None,
     ) -> None:
         self.name = name
         self.core = core
@@ -97,6 +98,7 @@ class BatchProcessor:
         self.stats = stats
         self._hang_up = hang_up
         self._observe = observe
+        self._transform = transform  # a malicious model's filter (net/server/malicious.py)
         self._record = record.open("ab") if record is not None else None
         self._congested: set[str] = set()
         self._scheduled = False
@@ -206,6 +208,8 @@ class BatchProcessor:
 
     def apply(self, actions: Sequence[Action]) -> None:
         """Queue the core's send actions on their links; log drops."""
+        if self._transform is not None:
+            actions = self._transform(actions)
         if self._observe is not None:
             self._observe(actions)
         events: dict[int, bytes] = {}  # one packed form per publication in these actions

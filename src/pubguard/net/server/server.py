@@ -253,6 +253,7 @@ class BrokerServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.session = secrets.token_hex(8)
+        self.malicious = _malicious_model(config)
         self.batches = BatchProcessor(
             self.name,
             self.core,
@@ -263,6 +264,7 @@ class BrokerServer:
             stats=self.stats,
             observe=RevokedDrops(self.name, self.core).observe,
             record=config.record,
+            transform=self.malicious.filter if self.malicious is not None else None,
         )
         self.upkeep = Upkeep(
             self.name,
@@ -680,7 +682,21 @@ class BrokerServer:
             st["revocation"] = self.revocation.status()
         if self.crl is not None:
             st["crl"] = self.crl.status()
+        if self.malicious is not None:  # research/test use: docs/resilience.md
+            st["malicious"] = self.malicious.status()
         return st
+
+
+def _malicious_model(config: BrokerConfig) -> Any:
+    """The malicious node model of ``[malicious]`` (None for an honest broker), announced with
+    one warning line (:mod:`pubguard.net.server.malicious`)."""
+    if config.malicious is None:
+        return None
+    from pubguard.net.server.malicious import MaliciousModel  # loads the simulator's models
+
+    model = MaliciousModel(config.name, config.malicious)
+    model.warn()
+    return model
 
 
 async def run_broker(config: BrokerConfig, *, ready: asyncio.Event | None = None) -> None:
