@@ -14,7 +14,8 @@ import pytest
 from pubguard.matching.reference import ReferenceMatcher
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
-from pubguard.net.config import parse_cluster_config
+from pubguard.net.config import load_broker_config, parse_cluster_config
+from pubguard.ops.keyservice_proc import ENDPOINT_FILE
 from pubguard.ops.multipath import MultiPathClient, MultiPathCluster, MultiPathSubscription
 from pubguard.schemes.registry import HOSPITAL
 from tests.loopback import LoopThread, until
@@ -276,3 +277,21 @@ def test_killed_brokers_every_event_arrives_once(
         assert sorted(ids) == sorted(want[leaf]) and len(set(ids)) == len(ids), leaf
         assert pending[leaf] == 0, leaf  # no second copy, no stray event
         assert pending[f"{leaf}:extra"] == 0 and dups[leaf] == 0, leaf  # each tree's copy once
+
+
+def test_every_tree_polls_the_key_services_revocation_list(tmp_path: Path) -> None:
+    """A revoked key is refused on every path: the brokers of ``T_1 ..`` poll the same
+    revocation list as ``T_0`` (the key service's, whose address sits in ``T_0``'s state)."""
+    toml = (
+        'host = "127.0.0.1"\n[topology]\nkind = "tree"\narity = 2\ndepth = 1\nind = 2\n'
+        '[broker]\nprofiles = ["default"]\n'
+    )
+    mp = MultiPathCluster(parse_cluster_config(tomllib.loads(toml), base=tmp_path), keyservice=True)
+    assert mp.bundle is not None  # the KDC the key service serves (and revokes from)
+    mp.write_configs()
+    assert mp.revocation_wired
+    for k in range(2):
+        tree = mp.view(k)
+        for name in mp.config.brokers:
+            rev = load_broker_config(tree.config_path(name)).revocation
+            assert rev is not None and rev.endpoint_file == mp.state_dir / ENDPOINT_FILE, (k, name)

@@ -136,6 +136,7 @@ class LocalCluster:
         revocation_poll: float = 2.0,
         crl_agent: bool = False,
         pki: ClusterPki | None = None,
+        revocation_dir: Path | None = None,
     ) -> None:
         """``detached`` brokers outlive this process (``pubguard cluster up``); otherwise each
         broker stops by itself when this process exits, even on SIGKILL. ``keyservice``: also
@@ -147,7 +148,9 @@ class LocalCluster:
         ``crl_agent``: when ``PUBGUARD_CA_PASSPHRASE`` is set, also run the CRL agent that
         keeps the CA's CRL renewed (:mod:`pubguard.ops.crl_agent`; brokers load that CRL).
         ``pki``: another cluster's CA and identities (the relabelled trees of one multi-path
-        cluster share them: :mod:`pubguard.ops.multipath`)."""
+        cluster share them: :mod:`pubguard.ops.multipath`). ``revocation_dir``: the state
+        folder of the cluster whose key service's revocation list these brokers poll (a
+        multi-path cluster's trees ``T_1 ..`` poll ``T_0``'s)."""
         self.config = config
         self._run_crl_agent = crl_agent
         self.detached = detached
@@ -164,6 +167,7 @@ class LocalCluster:
         # flight) must not open two connections under one identity, which replace each other
         self._admin_locks: dict[str, asyncio.Lock] = {}
         self._run_keyservice = keyservice or config.keyservice is not None
+        self._revocation_dir = revocation_dir
         self.kdc = kdc
         self.revocation_poll = revocation_poll
         #: the key-service process, once :meth:`start_keyservice` started it
@@ -232,6 +236,8 @@ class LocalCluster:
     @property
     def revocation_wired(self) -> bool:
         """Whether brokers poll the key service's revocation list (see the module docstring)."""
+        if self._revocation_dir is not None:
+            return True
         return self._run_keyservice and self.secure and self.kdc is not None
 
     def write_configs(self) -> None:
@@ -278,7 +284,8 @@ class LocalCluster:
             if self.revocation_wired:
                 lines += [
                     "[revocation]",
-                    f"keyservice_file = {_toml_str(self.state_dir / ENDPOINT_FILE)}",
+                    "keyservice_file = "
+                    + _toml_str((self._revocation_dir or self.state_dir) / ENDPOINT_FILE),
                     f"poll = {self.revocation_poll!r}",
                     f"max_age = {MAX_AGE_POLLS * self.revocation_poll!r}",
                 ]

@@ -109,7 +109,15 @@ class MultiPathCluster(LocalCluster):
             keyservice=None,
             ind=1,
         )
-        return LocalCluster(cfg, pki=self.pki, bundle=bundle)
+        # every tree polls T_0's key service for its revocation list: a revoked key is
+        # refused on every path, not only on T_0
+        return LocalCluster(
+            cfg,
+            pki=self.pki,
+            bundle=bundle,
+            revocation_dir=self.state_dir if self.revocation_wired else None,
+            revocation_poll=self.revocation_poll,
+        )
 
     def view(self, k: int) -> LocalCluster:
         """Tree ``T_k``: ports, status and client connections of that tree."""
