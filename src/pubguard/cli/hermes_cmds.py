@@ -26,7 +26,9 @@ def _table(title: str, rows: list[dict], cols: list[str]) -> Table:
     return t
 
 
-@click.command("hermes")
+@click.command(
+    "hermes", short_help="Hermes Figs 6-8 and OFT scaling: throughput, cache, hops (JSON + PNG)."
+)
 @click.option("--small", is_flag=True, help="Tiny sizes (seconds; what the test suite runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
@@ -96,7 +98,7 @@ def experiments_hermes(
     console.print(f"results and plots in {out}")
 
 
-@click.command("police-toml")
+@click.command("police-toml", short_help="Print the police scenario (Fig 1) as a cluster.toml.")
 def hermes_police_toml() -> None:
     """Print the police scenario of Fig. 1 as a cluster.toml (for `pubguard hermes up`)."""
     from pubguard.ops.demo.police import police_rendezvous, police_toml

@@ -245,7 +245,9 @@ def _print_resilience(doc: dict[str, Any]) -> None:
     console.print(f"figure: {doc['png']}")
 
 
-@click.command("resilience")
+@click.command(
+    "resilience", short_help="eventguard.txt §5: Figs 5-10 and the analytic numbers (JSON + PNG)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--out",
@@ -307,7 +309,9 @@ def _plot_entropy(doc: dict[str, Any], out: Path) -> Path:
     return png
 
 
-@click.command("psguard-entropy")
+@click.command(
+    "psguard-entropy", short_help="psguard.txt §4.2: S_app against ind_max, Figs 6-8 (JSON + PNG)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--out",
