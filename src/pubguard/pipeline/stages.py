@@ -65,6 +65,7 @@ __all__ = [
     "counted_filters",
     "deliver",
     "drop_counts",
+    "event_keys",
     "events_frame",
     "filters_frame",
     "match",
@@ -77,6 +78,7 @@ __all__ = [
     "publications",
     "reason_counts",
     "recipients",
+    "routing_table",
     "subscriptions_frame",
     "validate",
 ]
@@ -418,12 +420,12 @@ def token_set_for(tokens: Sequence[bytes]) -> TokenSet:
     return ts
 
 
-def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> DataFrame:
-    """``(event_id, tok)`` for every subscription token whose PRF over the event's nonce is
+def _randomized_hits(routing: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> DataFrame:
+    """``(ek, tok)`` (:func:`routing_table`) for every subscription token whose PRF over the event's nonce is
     among the event's tags; the distinct tokens are broadcast once, and each Python worker
     sets up their AES contexts once (:func:`token_set_for`), then runs one cipher call per token
     over all the nonces of an Arrow batch (:meth:`TokenSet.match_batch`, native when built)."""
-    spark = events.sparkSession
+    spark = routing.sparkSession
     bc = spark.sparkContext.broadcast(([t for _, t in tokens], [k for k, _ in tokens]))
 
     def fn(batches: Iterable[Any]) -> Iterable[Any]:
@@ -439,13 +441,15 @@ def _randomized_hits(events: DataFrame, tokens: Sequence[tuple[int, bytes]]) -> 
                 raise ValueError("randomized match needs a 16-byte nonce per event")
             hits = ts.match_batch(nonces, pdf["tokens"].tolist())  # one call per batch
             if not hits:
-                yield pd.DataFrame({"event_id": [], "tok": np.empty(0, dtype=np.int64)})
+                yield pd.DataFrame(
+                    {"ek": np.empty(0, dtype=np.int32), "tok": np.empty(0, dtype=np.int64)}
+                )
                 continue
             h = np.asarray(hits, dtype=np.int64)
-            ids = pdf["event_id"].to_numpy()
-            yield pd.DataFrame({"event_id": ids[h[:, 0]], "tok": t64a[h[:, 1]]})
+            eks = pdf["ek"].to_numpy()
+            yield pd.DataFrame({"ek": eks[h[:, 0]], "tok": t64a[h[:, 1]]})
 
-    return events.select("event_id", "nonce", "tokens").mapInPandas(fn, "event_id string, tok long")
+    return routing.select("ek", "nonce", "tokens").mapInPandas(fn, "ek int, tok long")
 
 
 def recipients(fids: Iterable[str], subs: Mapping[str, Sequence[str]]) -> dict[str, str]:
@@ -473,6 +477,43 @@ def counted_filters(
     return [fid for fid, c in met.items() if c == need[fid]]
 
 
+def routing_table(events: DataFrame) -> DataFrame:
+    """``(ek, nonce, tokens)``: what routing reads of a publication, and no more,
+    keyed and spread for the join of :func:`match`.
+
+    - ``ek`` is a dense 32-bit key per event identifier, numbered in identifier order
+      (``dense_rank``: deterministic, so every read of the table agrees however often Spark
+      recomputes it, and copies of one identifier share a key as they shared the identifier
+      before). The join counts and deduplicates on it: a profile's wire id (32 hex
+      characters, keyed by the publisher, profiles.md) would otherwise be hashed, shuffled
+      and sorted in every row of the join's two aggregations, where a plaintext application
+      id is a few bytes; with the key every profile's join, and the plaintext join, carries
+      the same 4 bytes per row.
+    - Hash-partitioned by ``ek`` over the session's shuffle partitions, the table already
+      clusters both aggregations (per (event, filter) and per (subscriber, event)), so
+      when Spark broadcasts the filter tokens the join runs in one stage on every core
+      with no shuffle of its hits: only this table, one row per event and no publication
+      bytes, is shuffled (broadcasting the events' side instead, Spark shuffles the hits). (Numbering sorts the events'
+      identifiers on one partition: one row per event, small beside the join's rows per
+      hit and per delivery.) An input in one partition (a small table made on the driver)
+      would otherwise run the whole join on one core."""
+    parts = int(events.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1)
+    return events.select(_event_key(), "nonce", "tokens").repartition(parts, "ek")
+
+
+def event_keys(events: DataFrame) -> DataFrame:
+    """``(ek, event_id)`` once per identifier: the keys of :func:`routing_table`, to name
+    each delivery's event at the end of :func:`match`."""
+    return events.select(_event_key(), "event_id").distinct()  # one partition: no shuffle
+
+
+def _event_key() -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    return F.dense_rank().over(Window.orderBy("event_id")).alias("ek")
+
+
 def match(
     events: DataFrame,
     filters: DataFrame,
@@ -482,8 +523,10 @@ def match(
 ) -> DataFrame:
     """Stage *match*: protected events x protected filters x subscriptions -> deliveries
     ``(subscriber, event_id, filter_id)``, one per (subscriber, event) (the smallest matching
-    filter id names the keys to open with). The join carries what it must and no more: event
-    ids and 64-bit tokens. Each delivered event's publication is attached once per event
+    filter id names the keys to open with). The join carries what it must and no more: the
+    routing table (:func:`routing_table`: a dense event key, the nonce and the 64-bit tokens),
+    counted and deduplicated per (subscriber, key); the identifiers come back once per
+    delivery at the end. Each delivered event's publication is attached once per event
     afterwards (:func:`publications`), not copied into every delivery."""
     from pyspark.sql import functions as F
 
@@ -491,23 +534,26 @@ def match(
     check_columns(filters, FILTER_COLUMNS, "protected filters")
     check_columns(subscriptions, SUBSCRIPTION_COLUMNS, "subscriptions")
     ftab = filters.select("tok", "filter_id", "n")
+    routing = routing_table(events)
+    keys = event_keys(events)
     if mode == "deterministic":
-        hits = events.select("event_id", F.explode("tokens").alias("tok"))
+        hits = routing.select("ek", F.explode("tokens").alias("tok"))
     else:
         distinct = filters.select("tok", "token").distinct().collect()
-        hits = _randomized_hits(events, [(int(r["tok"]), bytes(r["token"])) for r in distinct])
+        hits = _randomized_hits(routing, [(int(r["tok"]), bytes(r["token"])) for r in distinct])
     counted = (
         hits.join(ftab, "tok")
-        .groupBy("event_id", "filter_id", "n")
+        .groupBy("ek", "filter_id", "n")
         .agg(F.count(F.lit(1)).alias("met"))
         .where(F.col("met") == F.col("n"))
-        .select("event_id", "filter_id")
+        .select("ek", "filter_id")
     )
-    return (
+    best = (
         counted.join(subscriptions.select(*SUBSCRIPTION_COLUMNS), "filter_id")
-        .groupBy("subscriber", "event_id")
+        .groupBy("subscriber", "ek")
         .agg(F.min("filter_id").alias("filter_id"))
     )
+    return best.join(keys, "ek").select("subscriber", "event_id", "filter_id")
 
 
 def publications(events: DataFrame, deliveries: DataFrame, body: Sequence[str]) -> DataFrame:
