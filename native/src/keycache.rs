@@ -7,6 +7,13 @@
 //! Python's own hash and equality decide which trees are the same); nodes are a `str` (NAKT
 //! ktids, prefix chains, reversed suffixes) or a tuple of `str` (category paths). Values are
 //! the caller's `SecretBytes` objects, returned as the very objects cached.
+//!
+//! A (tree, node) pair is one byte string, `id (u32 LE) || tag || labels`: tag `S` and the
+//! node's UTF-8 for a `str`, tag `T` and each name as `len (u32 LE) || UTF-8` for a tuple. The
+//! first `i` labels of a node are then a prefix of its encoding, so the walk up to the longest
+//! cached ancestor slices one buffer, and a hit is one hash lookup of a reused buffer (no
+//! allocation). One index entry holds a pin and an LRU entry side by side, as the reference's
+//! two maps do (a pinned key shadows a derived one of the same node).
 
 use std::collections::HashMap;
 
@@ -14,93 +21,104 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
-use crate::keys::step;
+use crate::keys::{is_secret_class, secret_new, step};
 
-#[derive(Clone, PartialEq, Eq, Hash)]
-enum Node {
-    /// a string node: one label per character
-    S(String),
-    /// a category path: one label per name
-    T(Vec<String>),
-}
-
-impl Node {
-    fn extract(ob: &Bound<'_, PyAny>) -> PyResult<Self> {
-        if let Ok(s) = ob.downcast::<PyString>() {
-            return Ok(Node::S(s.to_str()?.to_owned()));
-        }
-        if let Ok(t) = ob.downcast::<PyTuple>() {
-            return Ok(Node::T(t.extract()?));
-        }
-        Err(PyTypeError::new_err("a key tree node is a str or a tuple"))
-    }
-
-    /// Number of labels (characters or names).
-    fn len(&self) -> usize {
-        match self {
-            Node::S(s) => s.chars().count(),
-            Node::T(t) => t.len(),
-        }
-    }
-
-    /// The first `i` labels.
-    fn prefix(&self, i: usize) -> Node {
-        match self {
-            Node::S(s) => {
-                let end = s.char_indices().nth(i).map_or(s.len(), |(b, _)| b);
-                Node::S(s[..end].to_owned())
-            }
-            Node::T(t) => Node::T(t[..i].to_vec()),
-        }
-    }
-
-    /// The labels as bytes, in order.
-    fn labels(&self) -> Vec<Vec<u8>> {
-        match self {
-            Node::S(s) => s.chars().map(|c| c.to_string().into_bytes()).collect(),
-            Node::T(t) => t.iter().map(|x| x.as_bytes().to_vec()).collect(),
-        }
-    }
-}
-
-type Slot = (u32, Node);
-
+/// Bytes of the tree id and the tag that start every encoded node.
+const HDR: usize = 5;
 const NIL: usize = usize::MAX;
 
+/// Encode (tree `id`, `node`) into `buf` (see the module notes).
+fn encode_into(buf: &mut Vec<u8>, id: u32, node: &Bound<'_, PyAny>) -> PyResult<()> {
+    buf.clear();
+    buf.extend_from_slice(&id.to_le_bytes());
+    if let Ok(s) = node.downcast::<PyString>() {
+        buf.push(b'S');
+        buf.extend_from_slice(s.to_str()?.as_bytes());
+        return Ok(());
+    }
+    if let Ok(t) = node.downcast::<PyTuple>() {
+        buf.push(b'T');
+        for x in t.iter() {
+            let name = x.downcast::<PyString>()?.to_str()?;
+            let n = u32::try_from(name.len())
+                .map_err(|_| PyTypeError::new_err("a category name is too long"))?;
+            buf.extend_from_slice(&n.to_le_bytes());
+            buf.extend_from_slice(name.as_bytes());
+        }
+        return Ok(());
+    }
+    Err(PyTypeError::new_err("a key tree node is a str or a tuple"))
+}
+
+/// `cuts[i]` = the length of the encoding of the node's first `i` labels (`cuts[0] = HDR`).
+fn cuts(enc: &[u8]) -> Vec<usize> {
+    let mut out = vec![HDR];
+    if enc.get(HDR - 1) == Some(&b'S') {
+        // a label is one character: a cut before every UTF-8 lead byte, and at the end
+        for (i, &b) in enc.iter().enumerate().skip(HDR + 1) {
+            if b & 0xC0 != 0x80 {
+                out.push(i);
+            }
+        }
+        if enc.len() > HDR {
+            out.push(enc.len());
+        }
+    } else {
+        let mut p = HDR;
+        while let Some(len) = enc.get(p..p + 4) {
+            let n = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            p += 4 + n;
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Label `j` of an encoded node (`cuts` from `cuts(enc)`).
+fn label<'a>(enc: &'a [u8], cuts: &[usize], j: usize) -> &'a [u8] {
+    let skip = if enc.get(HDR - 1) == Some(&b'S') {
+        0
+    } else {
+        4
+    };
+    enc.get(cuts[j] + skip..cuts[j + 1]).unwrap_or(&[])
+}
+
 struct Entry {
-    slot: Slot,
+    key: Box<[u8]>,
     raw: Vec<u8>,
     obj: Py<PyAny>,
     prev: usize,
     next: usize,
 }
 
-/// A bounded LRU: entries in a slab, linked from least (`head`) to most (`tail`) recently
-/// used, so a hit is one hash lookup and a few index updates.
-#[derive(Default)]
+/// A bounded LRU's order: entries in a slab, linked from least (`head`) to most (`tail`)
+/// recently used, so a hit is a few index updates.
 struct Lru {
-    index: HashMap<Slot, usize>,
     slab: Vec<Option<Entry>>,
     free: Vec<usize>,
     head: usize,
     tail: usize,
+    len: usize,
 }
 
 impl Lru {
     fn new() -> Self {
         Lru {
+            slab: Vec::new(),
+            free: Vec::new(),
             head: NIL,
             tail: NIL,
-            ..Default::default()
+            len: 0,
         }
-    }
-
-    fn len(&self) -> usize {
-        self.index.len()
     }
 
     fn entry(&mut self, i: usize) -> Option<&mut Entry> {
         self.slab.get_mut(i).and_then(|e| e.as_mut())
+    }
+
+    fn get(&self, i: usize) -> Option<&Entry> {
+        self.slab.get(i).and_then(|e| e.as_ref())
     }
 
     fn unlink(&mut self, i: usize) {
@@ -130,33 +148,15 @@ impl Lru {
         self.tail = i;
     }
 
-    /// The entry of `slot`, made most recently used.
-    fn get(&mut self, slot: &Slot) -> Option<&Entry> {
-        let i = *self.index.get(slot)?;
+    /// Make entry `i` the most recently used.
+    fn touch(&mut self, i: usize) {
         if self.tail != i {
             self.unlink(i);
             self.push_back(i);
         }
-        self.slab.get(i).and_then(|e| e.as_ref())
     }
 
-    fn remove(&mut self, slot: &Slot) {
-        if let Some(i) = self.index.remove(slot) {
-            self.unlink(i);
-            self.slab[i] = None;
-            self.free.push(i);
-        }
-    }
-
-    fn put(&mut self, slot: Slot, raw: Vec<u8>, obj: Py<PyAny>) {
-        self.remove(&slot);
-        let e = Entry {
-            slot: slot.clone(),
-            raw,
-            obj,
-            prev: NIL,
-            next: NIL,
-        };
+    fn insert(&mut self, e: Entry) -> usize {
         let i = match self.free.pop() {
             Some(i) => {
                 self.slab[i] = Some(e);
@@ -167,31 +167,25 @@ impl Lru {
                 self.slab.len() - 1
             }
         };
-        self.index.insert(slot, i);
         self.push_back(i);
+        self.len += 1;
+        i
     }
 
-    fn pop_front(&mut self) {
-        let victim = self
-            .slab
-            .get(self.head)
-            .and_then(|e| e.as_ref())
-            .map(|e| e.slot.clone());
-        if let Some(v) = victim {
-            self.remove(&v);
-        }
+    fn remove(&mut self, i: usize) -> Option<Entry> {
+        self.unlink(i);
+        let e = self.slab.get_mut(i).and_then(Option::take)?;
+        self.free.push(i);
+        self.len -= 1;
+        Some(e)
     }
+}
 
-    fn retain_trees(&mut self, id: u32) {
-        let doomed: Vec<Slot> = self.index.keys().filter(|k| k.0 == id).cloned().collect();
-        for s in &doomed {
-            self.remove(s);
-        }
-    }
-
-    fn clear(&mut self) {
-        *self = Lru::new();
-    }
+/// What the cache holds for one (tree, node): a pinned key, a derived one, or both.
+#[derive(Default)]
+struct Slot {
+    pinned: Option<(Vec<u8>, Py<PyAny>)>,
+    derived: Option<usize>,
 }
 
 /// Pinned keys plus a bounded LRU of derived keys (see the module notes).
@@ -199,9 +193,16 @@ impl Lru {
 pub struct KeyCache {
     capacity: usize,
     wrap: Py<PyAny>,
+    /// the exception type a derivation with no cached ancestor raises (`KeyError_`)
+    miss: Py<PyAny>,
+    /// `wrap` is `SecretBytes` itself: values are made without its Python `__init__`
+    wrap_secret: bool,
     tree_ids: Py<PyDict>,
-    pinned: HashMap<Slot, (Vec<u8>, Py<PyAny>)>,
-    derived: Lru,
+    index: HashMap<Box<[u8]>, Slot>,
+    lru: Lru,
+    pinned: usize,
+    /// the encoding of the node being looked up (reused: a hit allocates nothing)
+    buf: Vec<u8>,
     #[pyo3(get)]
     hits: u64,
     #[pyo3(get)]
@@ -228,62 +229,123 @@ impl KeyCache {
         Ok(Some(id))
     }
 
-    /// A cached key's value object: pinned first, then derived (a derived hit becomes most
-    /// recently used).
-    fn lookup_obj(&mut self, py: Python<'_>, slot: &Slot) -> Option<Py<PyAny>> {
-        if let Some((_, obj)) = self.pinned.get(slot) {
-            return Some(obj.clone_ref(py));
+    /// The cached key of an encoded node, pinned first, then derived (a derived hit becomes
+    /// most recently used): (raw key, value object).
+    fn lookup(&mut self, enc: &[u8]) -> Option<(&[u8], &Py<PyAny>)> {
+        let slot = self.index.get(enc)?;
+        if let Some((raw, obj)) = &slot.pinned {
+            return Some((raw, obj));
         }
-        self.derived.get(slot).map(|e| e.obj.clone_ref(py))
+        let i = slot.derived?;
+        self.lru.touch(i);
+        self.lru.get(i).map(|e| (e.raw.as_slice(), &e.obj))
     }
 
-    /// As `lookup_obj`, with the raw key (a derivation's starting point).
-    fn lookup(&mut self, py: Python<'_>, slot: &Slot) -> Option<(Vec<u8>, Py<PyAny>)> {
-        if let Some((raw, obj)) = self.pinned.get(slot) {
-            return Some((raw.clone(), obj.clone_ref(py)));
-        }
-        self.derived
-            .get(slot)
-            .map(|e| (e.raw.clone(), e.obj.clone_ref(py)))
-    }
-
-    fn put(&mut self, slot: Slot, raw: Vec<u8>, obj: Py<PyAny>) {
-        if self.pinned.contains_key(&slot) {
+    fn evict(&mut self, i: usize) {
+        let Some(e) = self.lru.remove(i) else {
             return;
+        };
+        if let Some(slot) = self.index.get_mut(&e.key) {
+            slot.derived = None;
+            if slot.pinned.is_none() {
+                self.index.remove(&e.key);
+            }
         }
-        self.derived.put(slot, raw, obj);
-        while self.derived.len() > self.capacity {
-            self.derived.pop_front();
+    }
+
+    /// Cache a derived key, unless the node is pinned; evict down to `capacity`.
+    fn put(&mut self, enc: &[u8], raw: Vec<u8>, obj: Py<PyAny>) {
+        let slot = self.index.entry(enc.into()).or_default();
+        if slot.pinned.is_none() {
+            match slot.derived {
+                Some(i) => {
+                    if let Some(e) = self.lru.entry(i) {
+                        e.raw = raw;
+                        e.obj = obj;
+                    }
+                    self.lru.touch(i);
+                }
+                None => {
+                    slot.derived = Some(self.lru.insert(Entry {
+                        key: enc.into(),
+                        raw,
+                        obj,
+                        prev: NIL,
+                        next: NIL,
+                    }));
+                }
+            }
         }
+        while self.lru.len > self.capacity {
+            self.evict(self.lru.head);
+        }
+    }
+
+    fn wrap_key<'py>(&self, py: Python<'py>, k: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        if self.wrap_secret {
+            return secret_new(py, k);
+        }
+        self.wrap.bind(py).call1((PyBytes::new(py, k),))
+    }
+
+    /// The miss path of `derive`: from the longest cached proper prefix of the node encoded
+    /// in `enc`, caching every key on the way down; None when no prefix is cached.
+    fn derive_down(&mut self, py: Python<'_>, enc: &[u8]) -> PyResult<Option<Py<PyAny>>> {
+        let cuts = cuts(enc);
+        let labels = cuts.len() - 1;
+        let mut start = None;
+        for i in (0..labels).rev() {
+            if let Some((raw, obj)) = self.lookup(&enc[..cuts[i]]) {
+                start = Some((i, raw.to_vec(), obj.clone_ref(py)));
+                break;
+            }
+        }
+        let Some((i, mut key, mut out)) = start else {
+            return Ok(None);
+        };
+        for j in i..labels {
+            key = step(&key, label(enc, &cuts, j)).to_vec();
+            out = self.wrap_key(py, &key)?.unbind();
+            self.put(&enc[..cuts[j + 1]], key.clone(), out.clone_ref(py));
+        }
+        Ok(Some(out))
     }
 }
 
 #[pymethods]
 impl KeyCache {
-    /// `KeyCache(capacity, wrap)`: `wrap(bytes)` makes the value objects (`SecretBytes`).
+    /// `KeyCache(capacity, wrap, miss)`: `wrap(bytes)` makes the value objects
+    /// (`SecretBytes`); `miss(message)` is raised when no cached key is an ancestor.
     #[new]
-    fn new(py: Python<'_>, capacity: usize, wrap: Py<PyAny>) -> Self {
-        Self {
+    fn new(
+        py: Python<'_>,
+        capacity: usize,
+        wrap: Bound<'_, PyAny>,
+        miss: Py<PyAny>,
+    ) -> PyResult<Self> {
+        Ok(Self {
             capacity,
-            wrap,
+            miss,
+            wrap_secret: is_secret_class(&wrap)?,
+            wrap: wrap.unbind(),
             tree_ids: PyDict::new(py).unbind(),
-            pinned: HashMap::new(),
-            derived: Lru::new(),
+            index: HashMap::new(),
+            lru: Lru::new(),
+            pinned: 0,
+            buf: Vec::new(),
             hits: 0,
             misses: 0,
-        }
+        })
     }
 
     fn __len__(&self) -> usize {
-        self.pinned.len() + self.derived.len()
+        self.pinned + self.lru.len
     }
 
     fn __repr__(&self) -> String {
         format!(
             "KeyCache(pinned={}, derived={}, capacity={})",
-            self.pinned.len(),
-            self.derived.len(),
-            self.capacity
+            self.pinned, self.lru.len, self.capacity
         )
     }
 
@@ -294,7 +356,7 @@ impl KeyCache {
 
     #[getter]
     fn sizes(&self) -> (usize, usize) {
-        (self.pinned.len(), self.derived.len())
+        (self.pinned, self.lru.len)
     }
 
     /// Pin the authorisation key `obj` (raw bytes `raw`) for `node` of `tree`.
@@ -306,51 +368,49 @@ impl KeyCache {
         obj: Py<PyAny>,
         raw: Vec<u8>,
     ) -> PyResult<()> {
-        let node = Node::extract(node)?;
+        let mut enc = Vec::new();
+        encode_into(&mut enc, 0, node)?; // checks the node before a tree id is made
         let Some(id) = self.tree_id(py, tree, true)? else {
             return Ok(());
         };
-        self.pinned.insert((id, node), (raw, obj));
+        enc[..4].copy_from_slice(&id.to_le_bytes());
+        let slot = self.index.entry(enc.into()).or_default();
+        if slot.pinned.is_none() {
+            self.pinned += 1;
+        }
+        slot.pinned = Some((raw, obj));
         Ok(())
     }
 
-    /// Key of `target` from the longest cached ancestor, caching the intermediates; None when
-    /// no cached key is an ancestor (the caller raises `KeyError_`).
+    /// Key of `target` from the longest cached ancestor, caching the intermediates; `miss`
+    /// (the reference's `KeyError_`, same message) when no cached key is an ancestor.
     fn derive(
         &mut self,
         py: Python<'_>,
         tree: &Bound<'_, PyAny>,
         target: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        let node = Node::extract(target)?;
+    ) -> PyResult<Py<PyAny>> {
         let id = self.tree_id(py, tree, false)?.unwrap_or(u32::MAX);
-        let slot = (id, node);
-        if let Some(obj) = self.lookup_obj(py, &slot) {
-            self.hits += 1;
-            return Ok(Some(obj));
-        }
-        self.misses += 1;
-        let node = slot.1;
-        let len = node.len();
-        let mut start = None;
-        for i in (0..len).rev() {
-            let s = (id, node.prefix(i));
-            if let Some((raw, obj)) = self.lookup(py, &s) {
-                start = Some((i, raw, obj));
-                break;
+        let mut enc = std::mem::take(&mut self.buf);
+        let got = encode_into(&mut enc, id, target).and_then(|()| {
+            if let Some(obj) = self.lookup(&enc).map(|(_, o)| o.clone_ref(py)) {
+                self.hits += 1;
+                return Ok(Some(obj));
+            }
+            self.misses += 1;
+            self.derive_down(py, &enc)
+        });
+        self.buf = enc;
+        match got? {
+            Some(k) => Ok(k),
+            None => {
+                let msg = format!(
+                    "no cached authorisation key is an ancestor of {}",
+                    target.repr()?
+                );
+                Err(PyErr::from_value(self.miss.bind(py).call1((msg,))?))
             }
         }
-        let Some((i, mut key, mut out)) = start else {
-            return Ok(None);
-        };
-        let labels = node.labels();
-        let wrap = self.wrap.clone_ref(py);
-        for (j, lab) in labels.iter().enumerate().skip(i) {
-            key = step(&key, lab).to_vec();
-            out = wrap.call1(py, (PyBytes::new(py, &key),))?;
-            self.put((id, node.prefix(j + 1)), key.clone(), out.clone_ref(py));
-        }
-        Ok(Some(out))
     }
 
     /// Drop every key of `tree`.
@@ -358,14 +418,30 @@ impl KeyCache {
         let Some(id) = self.tree_id(py, tree, false)? else {
             return Ok(());
         };
-        self.pinned.retain(|k, _| k.0 != id);
-        self.derived.retain_trees(id);
+        let tag = id.to_le_bytes();
+        let doomed: Vec<Box<[u8]>> = self
+            .index
+            .keys()
+            .filter(|k| k.starts_with(&tag))
+            .cloned()
+            .collect();
+        for k in doomed {
+            if let Some(slot) = self.index.remove(&k) {
+                if slot.pinned.is_some() {
+                    self.pinned -= 1;
+                }
+                if let Some(i) = slot.derived {
+                    self.lru.remove(i);
+                }
+            }
+        }
         Ok(())
     }
 
     fn clear(&mut self) {
-        self.pinned.clear();
-        self.derived.clear();
+        self.index.clear();
+        self.lru = Lru::new();
+        self.pinned = 0;
     }
 }
 

@@ -14,11 +14,14 @@
 use hmac::{Hmac, Mac};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyBytes, PyDict, PyString, PyType};
 use sha2::{Digest, Sha256};
 
 /// A 32-byte tree key (every derived key is one SHA-256 output).
 pub type Key = [u8; 32];
+/// One SHA-256 message block, in the type `compress256` reads (built in place: no copy).
+type Block = sha2::digest::generic_array::GenericArray<u8, sha2::digest::consts::U64>;
 type HmacSha256 = Hmac<Sha256>;
 
 /// Deepest NAKT handled natively: heap indices below 2^63.
@@ -48,18 +51,100 @@ pub fn step(k: &[u8], label: &[u8]) -> Key {
 #[inline]
 fn step_one_block(k: &[u8], label: &[u8]) -> Key {
     let l = label.len();
-    let mut block = [0u8; 64];
+    let mut block = Block::default();
     block[..32].copy_from_slice(k);
     block[32..32 + l].copy_from_slice(label);
     block[32 + l] = 0x80;
     block[56..].copy_from_slice(&(((32 + l) as u64) * 8).to_be_bytes());
     let mut st = H0;
-    sha2::compress256(&mut st, &[block.into()]);
+    sha2::compress256(&mut st, std::slice::from_ref(&block));
     let mut out = [0u8; 32];
     for (o, w) in out.chunks_exact_mut(4).zip(st) {
         o.copy_from_slice(&w.to_be_bytes());
     }
     out
+}
+
+/// `K <- H(K || b)` for each byte `b` of `labels` (NAKT bits, one ASCII byte each), from a
+/// 32-byte key: one block buffer holds the key, the label and the padding, and each step's
+/// output is written straight back over the key part (no per-step buffer or copy). The chain
+/// is bound by SHA-256 latency: on SHA-NI about 44 ns a compression, and this loop adds the
+/// state's byte order round trip (`compress256` takes bytes).
+pub fn chain_bytes(key: &Key, labels: &[u8]) -> Key {
+    let mut block = Block::default();
+    block[..32].copy_from_slice(key);
+    block[33] = 0x80;
+    block[56..].copy_from_slice(&(33u64 * 8).to_be_bytes());
+    for &b in labels {
+        block[32] = b;
+        let mut st = H0;
+        sha2::compress256(&mut st, std::slice::from_ref(&block));
+        for (o, w) in block[..32].chunks_exact_mut(4).zip(st) {
+            o.copy_from_slice(&w.to_be_bytes());
+        }
+    }
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&block[..32]);
+    out
+}
+
+/// Python's `SecretBytes` class and the two C-level callables that make one without running
+/// its Python `__init__`: `object.__new__(SecretBytes)`, then the `_b` slot's own setter (what
+/// `SecretBytes.__init__` does on its fast path, `pubguard.crypto.secret._set_b`). Looked up
+/// once per process.
+struct SecretType {
+    cls: Py<PyType>,
+    new: Py<PyAny>,
+    set: Py<PyAny>,
+}
+
+static SECRET: GILOnceCell<SecretType> = GILOnceCell::new();
+
+fn secret_type(py: Python<'_>) -> PyResult<&SecretType> {
+    SECRET.get_or_try_init(py, || {
+        let cls = py
+            .import("pubguard.crypto.secret")?
+            .getattr("SecretBytes")?
+            .downcast_into::<PyType>()?;
+        let slot = cls.getattr("__dict__")?.get_item("_b")?;
+        Ok(SecretType {
+            new: py
+                .import("builtins")?
+                .getattr("object")?
+                .getattr("__new__")?
+                .unbind(),
+            set: slot.getattr("__set__")?.unbind(),
+            cls: cls.unbind(),
+        })
+    })
+}
+
+/// Whether `ob` is Python's `SecretBytes` class itself (the `wrap` the callers pass).
+pub fn is_secret_class(ob: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(ob.is(secret_type(ob.py())?.cls.bind(ob.py())))
+}
+
+/// A new `SecretBytes` holding `k` (see `SecretType`).
+pub fn secret_new<'py>(py: Python<'py>, k: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    let t = secret_type(py)?;
+    let ob = t.new.bind(py).call1((t.cls.bind(py),))?;
+    t.set.bind(py).call1((&ob, PyBytes::new(py, k)))?;
+    Ok(ob)
+}
+
+/// The key bytes of `ob` when it is exactly `bytes` or exactly `SecretBytes`, else None (the
+/// caller then runs the Python reference, which decides).
+pub fn key_bytes<'py>(ob: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    if let Ok(b) = ob.downcast_exact::<PyBytes>() {
+        return Ok(Some(b.clone()));
+    }
+    let py = ob.py();
+    let t = secret_type(py)?;
+    if !ob.get_type().is(t.cls.bind(py)) {
+        return Ok(None);
+    }
+    let b = ob.getattr(pyo3::intern!(py, "_b"))?;
+    Ok(b.downcast_into_exact::<PyBytes>().ok())
 }
 
 #[inline]
@@ -73,6 +158,9 @@ fn bit(b: u64) -> &'static [u8] {
 
 /// Walk down a chain whose labels are the characters of `labels` (UTF-8 each).
 pub fn chain_chars(key: &[u8], labels: &str) -> Vec<u8> {
+    if let (Ok(k), true) = (<&Key>::try_from(key), labels.is_ascii()) {
+        return chain_bytes(k, labels.as_bytes()).to_vec();
+    }
     let mut buf = [0u8; 4];
     let mut it = labels.chars();
     let Some(c0) = it.next() else {
@@ -94,11 +182,28 @@ fn as_key(root: &[u8]) -> PyResult<Key> {
         .map_err(|_| PyValueError::new_err("a tree key is 32 bytes"))
 }
 
+/// `H(k || b)` for a NAKT bit `b` (the ASCII byte `"0"` or `"1"`): one fixed block.
+#[inline]
+fn step_bit(k: &Key, b: u64) -> Key {
+    let mut block = Block::default();
+    block[..32].copy_from_slice(k);
+    block[32] = if b & 1 == 1 { b'1' } else { b'0' };
+    block[33] = 0x80;
+    block[56..].copy_from_slice(&(33u64 * 8).to_be_bytes());
+    let mut st = H0;
+    sha2::compress256(&mut st, std::slice::from_ref(&block));
+    let mut out = [0u8; 32];
+    for (o, w) in out.chunks_exact_mut(4).zip(st) {
+        o.copy_from_slice(&w.to_be_bytes());
+    }
+    out
+}
+
 /// The minimal cover of leaf interval `[lo, hi]` with its keys, left to right, in one
 /// top-down walk (psguard.txt §3.1: at most `4 log2(|R|/lc) - 2` hashes). The same walk as
 /// `pubguard.keys.nakt.cover_keys`. Below the split the left and right boundary paths are
-/// independent, so they advance in lockstep: each level issues up to four independent
-/// compressions, which the CPU overlaps (the walk is bound by SHA-256 latency otherwise).
+/// independent, so they advance in lockstep (a CPU whose SHA unit pipelines overlaps them);
+/// the left boundary's nodes are then reversed in place and the right's appended.
 pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
     let mask_of = |rem: u32| (1u64 << rem) - 1;
     let (mut k, mut node, mut d) = (*root, 1u64, 0u32);
@@ -112,14 +217,14 @@ pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
         if bl != (hi >> (rem - 1)) & 1 {
             break;
         }
-        k = step(&k, bit(bl));
+        k = step_bit(&k, bl);
         node = 2 * node + bl;
         d += 1;
     }
-    let mut left: Vec<(u64, Key)> = Vec::with_capacity(m as usize);
-    let mut right: Vec<(u64, Key)> = Vec::with_capacity(m as usize);
-    let (mut lcur, mut lk) = (2 * node, step(&k, b"0"));
-    let (mut rcur, mut rk) = (2 * node + 1, step(&k, b"1"));
+    let mut left: Vec<(u64, Key)> = Vec::with_capacity(2 * (m - d) as usize);
+    let mut right: Vec<(u64, Key)> = Vec::with_capacity((m - d) as usize);
+    let (mut lcur, mut lk) = (2 * node, step_bit(&k, 0));
+    let (mut rcur, mut rk) = (2 * node + 1, step_bit(&k, 1));
     let (mut ldone, mut rdone) = (false, false);
     for depth in d + 1..=m {
         let rem = m - depth;
@@ -130,11 +235,11 @@ pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
                 ldone = true;
             } else if (lo >> (rem - 1)) & 1 == 1 {
                 lcur = 2 * lcur + 1;
-                lk = step(&lk, b"1");
+                lk = step_bit(&lk, 1);
             } else {
-                left.push((2 * lcur + 1, step(&lk, b"1")));
+                left.push((2 * lcur + 1, step_bit(&lk, 1)));
                 lcur *= 2;
-                lk = step(&lk, b"0");
+                lk = step_bit(&lk, 0);
             }
         }
         if !rdone {
@@ -142,12 +247,12 @@ pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
                 right.push((rcur, rk));
                 rdone = true;
             } else if (hi >> (rem - 1)) & 1 == 1 {
-                right.push((2 * rcur, step(&rk, b"0")));
+                right.push((2 * rcur, step_bit(&rk, 0)));
                 rcur = 2 * rcur + 1;
-                rk = step(&rk, b"1");
+                rk = step_bit(&rk, 1);
             } else {
                 rcur *= 2;
-                rk = step(&rk, b"0");
+                rk = step_bit(&rk, 0);
             }
         }
         if ldone && rdone {
@@ -155,7 +260,7 @@ pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
         }
     }
     left.reverse();
-    left.extend(right);
+    left.extend_from_slice(&right);
     left
 }
 
@@ -209,6 +314,43 @@ fn derive_from<'py>(
         return None;
     }
     Some(PyBytes::new(py, &chain_chars(key, &target[auth.len()..])))
+}
+
+/// `pubguard.keys.nakt.derive_from` in one call: the key of `target` from the key of `auth`
+/// (bytes or `SecretBytes`), as a new `SecretBytes`. None when either ktid is not exactly a
+/// `str` of bits, `auth` is not a prefix of `target`, or the key is neither bytes nor
+/// `SecretBytes`: the caller then runs the reference, which raises its typed error.
+#[pyfunction]
+fn derive_secret<'py>(
+    py: Python<'py>,
+    auth: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyAny>,
+    target: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let (Ok(a), Ok(t)) = (
+        auth.downcast_exact::<PyString>(),
+        target.downcast_exact::<PyString>(),
+    ) else {
+        return Ok(None);
+    };
+    let (Ok(a), Ok(t)) = (a.to_str(), t.to_str()) else {
+        return Ok(None);
+    };
+    if !is_bits(a) || !is_bits(t) || !t.starts_with(a) {
+        return Ok(None);
+    }
+    let Some(k) = key_bytes(key)? else {
+        return Ok(None);
+    };
+    let rest = &t.as_bytes()[a.len()..];
+    let out = match <&Key>::try_from(k.as_bytes()) {
+        Ok(k32) => chain_bytes(k32, rest),
+        Err(_) => match rest.split_first() {
+            Some((b0, more)) => chain_bytes(&step(k.as_bytes(), &[*b0]), more),
+            None => return secret_new(py, k.as_bytes()).map(Some),
+        },
+    };
+    secret_new(py, &out).map(Some)
 }
 
 /// `[(heap index, key)]` of the minimal cover of `[lo, hi]` (leaf units, depth `m`).
@@ -297,7 +439,11 @@ impl AuthKeys {
     }
 
     fn wrap_key<'py>(&self, py: Python<'py>, k: &Key) -> PyResult<Bound<'py, PyAny>> {
-        self.wrap.bind(py).call1((PyBytes::new(py, k),))
+        let wrap = self.wrap.bind(py);
+        if is_secret_class(wrap)? {
+            return secret_new(py, k);
+        }
+        wrap.call1((PyBytes::new(py, k),))
     }
 }
 
@@ -481,8 +627,8 @@ fn numeric_cover<'py>(
     if name_str.is_empty() || name_str.contains('\0') {
         return Ok(None);
     }
-    let key = (name, lo, hi, m);
-    if let Some(hit) = memo.get_item(key)? {
+    let key = (name, lo, hi, m).into_pyobject(py)?; // built once: looked up, then stored
+    if let Some(hit) = memo.get_item(&key)? {
         return Ok(Some(hit));
     }
     let mut mac = kh.get().mac.clone();
@@ -499,7 +645,7 @@ fn numeric_cover<'py>(
     if memo.len() >= memo_max {
         memo.clear();
     }
-    memo.set_item(key, &got)?;
+    memo.set_item(&key, &got)?;
     Ok(Some(got))
 }
 
@@ -513,9 +659,15 @@ pub struct KeyedHash {
 
 #[pymethods]
 impl KeyedHash {
+    /// `KeyedHash(key)`: `key` is bytes or a `SecretBytes`.
     #[new]
-    fn new(key: &[u8]) -> PyResult<Self> {
-        let mac = HmacSha256::new_from_slice(key)
+    fn new(key: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let Some(k) = key_bytes(key)? else {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "a KeyedHash key is bytes or SecretBytes",
+            ));
+        };
+        let mac = HmacSha256::new_from_slice(k.as_bytes())
             .map_err(|_| PyValueError::new_err("HMAC key rejected"))?;
         Ok(Self { mac })
     }
@@ -524,6 +676,28 @@ impl KeyedHash {
         let mut m = self.mac.clone();
         m.update(data);
         PyBytes::new(py, &m.finalize().into_bytes())
+    }
+
+    /// `SecretBytes(KH_k(utf8(label)))` when `label` is exactly a non-empty `str` without NUL
+    /// (`pubguard.keys.kdc.label`'s rule), else None: the caller's reference raises.
+    /// psguard.txt §3.1: `K(w) = KH_rk(w)` at the KDC in one call.
+    fn secret<'py>(
+        &self,
+        py: Python<'py>,
+        label: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Ok(s) = label.downcast_exact::<PyString>() else {
+            return Ok(None);
+        };
+        let Ok(s) = s.to_str() else {
+            return Ok(None);
+        };
+        if s.is_empty() || s.contains('\0') {
+            return Ok(None);
+        }
+        let mut m = self.mac.clone();
+        m.update(s.as_bytes());
+        secret_new(py, &m.finalize().into_bytes()).map(Some)
     }
 
     fn __repr__(&self) -> &'static str {
@@ -545,6 +719,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(derive_chars, m)?)?;
     m.add_function(wrap_pyfunction!(derive_labels, m)?)?;
     m.add_function(wrap_pyfunction!(derive_from, m)?)?;
+    m.add_function(wrap_pyfunction!(derive_secret, m)?)?;
     m.add_function(wrap_pyfunction!(py_cover_keys, m)?)?;
     m.add_function(wrap_pyfunction!(memo_node, m)?)?;
     m.add_function(wrap_pyfunction!(kh, m)?)?;

@@ -44,6 +44,21 @@ impl Prf {
             Prf::A256(c) => c.encrypt_blocks(blocks),
         }
     }
+
+    /// `out[i] = F(inp[i])`: the same pipelined encryption, reading the nonces where they
+    /// are (no copy per token). `inp` and `out` have the same length (the caller's buffers).
+    fn encrypt_into(&self, inp: &[aes::Block], out: &mut [aes::Block]) {
+        let done = match self {
+            Prf::A128(c) => c.encrypt_blocks_b2b(inp, out),
+            Prf::A256(c) => c.encrypt_blocks_b2b(inp, out),
+        };
+        if done.is_err() {
+            // lengths differ (never, by construction): encrypt what fits in place
+            let n = inp.len().min(out.len());
+            out[..n].copy_from_slice(&inp[..n]);
+            self.encrypt(&mut out[..n]);
+        }
+    }
 }
 
 /// Every event's tags, flat (event `e`'s are `vals[offs[e]..offs[e + 1]]`), each event's
@@ -125,9 +140,9 @@ impl TagFilter {
     }
 }
 
-/// The hits `(event index, token index)`, by token then event. One buffer of nonces is
-/// encrypted in place per token (copied back from the template), so a batch allocates only
-/// its template, its buffer and its hits.
+/// The hits `(event index, token index)`, by token then event. Each token encrypts the
+/// batch's nonces (the template) into one output buffer, so a batch allocates only its
+/// template, its buffer and its hits.
 fn match_all(prfs: &[Prf], nonces: &[u8], tags: &Tags) -> Vec<(usize, usize)> {
     let filter = TagFilter::new(tags);
     let template: Vec<aes::Block> = nonces
@@ -137,8 +152,7 @@ fn match_all(prfs: &[Prf], nonces: &[u8], tags: &Tags) -> Vec<(usize, usize)> {
     let mut buf = template.clone();
     let mut out = Vec::new();
     for (t, prf) in prfs.iter().enumerate() {
-        buf.copy_from_slice(&template);
-        prf.encrypt(&mut buf);
+        prf.encrypt_into(&template, &mut buf);
         for (e, blk) in buf.iter().enumerate() {
             let mut first = [0u8; 8];
             first.copy_from_slice(&blk[..8]);

@@ -22,7 +22,7 @@ client caches (:class:`LruCache`) and the brokers' verified-root / verified-perm
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from math import inf
 from typing import Any, Final, Generic, TypeVar
 
@@ -119,72 +119,27 @@ class BoundedLru(Generic[K, V]):
         self._d.clear()
 
 
-class KeyCache:
-    """Pinned authorisation keys plus an LRU of derived keys, per key tree.
+class _KeyCacheCore:
+    """The reference key cache (psguard.txt §3.2.3): the Python twin of
+    ``pubguard._native.KeyCache``, with the same methods, so :class:`KeyCache` fronts either.
+    ``add`` takes the value object and its raw bytes (the native core keeps both)."""
 
-    With the native backend active at construction (:mod:`pubguard.native`), the cache lives
-    in ``pubguard._native.KeyCache`` (same behaviour, differential-tested); this class is then
-    a thin front, and the code below is the reference."""
+    __slots__ = ("_derived", "_pinned", "hits", "misses")
 
-    __slots__ = ("_core", "_derived", "_hits", "_misses", "_pinned")
-
-    def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
-        capacity = _check_capacity(capacity)
-        n = nb.NATIVE
-        self._core: Any = None if n is None else n.KeyCache(capacity, SecretBytes)
+    def __init__(self, capacity: int) -> None:
         self._pinned: dict[tuple[Hashable, Node], SecretBytes] = {}
         self._derived: BoundedLru[tuple[Hashable, Node], SecretBytes] = BoundedLru(capacity)
-        self._hits = 0
-        self._misses = 0
+        self.hits = 0
+        self.misses = 0
 
-    def __repr__(self) -> str:
-        return (
-            f"KeyCache(pinned={self._sizes()[0]}, derived={self._sizes()[1]}, "
-            f"capacity={self.capacity})"
-        )
-
-    def _sizes(self) -> tuple[int, int]:
-        if self._core is not None:
-            return self._core.sizes  # type: ignore[no-any-return]
+    @property
+    def sizes(self) -> tuple[int, int]:
         return len(self._pinned), len(self._derived)
 
-    def __len__(self) -> int:
-        return sum(self._sizes())
-
-    @property
-    def hits(self) -> int:
-        """Derivations answered from the cache."""
-        return self._hits if self._core is None else self._core.hits  # type: ignore[no-any-return]
-
-    @property
-    def misses(self) -> int:
-        """Derivations that hashed (from the longest cached prefix)."""
-        return self._misses if self._core is None else self._core.misses  # type: ignore[no-any-return]
-
-    @property
-    def capacity(self) -> int:
-        return self._derived.capacity
-
-    def add(self, tree: Hashable, node: Node, key: SecretBytes | bytes) -> None:
-        """Pin an authorisation key for ``node`` of ``tree``."""
-        if not isinstance(node, str | tuple):
-            raise ValidationError(f"a key tree node is a str or a tuple, got {node!r}")
-        sb = key if isinstance(key, SecretBytes) else SecretBytes(key)
-        if self._core is not None:
-            self._core.add(tree, node, sb, sb.reveal())
-            return
-        self._pinned[(tree, node)] = sb
-
-    def add_all(self, tree: Hashable, keys: Mapping[str, SecretBytes]) -> None:
-        """Pin every key of e.g. ``KDC.numeric_auth_keys(...)``."""
-        for node, key in keys.items():
-            self.add(tree, node, key)
+    def add(self, tree: Hashable, node: Node, key: SecretBytes, _raw: bytes) -> None:
+        self._pinned[(tree, node)] = key
 
     def forget_tree(self, tree: Hashable) -> None:
-        """Drop every key of ``tree`` (on unsubscription or at the end of an epoch)."""
-        if self._core is not None:
-            self._core.forget_tree(tree)
-            return
         for k in [k for k in self._pinned if k[0] == tree]:
             del self._pinned[k]
         for k in self._derived.keys():
@@ -192,8 +147,6 @@ class KeyCache:
                 self._derived.discard(k)
 
     def clear(self) -> None:
-        if self._core is not None:
-            self._core.clear()
         self._pinned.clear()
         self._derived.clear()
 
@@ -202,18 +155,11 @@ class KeyCache:
         return self._derived.get(k) if v is None else v
 
     def derive(self, tree: Hashable, target: Node) -> SecretBytes:
-        """Key of ``target``, from the longest cached ancestor; caches the intermediates."""
-        core = self._core
-        if core is not None:
-            k = core.derive(tree, target)
-            if k is None:
-                raise KeyError_(f"no cached authorisation key is an ancestor of {target!r}")
-            return k  # type: ignore[no-any-return]
         hit = self._lookup((tree, target))
         if hit is not None:
-            self._hits += 1
+            self.hits += 1
             return hit
-        self._misses += 1
+        self.misses += 1
         start = None
         for i in range(len(target) - 1, -1, -1):
             start = self._lookup((tree, target[:i]))
@@ -232,6 +178,73 @@ class KeyCache:
     def _put(self, k: tuple[Hashable, Node], v: SecretBytes) -> None:
         if k not in self._pinned:
             self._derived.put(k, v)
+
+
+class KeyCache:
+    """Pinned authorisation keys plus an LRU of derived keys, per key tree.
+
+    ``derive(tree, target)`` is the key of ``target``, from the longest cached ancestor; it
+    caches the intermediates and raises :class:`~pubguard.errors.KeyError_` when no cached key
+    is an ancestor of ``target``.
+
+    The cache itself is a core chosen at construction: ``pubguard._native.KeyCache`` when the
+    native backend is active (:mod:`pubguard.native`), else the reference
+    :class:`_KeyCacheCore` (same behaviour, differential-tested). ``derive`` is the core's own
+    bound method, an attribute rather than a method of this class, so a native cache hit runs
+    no Python frame (psguard.txt §3.2.3 counts a hit as free; the bench's cached-derivation
+    figure is this call)."""
+
+    __slots__ = ("_capacity", "_core", "derive")
+
+    derive: Callable[[Hashable, Node], SecretBytes]
+
+    def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
+        self._capacity = _check_capacity(capacity)
+        n = nb.NATIVE
+        self._core: Any = (
+            _KeyCacheCore(capacity) if n is None else n.KeyCache(capacity, SecretBytes, KeyError_)
+        )
+        self.derive = self._core.derive
+
+    def __repr__(self) -> str:
+        pinned, derived = self._core.sizes
+        return f"KeyCache(pinned={pinned}, derived={derived}, capacity={self.capacity})"
+
+    def __len__(self) -> int:
+        return sum(self._core.sizes)
+
+    @property
+    def hits(self) -> int:
+        """Derivations answered from the cache."""
+        return self._core.hits  # type: ignore[no-any-return]
+
+    @property
+    def misses(self) -> int:
+        """Derivations that hashed (from the longest cached prefix)."""
+        return self._core.misses  # type: ignore[no-any-return]
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def add(self, tree: Hashable, node: Node, key: SecretBytes | bytes) -> None:
+        """Pin an authorisation key for ``node`` of ``tree``."""
+        if not isinstance(node, str | tuple):
+            raise ValidationError(f"a key tree node is a str or a tuple, got {node!r}")
+        sb = key if isinstance(key, SecretBytes) else SecretBytes(key)
+        self._core.add(tree, node, sb, sb.reveal())
+
+    def add_all(self, tree: Hashable, keys: Mapping[str, SecretBytes]) -> None:
+        """Pin every key of e.g. ``KDC.numeric_auth_keys(...)``."""
+        for node, key in keys.items():
+            self.add(tree, node, key)
+
+    def forget_tree(self, tree: Hashable) -> None:
+        """Drop every key of ``tree`` (on unsubscription or at the end of an epoch)."""
+        self._core.forget_tree(tree)
+
+    def clear(self) -> None:
+        self._core.clear()
 
 
 class LruCache(BoundedLru[K, V]):

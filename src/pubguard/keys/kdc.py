@@ -123,11 +123,12 @@ class TopicKeys:
     def __init__(self, topic_key: SecretBytes | bytes) -> None:
         n = nb.NATIVE  # keyed_hash(topic_key), inline: a cold KDC request makes one of these
         if n is not None and type(topic_key) is SecretBytes:
-            self._kh: Callable[[bytes], bytes] = n.KeyedHash(topic_key.reveal())
+            self._kh: Callable[[bytes], bytes] = n.KeyedHash(topic_key)
         else:
             self._kh = keyed_hash(topic_key)
-        self._roots: dict[tuple[str, str], bytes] = {}
-        self._trees: dict[str, tuple[dict[int, bytes], dict[int, SecretBytes]]] = {}
+        # the root and NAKT memos are made on first use: a cold KDC request needs only _covers
+        self._roots: dict[tuple[str, str], bytes] | None = None
+        self._trees: dict[str, tuple[dict[int, bytes], dict[int, SecretBytes]]] | None = None
         self._covers: dict[tuple[str, int, int, int], Mapping[str, SecretBytes]] = {}
 
     def __repr__(self) -> str:
@@ -135,16 +136,19 @@ class TopicKeys:
 
     def root(self, kind: str, attr: str) -> bytes:
         """Raw root key of the ``kind`` tree of attribute ``attr`` (memoised)."""
-        r = self._roots.get((kind, attr))
+        roots = self._roots
+        if roots is None:
+            roots = self._roots = {}
+        r = roots.get((kind, attr))
         if r is None:
             name = label("attribute", attr)
             if kind == "numeric":
                 r = self._kh(name)  # psguard.txt §3.1: K_root = KH_{K(w)}(num)
             else:
                 r = self._kh(_kind(kind) + b"\x00" + name)
-            if len(self._roots) >= ROOT_MEMO_SIZE:
-                self._roots.clear()
-            self._roots[(kind, attr)] = r
+            if len(roots) >= ROOT_MEMO_SIZE:
+                roots.clear()
+            roots[(kind, attr)] = r
         return r
 
     def root_key(self, kind: str, attr: str) -> SecretBytes:
@@ -153,9 +157,12 @@ class TopicKeys:
     # -- numeric attributes (NAKT) ---------------------------------------------------------
 
     def _numeric(self, attr: str) -> tuple[dict[int, bytes], dict[int, SecretBytes]]:
-        t = self._trees.get(attr)
+        trees = self._trees
+        if trees is None:
+            trees = self._trees = {}
+        t = trees.get(attr)
         if t is None or len(t[0]) + len(t[1]) > NODE_MEMO_SIZE:
-            t = self._trees[attr] = ({1: self.root("numeric", attr)}, {})
+            t = trees[attr] = ({1: self.root("numeric", attr)}, {})
         return t
 
     @staticmethod
@@ -288,13 +295,14 @@ class KDC:
     optional ``publisher``.
     """
 
-    __slots__ = ("_kh", "_topics")
+    __slots__ = ("_kh", "_native", "_topics")
 
     def __init__(self, master: SecretBytes | bytes) -> None:
         m = master.reveal() if isinstance(master, SecretBytes) else master
         if not isinstance(m, bytes) or len(m) < 16:
             raise ValidationError("the KDC master secret must be at least 16 bytes")
         self._kh = keyed_hash(m)
+        self._native = nb.NATIVE is not None  # _kh is then pubguard._native.KeyedHash
         self._topics: OrderedDict[tuple[str, str | None], TopicKeys] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -309,7 +317,11 @@ class KDC:
 
     def topic_key(self, w: str) -> SecretBytes:
         """psguard.txt §3.1: ``K(w) = KH_rk(w)``."""
-        if type(w) is str and w and "\x00" not in w:  # label()'s checks, inline (hot at the KDC)
+        if self._native:  # label()'s checks, the HMAC and the SecretBytes in one call
+            k = self._kh.secret(w)  # type: ignore[attr-defined]
+            if k is not None:
+                return k  # type: ignore[no-any-return]
+        elif type(w) is str and w and "\x00" not in w:  # label()'s checks, inline (hot)
             return SecretBytes(self._kh(w.encode()))
         return SecretBytes(self._kh(label("topic", w)))
 

@@ -257,14 +257,10 @@ def derive_from(auth_ktid: str, auth_key: bytes | SecretBytes, target_ktid: str)
     ``auth_ktid`` is a prefix of ``target_ktid``; otherwise :class:`KeyError_`.
     """
     n = nb.NATIVE
-    if n is not None and type(auth_ktid) is str and type(target_ktid) is str:
-        k = n.derive_from(
-            auth_ktid,
-            auth_key.reveal() if type(auth_key) is SecretBytes else raw(auth_key),
-            target_ktid,
-        )
-        if k is not None:  # None: not bits or not a prefix; the reference below says which
-            return SecretBytes(k)
+    if n is not None:  # checks, walk and the SecretBytes in one call
+        k = n.derive_secret(auth_ktid, auth_key, target_ktid)
+        if k is not None:  # None: not bits, not a prefix, odd types; the reference decides
+            return k  # type: ignore[no-any-return]
     check_ktid(auth_ktid)
     check_ktid(target_ktid)
     if not target_ktid.startswith(auth_ktid):

@@ -17,15 +17,19 @@
   tokens), as :class:`~pubguard.schemes.psguard.tokens.TokenSet` runs it for the broker and
   the Spark match stage.
 
-Every figure is the best of ``repeat`` runs in this process's CPU time (``process_time``), so
-time spent descheduled on a shared machine does not count. Both backends must give the same
-keys and the same hits; the result says whether they did (``agree``).
+Each figure is the best of ``repeat`` timings in this process's CPU time (``process_time``), so
+time spent descheduled on a shared machine does not count; the whole measurement is run
+``runs`` times, the backends alternating, and the result reports the median of the runs with
+their range (``*_range_us``) and the load average before and after (a shared machine's other
+work still slows the CPU this process gets). Both backends must give the same keys and the
+same hits; the result says whether they did (``agree``).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import statistics
 import time
 import timeit
 from typing import Any, Final
@@ -114,28 +118,48 @@ def _keys_once(number: int, repeat: int, leaves: list[str]) -> tuple[dict[str, f
     }, got
 
 
-def key_backends(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
-    """Key-tree costs at |R| = 10^4 on each available backend (see the module notes)."""
+def _load() -> float:
+    """The 1-minute load average (0.0 where the OS does not report one)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # pragma: no cover - platform dependent
+        return 0.0
+
+
+def _median_range(xs: list[float]) -> tuple[float, list[float]]:
+    return statistics.median(xs), [min(xs), max(xs)]
+
+
+def key_backends(*, quick: bool = False, seed: int = 1, runs: int = 5) -> dict[str, Any]:
+    """Key-tree costs at |R| = 10^4 on each available backend, the median of ``runs`` runs
+    (one with ``quick``) with their range (see the module notes)."""
     number, repeat, items = (20, 3, 10) if quick else (200, 9, 50)
+    runs = 1 if quick else max(1, runs)
     rng = random.Random(seed)
     leaves = [ktid(rng.randint(1, TREE - 2), TREE, 1) for _ in range(items)]
-    runs: dict[str, dict[str, float]] = {}
+    per: dict[str, dict[str, list[float]]] = {}
     outputs = []
-    for b in _backends():
-        with native.use(b):
-            runs[b], got = _keys_once(number, repeat, leaves)
-        outputs.append(got)
+    load_before = _load()
+    for _ in range(runs):
+        for b in _backends():
+            with native.use(b):
+                got_us, got = _keys_once(number, repeat, leaves)
+            for metric, us in got_us.items():
+                per.setdefault(b, {}).setdefault(metric, []).append(us)
+            outputs.append(got)
     rows = []
     for metric, goal in GOALS_US.items():
-        if metric not in runs["python"]:
+        if metric not in per["python"]:
             continue
-        py = runs["python"][metric]
-        nat = runs.get("native", {}).get(metric)
+        py, py_range = _median_range(per["python"][metric])
+        nat, nat_range = _median_range(per["native"][metric]) if "native" in per else (None, None)
         rows.append(
             {
                 "metric": metric,
                 "python_us": py,
+                "python_range_us": py_range,
                 "native_us": nat,
+                "native_range_us": nat_range,
                 "speedup": py / nat if nat else None,
                 "goal_us": goal,
                 "goal_met": nat is not None and nat <= goal,
@@ -147,8 +171,10 @@ def key_backends(*, quick: bool = False, seed: int = 1) -> dict[str, Any]:
         "tree_size": TREE,
         "depth": TREE.bit_length() - 1,
         "keys_per_cover": len(outputs[0][0]),
-        "backends": list(runs),
+        "backends": list(per),
         "backend_active": native.describe(),
+        "runs": runs,
+        "load_average": [load_before, _load()],
         "agree": all(o == outputs[0] for o in outputs),
         "rows": rows,
     }
@@ -180,18 +206,26 @@ def token_backends(
     matching: int = 2,
     quick: bool = False,
     seed: int = 1,
+    runs: int = 5,
 ) -> dict[str, Any]:
-    """Randomized-token matching of one micro-batch on each available backend."""
+    """Randomized-token matching of one micro-batch on each available backend, the median of
+    ``runs`` runs (one with ``quick``) with their range."""
     number, repeat = (3, 3) if quick else (20, 9)
+    runs = 1 if quick else max(1, runs)
     toks, nonces, tagl = _token_workload(random.Random(seed), tokens, batch, tags, matching)
-    per_event: dict[str, float] = {}
+    samples: dict[str, list[float]] = {}
     hits: dict[str, list[tuple[int, int]]] = {}
-    for b in _backends():
-        with native.use(b):
-            ts = TokenSet(toks)  # the broker's kept index: set up once, outside the timing
-            hits[b] = ts.match_batch(nonces, tagl)
-            us = _best_us("m(n, t)", {"m": ts.match_batch, "n": nonces, "t": tagl}, number, repeat)
-        per_event[b] = us / batch
+    load_before = _load()
+    for _ in range(runs):
+        for b in _backends():
+            with native.use(b):
+                ts = TokenSet(toks)  # the broker's kept index: set up once, outside the timing
+                hits[b] = ts.match_batch(nonces, tagl)
+                m = ts.match_batch
+                us = _best_us("m(n, t)", {"m": m, "n": nonces, "t": tagl}, number, repeat)
+            samples.setdefault(b, []).append(us / batch)
+    per_event = {b: statistics.median(xs) for b, xs in samples.items()}
+    spread = {b: [min(xs), max(xs)] for b, xs in samples.items()}
     nat = per_event.get("native")
     goal = GOALS_US["token_match_us_per_event"]
     return {
@@ -203,8 +237,12 @@ def token_backends(
         "backend_active": native.describe(),
         "hits": len(hits["python"]),
         "agree": all(h == hits["python"] for h in hits.values()),
+        "runs": runs,
+        "load_average": [load_before, _load()],
         "python_us_per_event": per_event["python"],
+        "python_range_us_per_event": spread["python"],
         "native_us_per_event": nat,
+        "native_range_us_per_event": spread.get("native"),
         "speedup": per_event["python"] / nat if nat else None,
         "aes_evaluations_per_event": tokens,
         "goal_us_per_event": goal,
@@ -215,18 +253,23 @@ def token_backends(
 
 
 def rows_for_table(r: dict[str, Any]) -> list[tuple[str, ...]]:
-    """Human-readable rows of :func:`key_backends` (for the CLI's table)."""
+    """Human-readable rows of :func:`key_backends` (for the CLI's table): medians, and the
+    native figure's range over the runs (the JSON has both backends' ranges)."""
 
     def f(x: float | None, spec: str = ".3f") -> str:
         return "-" if x is None else format(x, spec)
+
+    def m(x: float | None, rng: list[float] | None) -> str:
+        """The median with the runs' range: ``1.061 (1.04-1.09)``."""
+        return f(x) if not rng or len(set(rng)) == 1 else f"{f(x)} ({rng[0]:.3g}-{rng[1]:.3g})"
 
     out: list[tuple[str, ...]] = []
     for x in r["rows"]:
         out.append(
             (
                 x["metric"],
-                f(x["python_us"]),
-                f(x["native_us"]),
+                f(x["python_us"], ".2f"),
+                m(x["native_us"], x.get("native_range_us")),
                 f(x["speedup"], ".1f") + ("x" if x["speedup"] else ""),
                 f(x["goal_us"], ".2f") + (" met" if x["goal_met"] else " missed"),
                 f(x["paper_us"], ".2f"),
