@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzz the native publication guard's pure core (native/src/guard/core.rs) with the stable
-# driver in native/fuzz/ (seeded generation + mutation; no nightly, no libFuzzer): at least
+# Fuzz the native publication guards' pure cores (native/src/guard/core.rs, psguard.rs,
+# narada.rs) with the stable driver in native/fuzz/ (seeded generation + mutation; no
+# nightly, no libFuzzer): at least
 # FUZZ_INPUTS inputs (default 10 million), overflow checks and debug assertions on; any panic
 # fails. Without a Rust toolchain it says so in one line and succeeds (nothing native to fuzz).
 set -euo pipefail

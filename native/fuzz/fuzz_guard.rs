@@ -9,14 +9,26 @@
 //! their limits, and replays through one guard so the caches of verified roots, inner nodes
 //! and permits are exercised across inputs. Raw random bytes also go to each parser alone.
 //!
+//! PSGuard's guard (`guard/psguard.rs`: records signed one by one and in Merkle batches) and
+//! narada's (`guard/narada.rs`: token, window, signature, replay) get the same treatment with
+//! their own generators, a fifth as many inputs each.
+//!
 //! Built with overflow checks and debug assertions; any panic aborts the run with the seed
 //! and input number, so a crash reproduces with `fuzz-guard <n> <seed>`. Unmutated
 //! publications must pass and mutated signed bytes must not: both are counted and checked.
 #[allow(dead_code)]
 #[path = "../src/guard/core.rs"]
 mod core;
+#[allow(dead_code)]
+#[path = "../src/guard/psguard.rs"]
+mod psguard;
+#[allow(dead_code)]
+#[path = "../src/guard/narada.rs"]
+mod narada;
 
-use core::{AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, Reason, RootVerifier, Val, Verdict};
+use core::{AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, Reason, RecordMeta, RootVerifier, Val, Verdict};
+use narada::{NdEnv, NdMeta, NdToken};
+use psguard::{PsEnv, PsMeta};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
@@ -323,6 +335,33 @@ fn mutate(rng: &mut Rng, p: &mut Pub) {
     }
 }
 
+/// One field mutated: its bytes, an integer nudged by one, or any wire value instead.
+fn mutate_field(rng: &mut Rng, f: &mut OwnedVal) {
+    match f {
+        OwnedVal::Bytes(b) if rng.below(2) == 0 => mutate_bytes(rng, b),
+        OwnedVal::Int(x) if rng.below(2) == 0 => *x = x.wrapping_add(rng.below(3) as i64 - 1),
+        f => *f = random_val(rng),
+    }
+}
+
+/// A token profile's record (event id, tags, body, meta fields) with one mutation.
+fn mutated_record(
+    rng: &mut Rng,
+    (eid, tags, body, fields): (&str, &[u8], &[u8], &[OwnedVal]),
+) -> (String, Vec<u8>, Vec<u8>, Vec<OwnedVal>) {
+    let (mut eid, mut tags, mut body, mut fields) = (eid.to_string(), tags.to_vec(), body.to_vec(), fields.to_vec());
+    match rng.below(5) {
+        0 => mutate_bytes(rng, &mut tags),
+        1 => mutate_bytes(rng, &mut body),
+        2 => eid = str_mutation(rng, &eid),
+        _ => {
+            let i = rng.below(fields.len() as u64) as usize;
+            mutate_field(rng, &mut fields[i]);
+        }
+    }
+    (eid, tags, body, fields)
+}
+
 fn str_mutation(rng: &mut Rng, s: &str) -> String {
     let mut b = s.as_bytes().to_vec();
     mutate_bytes(rng, &mut b);
@@ -429,9 +468,13 @@ fn df_batch(rng: &mut Rng, w: &DfWorld, n: usize, serial: &mut u64) -> Vec<(Stri
     out
 }
 
+fn rec_meta<'a>(v: &[Val<'a>]) -> RecordMeta<'a> {
+    RecordMeta { p: v[0], ts: v[1], e: v[2], h: v[3], s: v[4], sig: v[5] }
+}
+
 fn df_meta(f: &[OwnedVal]) -> DfMeta<'_> {
     let v: Vec<Val<'_>> = f.iter().map(|x| x.view()).collect();
-    DfMeta { p: v[0], ts: v[1], e: v[2], h: v[3], s: v[4], sig: v[5], pm: v[6], q: v[7], mi: v[8], mn: v[9], mp: v[10] }
+    DfMeta { rec: rec_meta(&v), pm: v[6], q: v[7], mi: v[8], mn: v[9], mp: v[10] }
 }
 
 /// Default publications through the default guard: `count` inputs. Returns (inputs, clean
@@ -451,19 +494,7 @@ fn fuzz_default(rng: &mut Rng, count: u64) -> (u64, u64, u64) {
                 clean_fail += 1;
             }
             for _ in 0..8 {
-                let (mut eid2, mut tags2, mut body2, mut f2) = (eid.clone(), tags.clone(), body.clone(), fields.clone());
-                match rng.below(5) {
-                    0 => mutate_bytes(rng, &mut tags2),
-                    1 => mutate_bytes(rng, &mut body2),
-                    2 => eid2 = str_mutation(rng, &eid2),
-                    _ => {
-                        let i = rng.below(11) as usize;
-                        match &mut f2[i] {
-                            OwnedVal::Bytes(b) if rng.below(2) == 0 => mutate_bytes(rng, b),
-                            f => *f = random_val(rng),
-                        }
-                    }
-                }
+                let (eid2, tags2, body2, f2) = mutated_record(rng, (&eid, &tags, &body, &fields));
                 let m = df_meta(&f2);
                 let v = guard.check(&mut roots, &mut w, &eid2, "randomized", &[7u8; 16], Val::Bytes(&tags2), &body2, &m, NOW);
                 done += 1;
@@ -477,6 +508,209 @@ fn fuzz_default(rng: &mut Rng, count: u64) -> (u64, u64, u64) {
         done += 1;
     }
     (done, clean_fail, passed)
+}
+
+// -- the psguard profile -----------------------------------------------------------------------
+
+const PS_ROOT_TAG: &[u8] = b"pubguard/psguard/root/v1\x00";
+
+struct PsWorld {
+    pk: Vec<u8>,
+    revoked: bool,
+}
+
+impl PsEnv for PsWorld {
+    type Err = Refused;
+    fn key(&mut self, publisher: &str) -> Result<Option<Vec<u8>>, Refused> {
+        Ok((publisher == "hospital").then(|| self.pk.clone()))
+    }
+    fn revoked(&mut self, _publisher: &str) -> Result<bool, Refused> {
+        Ok(self.revoked)
+    }
+    fn valid(&mut self, sig: &[u8], msg: &[u8]) -> Result<bool, Refused> {
+        Ok(sig == fake_sig(&self.pk, msg).as_slice())
+    }
+    fn verify(&mut self, sig: &[u8], msg: &[u8]) -> Result<(), Refused> {
+        if sig == fake_sig(&self.pk, msg).as_slice() { Ok(()) } else { Err(Refused) }
+    }
+    fn forged(&self, _e: &Refused) -> bool {
+        true
+    }
+}
+
+/// psguard records (event id, tags, body, meta fields in PsMeta order), signed one by one
+/// (`n == 1`) or as a Merkle batch.
+fn ps_batch(rng: &mut Rng, pk: &[u8], n: usize, serial: &mut u64) -> Vec<(String, Vec<u8>, Vec<u8>, Vec<OwnedVal>)> {
+    let mut out = Vec::new();
+    let mut leaves = Vec::new();
+    for _ in 0..n {
+        *serial += 1;
+        let eid = format!("p{serial}");
+        let tags = { let k = 8 * rng.below(6) as usize; rng.bytes(k) };
+        let body = { let k = rng.below(48) as usize; rng.bytes(k) };
+        let hint = rng.bytes(8);
+        let ts = (NOW * 1000.0) as i64 - rng.below(5000) as i64;
+        let signed = core::psguard_signed(&eid, "hospital", ts, 2, "randomized", &[9u8; 16], &tags, &hint, b"", &body);
+        leaves.push(h(&[&signed]));
+        let sig = if n == 1 { OwnedVal::Bytes(fake_sig(pk, &signed)) } else { OwnedVal::Missing };
+        let fields = vec![
+            OwnedVal::Str("hospital".into()),
+            OwnedVal::Int(ts),
+            OwnedVal::Int(2),
+            OwnedVal::Bytes(hint),
+            OwnedVal::Bytes(Vec::new()),
+            sig,
+            OwnedVal::Missing,
+            OwnedVal::Missing,
+            OwnedVal::Missing,
+        ];
+        out.push((eid, tags, body, fields));
+    }
+    if n > 1 {
+        let (root, paths) = merkle(&leaves);
+        let sig = fake_sig(pk, &core::signed_root(PS_ROOT_TAG, &root, n as i64));
+        for (i, p) in out.iter_mut().enumerate() {
+            p.3[5] = OwnedVal::Bytes(sig.clone());
+            p.3[6] = OwnedVal::Int(i as i64);
+            p.3[7] = OwnedVal::Int(n as i64);
+            p.3[8] = OwnedVal::Bytes(paths[i].clone());
+        }
+    }
+    out
+}
+
+fn ps_meta(f: &[OwnedVal]) -> PsMeta<'_> {
+    let v: Vec<Val<'_>> = f.iter().map(|x| x.view()).collect();
+    PsMeta { rec: rec_meta(&v), mi: v[6], mn: v[7], mp: v[8] }
+}
+
+/// psguard publications through its guard: `count` inputs. Returns (inputs, clean
+/// publications refused, mutated ones passed whose signed bytes changed).
+fn fuzz_psguard(rng: &mut Rng, count: u64) -> (u64, u64, u64) {
+    let mut w = PsWorld { pk: rng.bytes(32), revoked: false };
+    let mut roots = RootVerifier::new(PS_ROOT_TAG, 120.0, 4096, 1 << 12);
+    let (mut done, mut clean_fail, mut forged, mut serial) = (0u64, 0u64, 0u64, 0u64);
+    let signed_of = |eid: &str, tags: &[u8], body: &[u8], f: &[OwnedVal]| -> Option<Vec<u8>> {
+        let v: Vec<Val<'_>> = f.iter().map(|x| x.view()).collect();
+        rec_meta(&v).record(eid, "randomized", &[9u8; 16], Val::Bytes(tags), body).map(|r| r.signed)
+    };
+    while done < count {
+        let n = [1usize, 1, 4, 16][rng.below(4) as usize];
+        let pk = w.pk.clone();
+        for (eid, tags, body, fields) in ps_batch(rng, &pk, n, &mut serial) {
+            w.revoked = rng.below(64) == 0;
+            let v = psguard::check(&mut roots, &mut w, &eid, "randomized", &[9u8; 16], Val::Bytes(&tags), &body, &ps_meta(&fields), NOW, 60_000);
+            done += 1;
+            if !w.revoked && v != Ok(Verdict::Pass) {
+                clean_fail += 1;
+            }
+            let want = signed_of(&eid, &tags, &body, &fields);
+            for _ in 0..8 {
+                let (eid2, tags2, body2, f2) = mutated_record(rng, (&eid, &tags, &body, &fields));
+                let now = if rng.below(16) == 0 { NOW + rng.below(200) as f64 } else { NOW };
+                let v = psguard::check(&mut roots, &mut w, &eid2, "randomized", &[9u8; 16], Val::Bytes(&tags2), &body2, &ps_meta(&f2), now, 60_000);
+                done += 1;
+                if v == Ok(Verdict::Pass) && signed_of(&eid2, &tags2, &body2, &f2) != want {
+                    forged += 1; // a pass must be the signed record itself
+                }
+            }
+        }
+    }
+    (done, clean_fail, forged)
+}
+
+// -- the narada profile ------------------------------------------------------------------------
+
+struct NdWorld {
+    pk: Vec<u8>,
+    tok: Vec<u8>,
+    cert: Vec<u8>,
+    seen: HashMap<Vec<u8>, (i64, i64)>,
+}
+
+impl NdEnv for NdWorld {
+    type Err = Refused;
+    fn verified(&mut self, tok: &[u8], cert: &[u8]) -> Result<Result<NdToken, Reason>, Refused> {
+        if tok != self.tok.as_slice() {
+            return Ok(Err(if tok.first() == Some(&b'U') { Reason::Unauthorised } else { Reason::Forged }));
+        }
+        if cert != self.cert.as_slice() {
+            return Err(Refused); // the owner's own error, passed through
+        }
+        Ok(Ok(NdToken { topic: "/gis/sensors".into(), publish: true, fingerprint: h(&[cert]).to_vec() }))
+    }
+    fn valid(&mut self, sig: &[u8], msg: &[u8]) -> Result<bool, Refused> {
+        Ok(sig == fake_sig(&self.pk, msg).as_slice())
+    }
+    fn replayed(&mut self, fp: &[u8], ts: i64, seq: i64) -> Result<bool, Refused> {
+        if matches!(self.seen.get(fp), Some(l) if (ts, seq) <= *l) {
+            return Ok(true);
+        }
+        self.seen.insert(fp.to_vec(), (ts, seq));
+        Ok(false)
+    }
+}
+
+fn nd_meta(f: &[OwnedVal]) -> NdMeta<'_> {
+    let v: Vec<Val<'_>> = f.iter().map(|x| x.view()).collect();
+    NdMeta { tok: v[0], cert: v[1], kv: v[2], ts: v[3], seq: v[4], sig: v[5] }
+}
+
+/// narada publications through its guard: `count` inputs. Returns (inputs, fresh
+/// publications refused, mutated ones passed that changed nothing signed, and that did).
+fn fuzz_narada(rng: &mut Rng, count: u64) -> (u64, u64, u64, u64) {
+    let mut w = NdWorld { pk: rng.bytes(32), tok: rng.bytes(180), cert: rng.bytes(300), seen: HashMap::new() };
+    let (mut done, mut clean_fail, mut passed, mut forged, mut seq) = (0u64, 0u64, 0u64, 0u64, 0i64);
+    let topic = "/gis/sensors";
+    while done < count {
+        seq += 1;
+        let eid = format!("n{seq}");
+        let body = { let k = rng.below(64) as usize; rng.bytes(k) };
+        let ts = (NOW * 1000.0) as i64;
+        let kv = rng.below(4) as i64;
+        let d = narada::signed_digest("publish", &eid, topic, ts, seq, 0, kv, &body, &w.tok);
+        let fields = vec![
+            OwnedVal::Bytes(w.tok.clone()),
+            OwnedVal::Bytes(w.cert.clone()),
+            OwnedVal::Int(kv),
+            OwnedVal::Int(ts),
+            OwnedVal::Int(seq),
+            OwnedVal::Bytes(fake_sig(&w.pk, &d)),
+        ];
+        for _ in 0..8 {
+            let (mut eid2, mut body2, mut f2) = (eid.clone(), body.clone(), fields.clone());
+            let mut topic2 = topic.to_string();
+            match rng.below(6) {
+                0 => mutate_bytes(rng, &mut body2),
+                1 => eid2 = str_mutation(rng, &eid2),
+                2 => topic2 = [str_mutation(rng, topic), format!("kmc/{:032x}", rng.next() as u128)][rng.below(2) as usize].clone(),
+                _ => {
+                    let i = rng.below(6) as usize;
+                    mutate_field(rng, &mut f2[i]);
+                }
+            }
+            let now = if rng.below(16) == 0 { NOW + rng.below(200) as f64 } else { NOW };
+            let v = narada::check(&mut w, &eid2, Val::Str(&topic2), &body2, &nd_meta(&f2), now, 60.0);
+            done += 1;
+            if v == Ok(Verdict::Pass) {
+                // only a mutation that changed nothing signed passes (before the original)
+                let same = match (&f2[0], &f2[2], &f2[3], &f2[4]) {
+                    (OwnedVal::Bytes(t), OwnedVal::Int(k), OwnedVal::Int(s), OwnedVal::Int(q)) => {
+                        narada::signed_digest("publish", &eid2, &topic2, *s, *q, 0, *k, &body2, t) == d
+                    }
+                    _ => false,
+                };
+                if same { passed += 1 } else { forged += 1 }
+            }
+        }
+        let v = narada::check(&mut w, &eid, Val::Str(topic), &body, &nd_meta(&fields), NOW, 60.0);
+        done += 1;
+        if v != Ok(Verdict::Pass) && v != Ok(Verdict::Drop(Reason::Replayed)) {
+            clean_fail += 1;
+        }
+        let _ = narada::is_service_topic(&String::from_utf8_lossy(&{ let k = rng.below(40) as usize; rng.bytes(k) }));
+    }
+    (done, clean_fail, passed, forged)
 }
 
 fn main() {
@@ -542,9 +776,15 @@ fn main() {
     // the default profile: a fifth as many again
     let (dn, dfail, dpassed) = fuzz_default(&mut rng, total / 5);
     done += dn;
+    let (pn, pfail, pforged) = fuzz_psguard(&mut rng, total / 5);
+    done += pn;
+    let (nn, nfail, npassed, nforged) = fuzz_narada(&mut rng, total / 5);
+    done += nn;
     eprintln!();
     println!("fuzz-guard: default profile {dn} inputs: unmutated refused {dfail}, mutated passed {dpassed}");
-    if dfail > 0 || dpassed > 0 {
+    println!("fuzz-guard: psguard profile {pn} inputs: unmutated refused {pfail}, passed with other signed bytes {pforged}");
+    println!("fuzz-guard: narada profile {nn} inputs: fresh refused {nfail}, mutated passed {npassed} (signed bytes unchanged), with other signed bytes {nforged}");
+    if dfail > 0 || dpassed > 0 || pfail > 0 || pforged > 0 || nfail > 0 || nforged > 0 {
         std::process::exit(1);
     }
     println!(

@@ -11,12 +11,25 @@ from typing import Any
 import msgpack
 from hypothesis import strategies as st
 
+from pubguard import native
 from pubguard.broker.profiles import DECODE_ERRORS
 from pubguard.errors import DropError, FrameError, InvalidToken, RevokedError
 from pubguard.schemes.base import BrokerScheme, CheckContext, LinkInfo, LinkKind
 from pubguard.wire.messages import Publish, decode_message, decode_publish
+from tests.native_backends import NATIVE_SKIP
 
-__all__ = ["WIRE_VALUES", "Counting", "check_same", "mutated", "verdict"]
+__all__ = [
+    "WIRE_VALUES",
+    "Counting",
+    "assert_decided_natively",
+    "backend_pair",
+    "check_same",
+    "counted_pair",
+    "mutated",
+    "roots_state",
+    "verdict",
+    "with_meta",
+]
 
 _LINKS = itertools.count()
 
@@ -40,13 +53,56 @@ class Counting:
 
     def __init__(self, fast: Any) -> None:
         self.fast = fast
-        self.roots = fast.roots
         self.seen: dict[str, int] = {}
+
+    @property
+    def roots(self) -> Any:
+        """The guard's verifier (the schemes that share one check it is theirs)."""
+        return self.fast.roots
 
     def check_publish(self, *args: Any) -> str:
         v: str = self.fast.check_publish(*args)
         self.seen[v] = self.seen.get(v, 0) + 1
         return v
+
+
+def backend_pair(make: Callable[[], Any]) -> tuple[Any, Any]:
+    """The scheme ``make()`` builds on each backend: (the Python reference, the native one)."""
+    with native.use("python"):
+        py = make()
+    nat = make()
+    assert py._fast is None and nat._fast is not None
+    return py, nat
+
+
+def counted_pair(make: Callable[[], Any]) -> tuple[tuple[Any, Any] | None, Counting | None]:
+    """One pair for a whole property (their caches see the same sequence), the native one's
+    guard behind :class:`Counting`; ``(None, None)`` when the native backend is not there
+    (the module is skipped then)."""
+    if NATIVE_SKIP is not None:
+        return None, None
+    pair = backend_pair(make)
+    count = pair[1]._fast = Counting(pair[1]._fast)
+    return pair, count
+
+
+def roots_state(s: Any) -> tuple[int, int, int]:
+    """A scheme's verifier state: signatures verified, authenticated nodes and trees kept."""
+    return (s.roots.verifications, s.roots.cached_nodes, s.roots.cached_trees)
+
+
+def assert_decided_natively(count: Counting | None) -> None:
+    """Run after a property: nearly every frame that reached the guard was decided by the
+    port, not handed back (``fallback``) to the Python guard."""
+    assert count is not None
+    seen = count.seen
+    assert sum(seen.values()) >= 50, seen
+    assert seen.get("fallback", 0) <= 0.1 * sum(seen.values()), seen
+
+
+def with_meta(wire: dict[str, Any], now: float, **meta: Any) -> tuple[dict[str, Any], float]:
+    """``wire`` with ``meta`` fields replaced, checked at ``now`` (a property's example)."""
+    return ({**wire, "meta": {**wire["meta"], **meta}}, now)
 
 
 def verdict(scheme: BrokerScheme, wire: dict[str, Any], now: float, link: str) -> str:

@@ -43,6 +43,20 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The reason whose value is `s` (`as_str`'s inverse).
+    pub fn parse(s: &str) -> Option<Reason> {
+        [
+            Reason::Malformed,
+            Reason::Forged,
+            Reason::Stale,
+            Reason::Unauthorised,
+            Reason::Revoked,
+            Reason::Replayed,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Malformed => "malformed",
@@ -77,6 +91,23 @@ pub enum Verdict {
     Pass,
     Drop(Reason),
     Fallback,
+}
+
+impl Verdict {
+    /// The verdict as the Python side reads it: "" to pass, a drop reason's value, or
+    /// "fallback".
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "",
+            Verdict::Drop(r) => r.as_str(),
+            Verdict::Fallback => "fallback",
+        }
+    }
+}
+
+/// Whether any of `vals` is one the port does not model (the Python guard then decides).
+pub fn any_fallback(vals: &[Val<'_>]) -> bool {
+    vals.iter().any(|v| matches!(v, Val::Fallback))
 }
 
 fn sha(parts: &[&[u8]]) -> [u8; 32] {
@@ -471,7 +502,7 @@ pub struct EgFields<'a> {
 
 /// eventguard/wire.py `parse_meta` for `n` tokens: Err(None) is malformed, Err(Some) fallback.
 pub fn parse_meta<'a>(m: &EgMeta<'a>, n: usize) -> Result<EgFields<'a>, Verdict> {
-    if m.all().iter().any(|v| matches!(v, Val::Fallback)) {
+    if any_fallback(&m.all()) {
         return Err(Verdict::Fallback);
     }
     let bad = Err(Verdict::Drop(Reason::Malformed));
@@ -684,15 +715,83 @@ impl EgGuard {
 
 // -- default publications (default/broker.py, psguard/wire.py, psguard/record.py) ----------------
 
-/// A default publication's `meta`, field by field.
+/// The signed psguard record fields of a publication's `meta` (psguard/wire.py
+/// `signed_from_wire`), which the default and psguard profiles share.
 #[derive(Clone, Copy, Debug)]
-pub struct DfMeta<'a> {
+pub struct RecordMeta<'a> {
     pub p: Val<'a>,
     pub ts: Val<'a>,
     pub e: Val<'a>,
     pub h: Val<'a>,
     pub s: Val<'a>,
     pub sig: Val<'a>,
+}
+
+/// A record that passed `signed_from_wire`: its publisher, timestamp (ms), key epoch, the
+/// signature, and the bytes signed (psguard/record.py `signed_message_packed`).
+pub struct PsRecord<'a> {
+    pub publisher: &'a str,
+    pub ts: i64,
+    pub epoch: i64,
+    pub sig: &'a [u8],
+    pub signed: Vec<u8>,
+}
+
+impl<'a> RecordMeta<'a> {
+    pub fn all(&self) -> [Val<'a>; 6] {
+        [self.p, self.ts, self.e, self.h, self.s, self.sig]
+    }
+
+    /// psguard/wire.py `signed_from_wire` for a publication whose routing part decoded to
+    /// `(mode, nonce)` with tags `toks`: None is malformed. With wire types (no subclasses:
+    /// those are handed back before) its slow path refuses exactly what its common shape
+    /// does not take.
+    pub fn record(
+        &self,
+        event_id: &str,
+        mode: &str,
+        nonce: &[u8],
+        toks: Val<'a>,
+        body: &[u8],
+    ) -> Option<PsRecord<'a>> {
+        let (
+            Val::Str(publisher),
+            Val::Int(ts),
+            Val::Int(epoch),
+            Val::Bytes(hint),
+            Val::Bytes(sec),
+            Val::Bytes(sig),
+            Val::Bytes(toks),
+        ) = (self.p, self.ts, self.e, self.h, self.s, self.sig, toks)
+        else {
+            return None;
+        };
+        if publisher.is_empty() || epoch < 0 {
+            return None;
+        }
+        // sealed secrets are signed in their canonical form (psguard/wire.py)
+        let sec: std::borrow::Cow<'_, [u8]> = if sec.is_empty() {
+            std::borrow::Cow::Borrowed(sec)
+        } else {
+            std::borrow::Cow::Owned(canonical_secrets(sec)?)
+        };
+        let signed = psguard_signed(
+            event_id, publisher, ts, epoch, mode, nonce, toks, hint, &sec, body,
+        );
+        Some(PsRecord {
+            publisher,
+            ts,
+            epoch,
+            sig,
+            signed,
+        })
+    }
+}
+
+/// A default publication's `meta`, field by field.
+#[derive(Clone, Copy, Debug)]
+pub struct DfMeta<'a> {
+    pub rec: RecordMeta<'a>,
     pub pm: Val<'a>,
     pub q: Val<'a>,
     pub mi: Val<'a>,
@@ -835,39 +934,14 @@ impl DfGuard {
         m: &DfMeta<'_>,
         now: f64,
     ) -> Result<Verdict, E::Err> {
-        let all = [
-            toks, m.p, m.ts, m.e, m.h, m.s, m.sig, m.pm, m.q, m.mi, m.mn, m.mp,
-        ];
-        if all.iter().any(|v| matches!(v, Val::Fallback)) {
+        if any_fallback(&m.rec.all()) || any_fallback(&[toks, m.pm, m.q, m.mi, m.mn, m.mp]) {
             return Ok(Verdict::Fallback);
         }
         let bad = Ok(Verdict::Drop(Reason::Malformed));
-        // psguard/wire.py `signed_from_wire`: with wire types (no subclasses: those were
-        // handed back above) its slow path refuses exactly what its common shape does not take
-        let (
-            Val::Str(publisher),
-            Val::Int(ts),
-            Val::Int(epoch),
-            Val::Bytes(hint),
-            Val::Bytes(sec),
-            Val::Bytes(sig),
-            Val::Bytes(toks),
-        ) = (m.p, m.ts, m.e, m.h, m.s, m.sig, toks)
-        else {
+        let Some(rec) = m.rec.record(event_id, mode, nonce, toks, body) else {
             return bad;
         };
-        if publisher.is_empty() || epoch < 0 {
-            return bad;
-        }
-        // sealed secrets are signed in their canonical form (psguard/wire.py)
-        let sec: std::borrow::Cow<'_, [u8]> = if sec.is_empty() {
-            std::borrow::Cow::Borrowed(sec)
-        } else {
-            match canonical_secrets(sec) {
-                Some(c) => std::borrow::Cow::Owned(c),
-                None => return bad,
-            }
-        };
+        let (publisher, ts, epoch, sig) = (rec.publisher, rec.ts, rec.epoch, rec.sig);
         // default/broker.py `_batch_meta`
         let blob: &[u8] = match m.pm {
             Val::Missing | Val::Null => b"",
@@ -920,10 +994,7 @@ impl DfGuard {
         if p.subject != publisher || p.epoch != Some(epoch) {
             return Ok(Verdict::Drop(Reason::Unauthorised));
         }
-        let signed = psguard_signed(
-            event_id, publisher, ts, epoch, mode, nonce, toks, hint, &sec, body,
-        );
-        let leaf = df_leaf(&signed, seq, &p.digest);
+        let leaf = df_leaf(&rec.signed, seq, &p.digest);
         let key = p.key.clone();
         match roots.verify(&key, &leaf, sig, now, index, size, path, |msg| {
             env.verify(blob, sig, msg)

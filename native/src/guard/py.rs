@@ -4,8 +4,8 @@
 //! the Python guard raises them to `guard_check.checked`.
 
 use super::core::{
-    AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, RootVerifier, Val, Verdict,
-    VerifyError, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_NODES, DIGEST, HOT_CAPACITY, MAX_PATH,
+    AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, RecordMeta, RootVerifier,
+    Val, VerifyError, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_NODES, DIGEST, HOT_CAPACITY, MAX_PATH,
 };
 use pyo3::exceptions::PyKeyError;
 use pyo3::intern;
@@ -34,23 +34,23 @@ fn striking(v: &str) -> bool {
     matches!(v, "forged" | "unauthorised" | "malformed" | "revoked")
 }
 
-/// `check_run`'s loop, shared by the guards: the verdicts of `frames` in order, up to and
-/// including the first striking one when `stop_on_strike` (the caller strikes the source and
-/// may ban it before the next frame), and up to but excluding a frame that falls back to the
-/// Python guard or whose callback raised (that exception is returned with the verdicts). The
-/// caller resumes after what it has decided, so the state evolves exactly as one call per
-/// frame would leave it.
+/// `check_run`'s loop, shared by the guards: the verdicts of `frames` (tuples of `arity`
+/// items) in order, up to and including the first striking one when `stop_on_strike` (the
+/// caller strikes the source and may ban it before the next frame), and up to but excluding
+/// a frame that falls back to the Python guard or whose callback raised (that exception is
+/// returned with the verdicts). The caller resumes after what it has decided, so the state
+/// evolves exactly as one call per frame would leave it.
 pub(super) fn run_frames<'py>(
     py: Python<'py>,
     frames: &Bound<'py, PyAny>,
+    arity: usize,
     stop_on_strike: bool,
-    mut one: impl FnMut(&Bound<'py, PyTuple>) -> PyResult<&'static str>,
+    mut one: impl FnMut(&[Bound<'py, PyAny>]) -> PyResult<&'static str>,
 ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
     let mut out = Vec::new();
     for f in frames.try_iter()? {
-        let f = f?;
-        let t = f.downcast::<PyTuple>()?;
-        match one(t) {
+        let items = frame_items(&f?, arity)?;
+        match one(&items) {
             Ok("fallback") => break,
             Ok(v) => {
                 out.push(v);
@@ -62,6 +62,110 @@ pub(super) fn run_frames<'py>(
         }
     }
     Ok((out, None))
+}
+
+/// A fresh `object()`: the marker a guard's `meta` lookups give for an absent key.
+pub(super) fn missing_marker(py: Python<'_>) -> PyResult<PyObject> {
+    Ok(py.import("builtins")?.getattr("object")?.call0()?.unbind())
+}
+
+/// A frame's items: a tuple of `arity` values, else a `TypeError`.
+pub(super) fn frame_items<'py>(
+    f: &Bound<'py, PyAny>,
+    arity: usize,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let t = f.downcast::<PyTuple>()?;
+    if t.len() != arity {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "a frame is a {arity}-tuple"
+        )));
+    }
+    Ok(t.iter().collect())
+}
+
+/// The values of `keys` in a publication's `meta` (a mapping: the core's frozen wire map),
+/// `missing` where a key is absent; None when the lookup fails otherwise (the Python guard
+/// then decides).
+pub(super) fn meta_items<'py>(
+    py: Python<'py>,
+    meta: &Bound<'py, PyAny>,
+    keys: &[&Bound<'py, PyString>],
+    missing: &Bound<'py, PyAny>,
+) -> Option<Vec<Bound<'py, PyAny>>> {
+    let mut vals = Vec::with_capacity(keys.len());
+    for k in keys {
+        match meta.get_item(*k) {
+            Ok(v) => vals.push(v),
+            Err(e) if e.is_instance_of::<PyKeyError>(py) => vals.push(missing.clone()),
+            Err(_) => return None,
+        }
+    }
+    Some(vals)
+}
+
+/// The `meta` keys of a signed psguard record, in `RecordMeta` order, then `more`.
+pub(super) fn record_keys<'py>(
+    py: Python<'py>,
+    more: &[&Bound<'py, PyString>],
+) -> Vec<Bound<'py, PyString>> {
+    let rec = [
+        intern!(py, "p"),
+        intern!(py, "ts"),
+        intern!(py, "e"),
+        intern!(py, "h"),
+        intern!(py, "s"),
+        intern!(py, "sig"),
+    ];
+    rec.iter()
+        .chain(more.iter())
+        .map(|k| (*k).clone())
+        .collect()
+}
+
+/// A token profile's frame `(event_id, mode, nonce, toks, body, meta)` (default, psguard),
+/// read for the core: the exact-typed parts, the record fields and the `more` keys' values
+/// (`more.len()` of them), or None to fall back.
+pub(super) struct TokenFrame<'a> {
+    pub event_id: &'a str,
+    pub mode: &'a str,
+    pub nonce: &'a [u8],
+    pub body: &'a [u8],
+    pub toks: Val<'a>,
+    pub rec: RecordMeta<'a>,
+    pub more: Vec<Val<'a>>,
+}
+
+/// The items of a `TokenFrame` whose `meta` values were looked up (`meta_items`).
+pub(super) fn token_frame<'a>(
+    items: &'a [Bound<'_, PyAny>],
+    vals: &'a [Bound<'_, PyAny>],
+    missing: &Bound<'_, PyAny>,
+) -> Option<TokenFrame<'a>> {
+    let (Some(event_id), Some(mode), Some(nonce), Some(body)) = (
+        exact_str(&items[0]),
+        exact_str(&items[1]),
+        exact_bytes(&items[2]),
+        exact_bytes(&items[4]),
+    ) else {
+        return None;
+    };
+    let v: Vec<Val<'a>> = vals.iter().map(|x| classify(x, missing)).collect();
+    Some(TokenFrame {
+        event_id,
+        mode,
+        nonce,
+        body,
+        toks: classify(&items[3], missing),
+        rec: RecordMeta {
+            p: v[0],
+            ts: v[1],
+            e: v[2],
+            h: v[3],
+            s: v[4],
+            sig: v[5],
+        },
+        more: v[6..].to_vec(),
+    })
 }
 
 /// Whether `e` is pubguard's `InvalidToken` (a forged signature).
@@ -382,16 +486,9 @@ impl PyEgGuard {
             intern!(py, "wk"),
             intern!(py, "ad"),
         ];
-        let mut vals = Vec::with_capacity(keys.len());
-        for k in keys {
-            // a mapping's item, or the marker for an absent key (meta is the core's frozen
-            // wire map: a KeyError means absent; any other error goes to the Python guard)
-            match meta.get_item(k) {
-                Ok(v) => vals.push(v),
-                Err(e) if e.is_instance_of::<PyKeyError>(py) => vals.push(missing.clone()),
-                Err(_) => return Ok("fallback"),
-            }
-        }
+        let Some(vals) = meta_items(py, meta, &keys, missing) else {
+            return Ok("fallback");
+        };
         let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
         let m = EgMeta {
             p: v[0],
@@ -423,11 +520,7 @@ impl PyEgGuard {
             &m,
             now,
         )?;
-        Ok(match verdict {
-            Verdict::Pass => "",
-            Verdict::Drop(r) => r.as_str(),
-            Verdict::Fallback => "fallback",
-        })
+        Ok(verdict.as_str())
     }
 }
 
@@ -448,7 +541,7 @@ impl PyEgGuard {
         revoked: PyObject,
         key_of: PyObject,
     ) -> PyResult<Self> {
-        let missing = py.import("builtins")?.getattr("object")?.call0()?.unbind();
+        let missing = missing_marker(py)?;
         Ok(PyEgGuard {
             inner: EgGuard::new(max_delay, leaf_tag),
             roots,
@@ -492,22 +585,8 @@ impl PyEgGuard {
     ) -> PyResult<Vec<&'static str>> {
         let mut out = Vec::new();
         for f in frames.try_iter()? {
-            let f = f?;
-            let t = f.downcast::<PyTuple>()?;
-            if t.len() != 5 {
-                return Err(pyo3::exceptions::PyTypeError::new_err(
-                    "a frame is a 5-tuple",
-                ));
-            }
-            out.push(self.check_one(
-                py,
-                &t.get_item(0)?,
-                &t.get_item(1)?,
-                &t.get_item(2)?,
-                &t.get_item(3)?,
-                &t.get_item(4)?,
-                now,
-            )?);
+            let t = frame_items(&f?, 5)?;
+            out.push(self.check_one(py, &t[0], &t[1], &t[2], &t[3], &t[4], now)?);
         }
         Ok(out)
     }
@@ -523,21 +602,8 @@ impl PyEgGuard {
         now: f64,
         stop_on_strike: bool,
     ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
-        run_frames(py, frames, stop_on_strike, |t| {
-            if t.len() != 5 {
-                return Err(pyo3::exceptions::PyTypeError::new_err(
-                    "a frame is a 5-tuple",
-                ));
-            }
-            self.check_one(
-                py,
-                &t.get_item(0)?,
-                &t.get_item(1)?,
-                &t.get_item(2)?,
-                &t.get_item(3)?,
-                &t.get_item(4)?,
-                now,
-            )
+        run_frames(py, frames, 5, stop_on_strike, |t| {
+            self.check_one(py, &t[0], &t[1], &t[2], &t[3], &t[4], now)
         })
     }
 }
@@ -644,7 +710,7 @@ impl PyDfGuard {
         revoked: PyObject,
         replay: PyObject,
     ) -> PyResult<Self> {
-        let missing = py.import("builtins")?.getattr("object")?.call0()?.unbind();
+        let missing = missing_marker(py)?;
         Ok(PyDfGuard {
             inner: DfGuard::new(max_delay),
             roots,
@@ -667,86 +733,21 @@ impl PyDfGuard {
     fn check_publish(
         &mut self,
         py: Python<'_>,
-        event_id: &Bound<'_, PyAny>,
-        mode: &Bound<'_, PyAny>,
-        nonce: &Bound<'_, PyAny>,
-        toks: &Bound<'_, PyAny>,
-        body: &Bound<'_, PyAny>,
-        meta: &Bound<'_, PyAny>,
+        event_id: Bound<'_, PyAny>,
+        mode: Bound<'_, PyAny>,
+        nonce: Bound<'_, PyAny>,
+        toks: Bound<'_, PyAny>,
+        body: Bound<'_, PyAny>,
+        meta: Bound<'_, PyAny>,
         now: f64,
         broker_id: &Bound<'_, PyAny>,
     ) -> PyResult<&'static str> {
-        let (Some(event_id), Some(mode), Some(nonce), Some(body)) = (
-            exact_str(event_id),
-            exact_str(mode),
-            exact_bytes(nonce),
-            exact_bytes(body),
-        ) else {
-            return Ok("fallback");
-        };
-        let missing = self.missing.bind(py);
-        let keys = [
-            intern!(py, "p"),
-            intern!(py, "ts"),
-            intern!(py, "e"),
-            intern!(py, "h"),
-            intern!(py, "s"),
-            intern!(py, "sig"),
-            intern!(py, "pm"),
-            intern!(py, "q"),
-            intern!(py, "mi"),
-            intern!(py, "mn"),
-            intern!(py, "mp"),
-        ];
-        let mut vals = Vec::with_capacity(keys.len());
-        for k in keys {
-            match meta.get_item(k) {
-                Ok(v) => vals.push(v),
-                Err(e) if e.is_instance_of::<PyKeyError>(py) => vals.push(missing.clone()),
-                Err(_) => return Ok("fallback"),
-            }
-        }
-        let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
-        let m = DfMeta {
-            p: v[0],
-            ts: v[1],
-            e: v[2],
-            h: v[3],
-            s: v[4],
-            sig: v[5],
-            pm: v[6],
-            q: v[7],
-            mi: v[8],
-            mn: v[9],
-            mp: v[10],
-        };
-        let toks = classify(toks, missing);
-        let mut env = PyDfEnv {
+        self.check_frame(
             py,
+            &[event_id, mode, nonce, toks, body, meta],
             now,
             broker_id,
-            permit_fields: self.permit_fields.bind(py),
-            revoked: self.revoked.bind(py),
-            replay: self.replay.bind(py),
-            objs: &mut self.objs,
-        };
-        let mut roots = self.roots.bind(py).borrow_mut();
-        let verdict = self.inner.check(
-            &mut roots.inner,
-            &mut env,
-            event_id,
-            mode,
-            nonce,
-            toks,
-            body,
-            &m,
-            now,
-        )?;
-        Ok(match verdict {
-            Verdict::Pass => "",
-            Verdict::Drop(r) => r.as_str(),
-            Verdict::Fallback => "fallback",
-        })
+        )
     }
 
     /// The verdicts of a run of `(event_id, mode, nonce, toks, body, meta)` frames from one
@@ -760,24 +761,67 @@ impl PyDfGuard {
         broker_id: &Bound<'_, PyAny>,
         stop_on_strike: bool,
     ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
-        run_frames(py, frames, stop_on_strike, |t| {
-            if t.len() != 6 {
-                return Err(pyo3::exceptions::PyTypeError::new_err(
-                    "a frame is a 6-tuple",
-                ));
-            }
-            self.check_publish(
-                py,
-                &t.get_item(0)?,
-                &t.get_item(1)?,
-                &t.get_item(2)?,
-                &t.get_item(3)?,
-                &t.get_item(4)?,
-                &t.get_item(5)?,
-                now,
-                broker_id,
-            )
+        run_frames(py, frames, 6, stop_on_strike, |t| {
+            self.check_frame(py, t, now, broker_id)
         })
+    }
+}
+
+impl PyDfGuard {
+    /// `check_publish` on a frame's items.
+    fn check_frame(
+        &mut self,
+        py: Python<'_>,
+        items: &[Bound<'_, PyAny>],
+        now: f64,
+        broker_id: &Bound<'_, PyAny>,
+    ) -> PyResult<&'static str> {
+        let missing = self.missing.bind(py);
+        let more = [
+            intern!(py, "pm"),
+            intern!(py, "q"),
+            intern!(py, "mi"),
+            intern!(py, "mn"),
+            intern!(py, "mp"),
+        ];
+        let keys = record_keys(py, &more);
+        let keys: Vec<&Bound<'_, PyString>> = keys.iter().collect();
+        let Some(vals) = meta_items(py, &items[5], &keys, missing) else {
+            return Ok("fallback");
+        };
+        let Some(f) = token_frame(items, &vals, missing) else {
+            return Ok("fallback");
+        };
+        let m = DfMeta {
+            rec: f.rec,
+            pm: f.more[0],
+            q: f.more[1],
+            mi: f.more[2],
+            mn: f.more[3],
+            mp: f.more[4],
+        };
+        let mut env = PyDfEnv {
+            py,
+            now,
+            broker_id,
+            permit_fields: self.permit_fields.bind(py),
+            revoked: self.revoked.bind(py),
+            replay: self.replay.bind(py),
+            objs: &mut self.objs,
+        };
+        let mut roots = self.roots.bind(py).borrow_mut();
+        let verdict = self.inner.check(
+            &mut roots.inner,
+            &mut env,
+            f.event_id,
+            f.mode,
+            f.nonce,
+            f.toks,
+            f.body,
+            &m,
+            now,
+        )?;
+        Ok(verdict.as_str())
     }
 }
 

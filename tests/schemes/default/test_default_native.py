@@ -18,9 +18,16 @@ from pubguard.schemes.default.client import DefaultClient
 from pubguard.schemes.psguard.wire import signed_from_wire
 from pubguard.store import Database
 from pubguard.wire.messages import Publish, decode_publish
-from tests.native_backends import NATIVE_SKIP, requires_native
+from tests.native_backends import requires_native
 from tests.schemes.default.test_default import NOW, authority
-from tests.schemes.native_diff import Counting, check_same, mutated
+from tests.schemes.native_diff import (
+    assert_decided_natively,
+    backend_pair,
+    check_same,
+    counted_pair,
+    mutated,
+    with_meta,
+)
 from tests.schemes.psguard.test_psguard_net import ev
 
 pytestmark = requires_native
@@ -42,11 +49,7 @@ WIRES = _wires()
 
 
 def _pair(**kw: Any) -> tuple[DefaultBroker, DefaultBroker]:
-    with native.use("python"):
-        py = DefaultBroker(AUTH.public_key, **kw)
-    nat = DefaultBroker(AUTH.public_key, **kw)
-    assert py._fast is None and nat._fast is not None
-    return py, nat
+    return backend_pair(lambda: DefaultBroker(AUTH.public_key, **kw))
 
 
 def state(s: DefaultBroker) -> tuple[Any, ...]:
@@ -76,16 +79,11 @@ def test_well_formed_pass_once_then_are_replays_and_the_state_commits(tmp_path) 
     assert [tuple(r) for r in rows[0]] == [tuple(r) for r in rows[1]] and rows[0]
 
 
-#: one pair for the whole property (their caches see the same sequence), built only when the
-#: native backend is there (the module is skipped otherwise)
-PAIR = _pair() if NATIVE_SKIP is None else None
-COUNT = Counting(PAIR[1]._fast) if PAIR is not None else None
-if PAIR is not None:
-    PAIR[1]._fast = COUNT
+PAIR, COUNT = counted_pair(lambda: DefaultBroker(AUTH.public_key))
 
 
 def _with(i: int, **meta: Any) -> tuple[dict[str, Any], float]:
-    return ({**WIRES[i], "meta": {**WIRES[i]["meta"], **meta}}, NOW)
+    return with_meta(WIRES[i], NOW, **meta)
 
 
 @given(mutated(WIRES, META_KEYS, ("m", "n", "t"), NOW))
@@ -101,12 +99,8 @@ def test_mutated_publications_get_the_same_verdict(case: tuple[dict[str, Any], f
 
 
 def test_the_native_guard_decided_the_mutated_frames_itself() -> None:
-    """Run after the property: nearly every frame that reached the guard was decided by the
-    port, not handed back (``fallback``) to the Python guard."""
-    assert COUNT is not None
-    seen = COUNT.seen
-    assert sum(seen.values()) >= 50, seen
-    assert seen.get("fallback", 0) <= 0.1 * sum(seen.values()), seen
+    """Run after the property (see ``assert_decided_natively``)."""
+    assert_decided_natively(COUNT)
 
 
 def test_revocations_are_read_live() -> None:

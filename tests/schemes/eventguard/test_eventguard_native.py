@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from pubguard import native
 from pubguard.crypto import SigningKey
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
@@ -21,9 +20,17 @@ from pubguard.schemes.eventguard.broker import EventGuardBroker
 from pubguard.schemes.eventguard.client import EventGuardClient
 from pubguard.schemes.eventguard.wire import EVENTGUARD
 from pubguard.wire.messages import Publish, decode_publish
-from tests.native_backends import NATIVE_SKIP, requires_native
+from tests.native_backends import requires_native
 from tests.schemes.eventguard.test_eventguard import make_ms
-from tests.schemes.native_diff import Counting, check_same, mutated
+from tests.schemes.native_diff import (
+    assert_decided_natively,
+    backend_pair,
+    check_same,
+    counted_pair,
+    mutated,
+    roots_state,
+    with_meta,
+)
 
 pytestmark = requires_native
 
@@ -56,16 +63,15 @@ def _wires() -> tuple[Any, list[dict[str, Any]], bytes]:
 MS, WIRES, MALLORY = _wires()
 
 
+def _scheme() -> EventGuardBroker:
+    return EventGuardBroker(MS.public_key, revoked=[MALLORY])
+
+
 def _pair() -> tuple[EventGuardBroker, EventGuardBroker]:
-    with native.use("python"):
-        py = EventGuardBroker(MS.public_key, revoked=[MALLORY])
-    nat = EventGuardBroker(MS.public_key, revoked=[MALLORY])
-    assert py._fast is None and nat._fast is not None
-    return py, nat
+    return backend_pair(_scheme)
 
 
-def state(s: EventGuardBroker) -> tuple[int, int, int]:
-    return (s.roots.verifications, s.roots.cached_nodes, s.roots.cached_trees)
+state = roots_state
 
 
 def same(pair: tuple[EventGuardBroker, EventGuardBroker], wire: dict, now: float) -> str:
@@ -80,16 +86,11 @@ def test_well_formed_publications_pass_on_both_and_share_their_batch() -> None:
     assert [same(pair, w, NOW + 61) for w in WIRES[:2]] == ["stale", "stale"]
 
 
-#: one pair for the whole property (their caches see the same sequence), built only when the
-#: native backend is there (the module is skipped otherwise)
-PAIR = _pair() if NATIVE_SKIP is None else None
-COUNT = Counting(PAIR[1]._fast) if PAIR is not None else None
-if PAIR is not None:
-    PAIR[1]._fast = COUNT
+PAIR, COUNT = counted_pair(_scheme)
 
 
 def _with(i: int, **meta: Any) -> tuple[dict[str, Any], float]:
-    return ({**WIRES[i], "meta": {**WIRES[i]["meta"], **meta}}, NOW)
+    return with_meta(WIRES[i], NOW, **meta)
 
 
 @given(mutated(WIRES, META_KEYS, ("tokens",), NOW))
@@ -106,12 +107,8 @@ def test_mutated_publications_get_the_same_verdict(case: tuple[dict[str, Any], f
 
 
 def test_the_native_guard_decided_the_mutated_frames_itself() -> None:
-    """Run after the property: nearly every frame that reached the guard was decided by the
-    port, not handed back (``fallback``) to the Python guard."""
-    assert COUNT is not None
-    seen = COUNT.seen
-    assert sum(seen.values()) >= 50, seen
-    assert seen.get("fallback", 0) <= 0.1 * sum(seen.values()), seen
+    """Run after the property (see ``assert_decided_natively``)."""
+    assert_decided_natively(COUNT)
 
 
 def test_subclassed_values_fall_back_to_the_python_guard() -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from pubguard import native
 from pubguard.crypto import SigningKey
 from pubguard.errors import DropReason, RevokedError
 from pubguard.model import Event, Filter
 from pubguard.schemes.narada.broker import NARADA, NaradaBroker, signed_digest
 from pubguard.wire.messages import Subscribe, Unsubscribe
 from tests.schemes.narada.test_narada import NOW, OTHER, TOPIC, build_pki, client, make_sim
+
+#: every attack on both backends: the Python guard and the native one (pubguard._native)
+pytestmark = pytest.mark.usefixtures("backend")
 
 F = Filter.parse(f'topic = "{TOPIC}"')
 
@@ -27,6 +31,8 @@ class World:
     def __init__(self, pki, **kw) -> None:
         self.pki = pki
         self.sim, self.tap, self.scheme = make_sim(pki, **kw)
+        # the guard of the backend under test (native.use around the construction)
+        assert (self.scheme._fast is not None) is (native.NATIVE is not None)
         self.alice = self.sim.add_client("alice", "a1", client(pki, "alice"))
         self.bob = self.sim.add_client("bob", "b1", client(pki, "bob"))
         self.mallory = self.sim.add_client("mallory", "a1", client(pki, "mallory", (TOPIC, OTHER)))

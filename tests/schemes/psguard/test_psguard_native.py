@@ -17,8 +17,16 @@ from pubguard.schemes.psguard.client import PSGuardClient
 from pubguard.schemes.psguard.keyservice import PSGuardKeyService
 from pubguard.schemes.psguard.record import Schema
 from pubguard.wire.messages import Publish
-from tests.native_backends import NATIVE_SKIP, requires_native
-from tests.schemes.native_diff import Counting, check_same, mutated
+from tests.native_backends import requires_native
+from tests.schemes.native_diff import (
+    assert_decided_natively,
+    backend_pair,
+    check_same,
+    counted_pair,
+    mutated,
+    roots_state,
+    with_meta,
+)
 from tests.schemes.psguard.test_psguard_batch import NOW, PATIENT, ev
 
 pytestmark = requires_native
@@ -43,17 +51,15 @@ def _wires() -> list[dict[str, Any]]:
 WIRES = _wires()
 
 
+def _scheme() -> PSGuardBroker:
+    return PSGuardBroker({"hospital": PUB_KEY.public, "clinic": OTHER_KEY.public})
+
+
 def _pair() -> tuple[PSGuardBroker, PSGuardBroker]:
-    keys = {"hospital": PUB_KEY.public, "clinic": OTHER_KEY.public}
-    with native.use("python"):
-        py = PSGuardBroker(keys)
-    nat = PSGuardBroker(keys)
-    assert py._fast is None and nat._fast is not None
-    return py, nat
+    return backend_pair(_scheme)
 
 
-def state(s: PSGuardBroker) -> tuple[int, int, int]:
-    return (s.roots.verifications, s.roots.cached_nodes, s.roots.cached_trees)
+state = roots_state
 
 
 def same(pair: tuple[PSGuardBroker, PSGuardBroker], wire: dict, now: float) -> str:
@@ -79,14 +85,11 @@ def test_an_unknown_publisher_is_forged_on_both() -> None:
     assert check_same(py, nat, WIRES[0], NOW, state) == "pass"
 
 
-PAIR = _pair() if NATIVE_SKIP is None else None
-COUNT = Counting(PAIR[1]._fast) if PAIR is not None else None
-if PAIR is not None:
-    PAIR[1]._fast = COUNT
+PAIR, COUNT = counted_pair(_scheme)
 
 
 def _with(i: int, **meta: Any) -> tuple[dict[str, Any], float]:
-    return ({**WIRES[i], "meta": {**WIRES[i]["meta"], **meta}}, NOW)
+    return with_meta(WIRES[i], NOW, **meta)
 
 
 @given(mutated(WIRES, META_KEYS, ("m", "n", "t"), NOW))
@@ -103,9 +106,5 @@ def test_mutated_publications_get_the_same_verdict(case: tuple[dict[str, Any], f
 
 
 def test_the_native_guard_decided_the_mutated_frames_itself() -> None:
-    """Run after the property: nearly every frame that reached the guard was decided by the
-    port, not handed back (``fallback``) to the Python guard."""
-    assert COUNT is not None
-    seen = COUNT.seen
-    assert sum(seen.values()) >= 50, seen
-    assert seen.get("fallback", 0) <= 0.1 * sum(seen.values()), seen
+    """Run after the property (see ``assert_decided_natively``)."""
+    assert_decided_natively(COUNT)

@@ -15,7 +15,10 @@ signature itself is checked by the key's own ``verify`` (``pubguard.crypto``, Op
 Ed25519) on a cache miss, so the native core needs no signature crate.
 
 A profile's whole publication guard (:mod:`pubguard.schemes.eventguard.fast`,
-:mod:`pubguard.schemes.default.fast`) shares its scheme's native verifier, so the caches and the counters are one. It returns, per
+:mod:`pubguard.schemes.default.fast`, :mod:`pubguard.schemes.psguard.fast`) shares its
+scheme's native verifier, so the caches and the counters are one; narada's
+(:mod:`pubguard.schemes.narada.fast`) calls back into its scheme for the token and replay
+checks. It returns, per
 publication, ``""`` (pass), a drop reason's value, or ``"fallback"``: the frame holds a value
 the port does not model (an integer beyond 64 bits, a ``str``/``bytes`` subclass, a string
 that is not UTF-8), decided before any state changes, and the Python guard runs on it whole.
@@ -34,7 +37,7 @@ as ``checked`` and the core map it). The core checks a frame the run did not dec
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
 from pubguard import native
@@ -51,7 +54,7 @@ from pubguard.schemes.common.guard_check import GUARD_STRIKING, checked
 from pubguard.schemes.common.guards import DEFAULT_MAX_NODES, SignedRootVerifier, StrikeCounter
 from pubguard.schemes.common.replay import DEFAULT_CACHE_CAPACITY
 
-__all__ = ["FALLBACK", "REASONS", "check_run", "is_native", "root_verifier"]
+__all__ = ["FALLBACK", "REASONS", "check_run", "is_native", "root_verifier", "token_run"]
 
 #: a native guard's ``check_run`` over frames: ``(verdicts, exception or None)``
 RunCall = Callable[[list[tuple[Any, ...]], bool], tuple[list[str], BaseException | None]]
@@ -96,11 +99,13 @@ def check_run(
     ctx: CheckContext,
     *,
     strike_brokers: bool = False,
+    striking: frozenset[DropReason] = GUARD_STRIKING,
 ) -> list[DropReason | None]:
     """The verdicts of a prefix of ``frames`` from one native ``check_run`` (see the module
     docstring), with ``checked``'s strikes applied in order (``strikes``: None for a guard
-    that strikes no source): an empty list when the source is banned (the core's own check
-    answers ``flood``) or the first frame falls back."""
+    that strikes no source; ``striking``: the verdicts that count, as the scheme passes them
+    to ``checked``): an empty list when the source is banned (the core's own check answers
+    ``flood``) or the first frame falls back."""
     src, now = ctx.link.link_id, ctx.now
     if strikes is not None and strikes.banned(src, now):
         return []
@@ -109,16 +114,49 @@ def check_run(
     out: list[DropReason | None] = []
     for v in verdicts:
         reason = REASONS[v] if v else None
-        if counts and reason in GUARD_STRIKING:
+        if counts and reason in striking:
             strikes.strike(src, now)  # type: ignore[union-attr]
         out.append(reason)
     if exc is not None:
-        out.append(_reason_of(exc, strikes, ctx, strike_brokers))
+        out.append(_reason_of(exc, strikes, ctx, strike_brokers, striking))
     return out
 
 
+def token_run(
+    fast: Any,
+    roots: Any,
+    messages: Sequence[Any],
+    events: Sequence[Any],
+    ctx: CheckContext,
+    strikes: StrikeCounter | None = None,
+    *,
+    strike_brokers: bool = False,
+) -> list[DropReason | None]:
+    """``broker_check_run`` of a token profile (default, psguard: routing parts decoded to
+    ``(mode, nonce)`` events, tags under ``t``) whose native guard ``fast`` shares the
+    scheme's verifier ``roots``: :func:`check_run` over its ``check_run``; an empty prefix
+    without it (the Python backend, or a verifier swapped since)."""
+    if fast is None or fast.roots is not roots:
+        return []
+    frames = [
+        (m.event_id, te.mode, te.nonce, m.routing.get("t"), m.body, m.meta)
+        for m, te in zip(messages, events, strict=True)
+    ]
+    return check_run(
+        lambda fs, stop: fast.check_run(fs, ctx.now, ctx.broker_id, stop_on_strike=stop),
+        frames,
+        strikes,
+        ctx,
+        strike_brokers=strike_brokers,
+    )
+
+
 def _reason_of(
-    exc: BaseException, strikes: StrikeCounter | None, ctx: CheckContext, strike_brokers: bool
+    exc: BaseException,
+    strikes: StrikeCounter | None,
+    ctx: CheckContext,
+    strike_brokers: bool,
+    striking: frozenset[DropReason],
 ) -> DropReason | None:
     """The verdict one ``broker_check`` (``checked`` when the guard strikes, then the core's
     ``_check``) gives a frame whose guard raised ``exc``; anything else is a bug and
@@ -130,7 +168,7 @@ def _reason_of(
     try:
         if strikes is None:
             again()
-        return checked(strikes, ctx, again, strike_brokers=strike_brokers)
+        return checked(strikes, ctx, again, striking=striking, strike_brokers=strike_brokers)
     except InvalidToken:
         return DropReason.FORGED
     except DropError as e:

@@ -76,7 +76,7 @@ from pubguard.schemes.common.merkle import (
     pack_path,
     unpack_path,
 )
-from pubguard.schemes.common.native_guard import FALLBACK, REASONS, check_run, root_verifier
+from pubguard.schemes.common.native_guard import FALLBACK, REASONS, root_verifier, token_run
 from pubguard.schemes.common.replay import ReplayState
 from pubguard.schemes.default.fast import publication_guard
 from pubguard.schemes.psguard.keyservice import NEXT_EPOCH_WINDOW
@@ -434,18 +434,13 @@ class DefaultBroker(TokenRouting):
         """``broker_check`` on a run of publications, one native call for as much as it
         decides (``native_guard.check_run``), on the routing parts the core decoded
         (``events``); an empty prefix without the native guard."""
-        fast = self._fast
-        if fast is None or fast.roots is not self.roots:
-            return []
-        frames = [
-            (m.event_id, te.mode, te.nonce, m.routing.get("t"), m.body, m.meta)
-            for m, te in zip(messages, events, strict=True)
-        ]
-        return check_run(
-            lambda fs, stop: fast.check_run(fs, ctx.now, ctx.broker_id, stop_on_strike=stop),
-            frames,
-            self._per(ctx).strikes,
+        return token_run(
+            self._fast,
+            self.roots,
+            messages,
+            events,
             ctx,
+            self._per(ctx).strikes,
             strike_brokers=self.ban_brokers,
         )
 

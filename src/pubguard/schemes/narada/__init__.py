@@ -8,6 +8,8 @@ Where each part lives:
 
 - :mod:`~pubguard.schemes.narada.broker`: the wire forms, the signed digest and the broker
   face with its checks (§IV-H, Fig. 3).
+- :mod:`~pubguard.schemes.narada.fast`: the same publication checks on the native backend
+  (``pubguard._native``), one call per run of publications.
 - :mod:`~pubguard.schemes.narada.client`: publishers and subscribers holding KMC key
   deliveries, and the client of the KMC's own service topics
   (:class:`~pubguard.schemes.narada.client.KmcScheme`).

@@ -52,6 +52,11 @@ A flood on a ``kmc/...`` topic is the KMC's to handle: it moves to a fresh topic
 unsubscribes the old one, after which no broker forwards the old topic's traffic past the
 first broker (nothing subscribes to it any more).
 
+On the native backend the publication checks above (on ordinary topics) run in Rust
+(:mod:`~pubguard.schemes.narada.fast`, ``native/src/guard/narada.rs``), per publication or one
+call per run of them (``broker_check_run``), calling back here for the token
+(:meth:`NaradaBroker.verified`) and the replay state; this module stays the spec.
+
 Replay state (:class:`~pubguard.schemes.common.replay.ReplayState`) is scoped per broker id and may
 live in SQLite, so a restarted broker keeps refusing replays. Subscriptions and withdrawals are
 replay-checked only where they enter the network (a client link): brokers legitimately re-send
@@ -60,7 +65,7 @@ stored subscriptions upward later (covering changes, reconnections).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -80,12 +85,14 @@ from pubguard.schemes.common.guards import (
     TimestampWindow,
     pack_fields,
 )
+from pubguard.schemes.common.native_guard import FALLBACK, REASONS, check_run
 from pubguard.schemes.common.replay import (
     DEFAULT_TOKEN_MAX_USES,
     DEFAULT_TOKEN_TTL,
     ReplayState,
     TokenCache,
 )
+from pubguard.schemes.narada.fast import publication_guard
 from pubguard.store import Database
 
 __all__ = [
@@ -152,6 +159,9 @@ class _Verified:
     key: VerifyKey
     entity_serial: int
     kmc_serial: int
+    #: what the native guard reads: (topic, allows publish, certificate fingerprint, key,
+    #: the key's raw bytes)
+    route: tuple[str, bool, bytes, VerifyKey, bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,9 +236,14 @@ class NaradaBroker(BrokerScheme):
     ``db=`` to survive restarts). ``max_delay``: seconds a timestamp may differ from ``now``.
     ``token_ttl`` / ``token_uses``: the verified-token cache's invalidation (§VI; ``0`` uses
     disables the cache). ``strikes`` / ``strike_window`` / ``ban``: as in EventGuardBroker.
+    ``batch_verify``: on the native backend, the entity signatures of a run of publications
+    (``broker_check_run``) are tried as one Ed25519 batch first (``narada/fast.py``).
     """
 
     profile = NARADA
+    #: ``outgoing`` is the identity: the core skips it, and admits runs of publications
+    #: through ``broker_check_run`` (the native guard)
+    rewrites_outgoing = False
 
     def __init__(
         self,
@@ -245,6 +260,7 @@ class NaradaBroker(BrokerScheme):
         strikes: int = DEFAULT_STRIKES,
         strike_window: float = DEFAULT_STRIKE_WINDOW,
         ban: float = DEFAULT_BAN,
+        batch_verify: bool = True,
     ) -> None:
         if replay is not None and db is not None:
             raise ValidationError("give either replay= or db=, not both")
@@ -263,6 +279,13 @@ class NaradaBroker(BrokerScheme):
         self._strikes: dict[str, StrikeCounter] = {}
         self._clock = _Clock()
         self.verifications = 0  # full token verifications (cache misses)
+        # the native port of _check on publications (calling back for tokens and replay)
+        self._fast = publication_guard(
+            max_delay=max_delay,
+            verified=self.verified,
+            replay=self.replay.check_and_accept,
+            batch_verify=batch_verify,
+        )
 
     # -- trust anchors ---------------------------------------------------------------------
     def add_kmc(self, cert: Certificate, *, now: float) -> None:
@@ -305,14 +328,45 @@ class NaradaBroker(BrokerScheme):
         (``ReplayState(deferred=True)`` on the broker's own database; narada §V-B)."""
         self.replay.flush_pending()
 
-    def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
-        now = ctx.now
-        if now > self._clock.now:
-            self._clock.now = now
+    def _strikes_of(self, ctx: CheckContext) -> StrikeCounter:
+        """The strike counter of ``ctx``'s broker (the clock of expiring filters moved on)."""
+        if ctx.now > self._clock.now:
+            self._clock.now = ctx.now
         strikes = self._strikes.get(ctx.broker_id)
         if strikes is None:
             strikes = self._strikes[ctx.broker_id] = StrikeCounter(*self._strike_args)
+        return strikes
+
+    def broker_check(self, message: Any, ctx: CheckContext) -> DropReason | None:
+        strikes = self._strikes_of(ctx)
         return checked(strikes, ctx, lambda: self._check_raising(message, ctx), striking=_STRIKING)
+
+    @property
+    def checks_in_runs(self) -> bool:
+        """Whether the native guard is built for this scheme (``broker_check_run``)."""
+        return self._fast is not None
+
+    def broker_check_run(
+        self, messages: Sequence[Any], events: Sequence[Any], ctx: CheckContext
+    ) -> list[DropReason | None]:
+        """``broker_check`` on a run of publications, one native call for as much as it
+        decides (``native_guard.check_run``, with this profile's striking verdicts), on the
+        topics the core decoded (``events``); an empty prefix without the native guard."""
+        fast = self._fast
+        if fast is None:
+            return []
+        strikes = self._strikes_of(ctx)
+        frames = [
+            (m.event_id, pe[0], m.body, m.meta) for m, pe in zip(messages, events, strict=True)
+        ]
+        return check_run(
+            lambda fs, stop: fast.check_run(fs, ctx.now, ctx.broker_id, stop_on_strike=stop),
+            frames,
+            strikes,
+            ctx,
+            strike_brokers=True,
+            striking=_STRIKING,
+        )
 
     def _check_raising(self, m: Any, ctx: CheckContext) -> DropReason | None:
         """:meth:`_check` with the profile's own raised verdicts mapped to reasons."""
@@ -337,6 +391,11 @@ class NaradaBroker(BrokerScheme):
             topic, until = pf.topic, pf.until
         if topic[0] in "kr" and (kind := service_kind(topic)) is not None:
             return self._check_service(m, ctx, kind, topic, until)
+        fast = self._fast
+        if fast is not None and m.op == "publish":
+            v = fast.check_publish(m.event_id, topic, m.body, meta, ctx.now, ctx.broker_id)
+            if v != FALLBACK:
+                return REASONS[v] if v else None
         if meta.get("tok") is None:
             return DropReason.UNAUTHORISED  # §IV-H3: no token, no routing
         if m.op == "publish":
@@ -391,7 +450,15 @@ class NaradaBroker(BrokerScheme):
         cert = Certificate.from_der(cert_blob)
         if cert.fingerprint != tok.cert_fingerprint:
             raise InvalidToken()
-        return _Verified(tok, VerifyKey.from_bytes(tok.entity_key), cert.serial, kmc.serial)
+        key = VerifyKey.from_bytes(tok.entity_key)
+        route = (
+            tok.topic,
+            tok.rights.allows(Rights.PUBLISH),
+            tok.cert_fingerprint,
+            key,
+            bytes(tok.entity_key),
+        )
+        return _Verified(tok, key, cert.serial, kmc.serial, route)
 
     # -- KMC service topics (§IV-B, §V-A; see the module docstring) ------------------------------
     def _service_signer(

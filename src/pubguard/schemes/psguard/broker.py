@@ -37,7 +37,7 @@ from pubguard.crypto import H, VerifyKey
 from pubguard.errors import DropReason, InvalidToken, ValidationError
 from pubguard.schemes.base import CheckContext
 from pubguard.schemes.common.merkle import MAX_BATCH, PACKED_PATH_LENGTHS, check_packed_path
-from pubguard.schemes.common.native_guard import FALLBACK, REASONS, check_run, root_verifier
+from pubguard.schemes.common.native_guard import FALLBACK, REASONS, root_verifier, token_run
 from pubguard.schemes.psguard.fast import publication_guard
 from pubguard.schemes.psguard.record import DEFAULT_MAX_DELAY_MS, PROFILE, PSGUARD_PAPER
 from pubguard.schemes.psguard.routing import TokenRouting
@@ -185,14 +185,7 @@ class PSGuardBroker(TokenRouting):
         """``broker_check`` on a run of publications, one native call for as much as it
         decides (``native_guard.check_run``), on the routing parts the core decoded
         (``events``); an empty prefix without the native guard."""
-        fast = self._fast
-        if fast is None or fast.roots is not self.roots:
-            return []
-        frames = [
-            (m.event_id, te.mode, te.nonce, m.routing.get("t"), m.body, m.meta)
-            for m, te in zip(messages, events, strict=True)
-        ]
-        return check_run(lambda fs, _: fast.check_run(fs, ctx.now), frames, None, ctx)
+        return token_run(self._fast, self.roots, messages, events, ctx)
 
 
 def _route_only(message: Any, ctx: CheckContext) -> DropReason | None:
