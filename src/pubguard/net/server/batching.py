@@ -184,6 +184,9 @@ class BatchProcessor:
                             self._record_message(link.link_id, env["m"])
                         msgs.append(env["m"])
                     if msgs:
+                        # (status: messages per core call, what per-call costs are spread over)
+                        self.stats["core_calls"] += 1
+                        self.stats["core_messages"] += len(msgs)
                         self.apply(self.core.handle_batch(msgs, link.link_id, now))
                 if bad is not None:
                     self._reject(link, bad)

@@ -53,6 +53,23 @@ broker core per publication (decode, guards, matching 32 subscriptions, routing;
 in process) for plain, the profile and each Merkle batch size of ``MERKLE_BATCHES`` (and
 ``merkle_batch``), so the report shows how the ratio to plain moves with the batch size
 (``broker_core_us``, ``broker_core_ratio``): a measure that survives a loaded machine.
+
+Which process a publication costs what. Every step reads the CPU time of each process from
+``/proc``: the brokers', the publisher's (this process, which also runs the observer; counted
+from the first send, so protecting before the clock is not) and the subscriber process's.
+``process_cpu_us_per_event`` gives each one's CPU per publication in the fixed-rate run (and
+their ``total``; ``process_cpu_ratio`` against plain's), ``saturated_cpu_share`` each one's
+share of a core while the step that saturated was sending, and ``frame_bytes`` the packed
+bytes of a publication and of its delivery: a secure publication carries its signature,
+Merkle path and permit (default at Merkle 64: 779 bytes against plain's 127) to every
+subscriber, which checks them itself. Brokers, publisher and subscribers share this machine's
+two cores, so a search's maximum follows the three processes' total CPU per publication, not
+the brokers' alone; and the saturation rules are the same for every profile (a broker
+acknowledges each processed batch after its commit, whatever the profile, so a publisher
+queue that grows is a broker, or a process starved of a core, falling behind). Each broker's
+status, polled every ``OBSERVE_S``, once walked its whole frozen heap to count it (3 ms of
+broker CPU a poll, the same microseconds added to both sides of every ratio); it is now
+counted once (:mod:`pubguard.net.gc_tuning`).
 """
 
 from __future__ import annotations
@@ -101,6 +118,8 @@ from pubguard.ops.cluster import LocalCluster
 from pubguard.schemes.common.merkle import MAX_BATCH
 from pubguard.schemes.plain import PlainScheme
 from pubguard.schemes.registry import KeyBundle
+from pubguard.wire.framing import pack
+from pubguard.wire.messages import publish_wire
 
 __all__ = [
     "BROKER_COUNTS",
@@ -191,6 +210,14 @@ class _Net:
         self.attribute = attribute  # what the subscriptions and events route on
         self.why = ""  # what declared the last saturated run saturated
         self.sent = 0  # publications the last step sent
+        #: the processes whose CPU is counted per role (None: brokers run in this process)
+        self.pids: dict[str, list[int]] | None = None
+        #: the last step's CPU share of a core per role while it was sending (what was busy)
+        self.util: dict[str, float] = {}
+        #: the last step's CPU microseconds per publication per role, from the first send to
+        #: the last delivery (the publisher's protecting before the clock is not counted)
+        self.cpu_us: dict[str, float] = {}
+        self.frame_bytes: dict[str, int] = {}  # a publication's and a delivery's message bytes
 
 
 async def _setup(
@@ -218,10 +245,36 @@ async def _setup(
                 await pub.advertise(f'topic = "{t}"')
             await pub.flush()
         await cluster.wait_quiescent()
+        st = await cluster.statuses()
     except BaseException:
         await subs.close()
         raise
-    return _Net(cluster, pub, subs, sink, attribute)
+    net = _Net(cluster, pub, subs, sink, attribute)
+    brokers = [int(v["pid"]) for v in st.values()]
+    if brokers and os.getpid() not in brokers and os.path.exists(f"/proc/{brokers[0]}/stat"):
+        net.pids = {"brokers": brokers, "subscribers": [subs.pid]}
+    return net
+
+
+def _cpu_by_role(net: _Net) -> dict[str, float] | None:
+    """CPU seconds so far of the brokers, the publisher (this process: it also runs the
+    observer) and the subscriber process; None with in-process brokers."""
+    if net.pids is None:
+        return None
+    t = os.times()
+    out = {role: sum(_proc_cpu_s(p) for p in pids) for role, pids in net.pids.items()}
+    out["publisher"] = t.user + t.system
+    return out
+
+
+def _frame_bytes(pe: Any, profile: str) -> dict[str, int]:
+    """The packed message bytes of publication ``pe`` as the publisher sends it and as a
+    subscriber receives it (a delivery carries the publication's fields, signature, Merkle
+    path and permit included, under one subscription id of the bench's length)."""
+    w = publish_wire(pe.event_id, profile, pe.routing, pe.body, pe.meta)
+    fields = {k: v for k, v in w.items() if k != "op"}
+    deliver = {"op": "deliver", "sub_ids": ["s1-00000000"], "event": fields}
+    return {"publish": len(pack(w)), "deliver": len(pack(deliver))}
 
 
 async def _run_at(
@@ -251,6 +304,8 @@ async def _run_at(
         else:
             pes += [net.pub.scheme.protect_event(e, now=time.time()) for e in chunk]
     pool = iter(pes)
+    if pes and not net.frame_bytes:
+        net.frame_bytes = _frame_bytes(pes[0], net.pub.scheme.profile)
     # the pre-protected events stand for what another machine would send: move them out of
     # the cyclic collector's reach, so its full collections (which grow with the live heap:
     # secure events are several objects each) do not pause the publisher mid-run
@@ -282,6 +337,7 @@ async def _run_at(
                     net.why = net.why or f"queue of {node} grew {SATURATION_RUN} times"
 
     await net.subs.begin()
+    c0 = _cpu_by_role(net)
     t0 = time.perf_counter()
     sent = 0
     obs_task = asyncio.get_running_loop().create_task(observe())
@@ -307,11 +363,18 @@ async def _run_at(
                 net.why = net.why or "publisher fell behind the offered rate"
             await asyncio.sleep(TICK_S)
         t_end = time.perf_counter()
+        c_end = _cpu_by_role(net)
         with contextlib.suppress(TimeoutError):
             await net.pub.flush(timeout=30)
         await net.cluster.wait_quiescent(timeout=60)
         net.sink.join(await net.subs.collect(sent, timeout=10))
         net.sink.count += net.subs.count
+        c_done = _cpu_by_role(net)
+        if c0 is not None and c_end is not None and c_done is not None:
+            wall = max(t_end - t0, 1e-3)
+            net.util = {r: round((c_end[r] - c0[r]) / wall, 2) for r in c0}
+            net.cpu_us = {r: round((c_done[r] - c0[r]) / max(1, sent) * 1e6, 1) for r in c0}
+            net.cpu_us["total"] = round(sum(net.cpu_us.values()), 1)
         # a backlog that takes longer than five observation periods to drain was growing
         drain = time.perf_counter() - t_end
         if drain > SATURATION_RUN * OBSERVE_S + 0.1:
@@ -346,15 +409,18 @@ async def _broker_cpu_per_event(
 ) -> float | None:
     """CPU microseconds the broker processes spend per publication at a fixed offered
     ``rate`` (below saturation): a figure that survives the machine's load far better than
-    wall-clock throughput. None for in-process brokers or without ``/proc``."""
-    st = await net.cluster.statuses()
-    pids = [int(v["pid"]) for v in st.values()]
-    if not pids or os.getpid() in pids or not os.path.exists(f"/proc/{pids[0]}/stat"):
+    wall-clock throughput. None for in-process brokers or without ``/proc``.
+
+    Counted from the first send to the last delivery (``_Net.cpu_us``), not from before the
+    publisher protects the step's events: an idle broker still spends about 1 % of a core
+    (heartbeats, its timers), and a profile that signs each publication protects for longer
+    (psguard's signed records: about 150 us an event, 12 s before a 4 s step at 20,000
+    events/s), so counting that wait billed it 1-2 us of idle broker CPU per publication
+    that plain, which protects nothing, was not."""
+    if net.pids is None:
         return None
-    c0 = sum(_proc_cpu_s(p) for p in pids)
     await _run_at(net, rate, payload, seconds, rng, batch=batch)
-    c1 = sum(_proc_cpu_s(p) for p in pids)
-    return round((c1 - c0) / max(1, net.sent) * 1e6, 1)
+    return net.cpu_us.get("brokers")
 
 
 def _growing(lat: list[float]) -> bool:
@@ -425,10 +491,11 @@ async def measure_network(
         run = profile if batch == 1 else f"{profile} (Merkle root per {batch})"
         good, bad, rate = 0.0, None, 1000.0
         why = ""  # what saturated the lowest saturated rate
+        busy: dict[str, float] = {}  # each process's share of a core in that run
         while bad is None and rate <= max_rate:  # doubling phase
             say(f"{run}: {brokers} brokers, {payload} B: {rate:.0f} ev/s")
             if await _run_at(net, rate, payload, run_s, rng, batch=batch):
-                bad, why = rate, net.why
+                bad, why, busy = rate, net.why, net.util
             else:
                 good, rate = rate, rate * 2
         hi = bad if bad is not None else max_rate
@@ -438,7 +505,7 @@ async def measure_network(
             mid = (good + hi) / 2
             say(f"{run}: {brokers} brokers, {payload} B: {mid:.0f} ev/s")
             if await _run_at(net, mid, payload, run_s, rng, batch=batch):
-                hi, why = mid, net.why
+                hi, why, busy = mid, net.why, net.util
             else:
                 good = mid
         await _run_at(
@@ -448,11 +515,14 @@ async def measure_network(
         await _run_at(net, 100, payload, run_s * 2 / 3, rng, record=True, batch=batch)
         idle = sorted(sink.lat)
         cpu = None
+        procs: dict[str, float] = {}
         if cpu_rate:
             cpu = await _broker_cpu_per_event(
                 net, min(cpu_rate, max(good * 0.8, 10)), payload, CPU_S, rng, batch
             )
+            procs = net.cpu_us
         drops = await cluster.statuses()
+        frames = net.frame_bytes
     finally:
         for c in clients:
             with contextlib.suppress(Exception):
@@ -474,7 +544,10 @@ async def measure_network(
         "in_process": in_process,
         "drops": {n: st["drops"] for n, st in drops.items() if st["drops"]},
         "broker_cpu_us_per_event": cpu,
+        "process_cpu_us_per_event": procs or None,
+        "frame_bytes": frames or None,
         "saturated_by": why or None,
+        "saturated_cpu_share": busy or None,
     }
 
 

@@ -8,6 +8,7 @@ against plain (:func:`_report`).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -159,6 +160,7 @@ def _report(
         return r
     base = _median_run(series["plain"])
     r.update(_versus(r, base))
+    r.update(_paired(series[head], series["plain"]))
     r["variant"], r["label"] = head, _label(head, merkle_batch)
     r["baseline_latency_p50_ms"] = base["latency_p50_ms"]
     r["baseline_max_throughput_runs_eps"] = base["max_throughput_runs_eps"]
@@ -177,8 +179,12 @@ def _report(
                 "latency_p99_ms": v["latency_p99_ms"],
                 "max_throughput_runs_eps": v["max_throughput_runs_eps"],
                 "broker_cpu_us_per_event": v.get("broker_cpu_us_per_event"),
+                "process_cpu_us_per_event": v.get("process_cpu_us_per_event"),
+                "frame_bytes": v.get("frame_bytes"),
                 "saturated_by": v.get("saturated_by"),
+                "saturated_cpu_share": v.get("saturated_cpu_share"),
                 **_versus(v, base),
+                **_paired(series[tag], series["plain"]),
             }
         )
     r["variants"] = variants
@@ -206,11 +212,32 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _paired(runs: list[dict[str, Any]], plain: list[dict[str, Any]]) -> dict[str, Any]:
+    """The throughput ratio of each round (a search against plain's of the same round, run
+    next to it: they share the machine's load of the moment), lowest first, and their
+    median: steadier than the ratio of the two medians when the load drifts between rounds."""
+    ratios = sorted(
+        x
+        for a, b in zip(runs, plain, strict=False)
+        if (x := _ratio(a["max_throughput_eps"], b["max_throughput_eps"])) is not None
+    )
+    mid = round(statistics.median(ratios), 3) if ratios else None
+    return {"throughput_ratio_rounds": ratios, "throughput_ratio_paired": mid}
+
+
 def _versus(r: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     tr = _ratio(r["max_throughput_eps"], base["max_throughput_eps"])
     lr = _ratio(r["latency_p50_ms"], base["latency_p50_ms"])
     cr = _ratio(r.get("broker_cpu_us_per_event"), base.get("broker_cpu_us_per_event"))
+    procs, base_procs = r.get("process_cpu_us_per_event"), base.get("process_cpu_us_per_event")
     return {
+        # every process's CPU per publication against plain's (brokers, publisher,
+        # subscribers, total): on one machine the search's maximum follows the total
+        "process_cpu_ratio": (
+            {k: _ratio(v, base_procs.get(k)) for k, v in procs.items()}
+            if procs and base_procs
+            else None
+        ),
         "baseline_broker_cpu_us_per_event": base.get("broker_cpu_us_per_event"),
         "broker_cpu_ratio": cr,
         "baseline_max_throughput_eps": base["max_throughput_eps"],

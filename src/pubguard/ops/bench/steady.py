@@ -94,8 +94,9 @@ async def _steady_cpu(
     subscribers: int,
     seconds: float,
     seed: int,
-) -> float | None:
-    """Broker CPU microseconds per publication of one run at ``rate`` on a fresh cluster."""
+) -> tuple[float | None, dict[str, float]]:
+    """Broker CPU microseconds per publication of one run at ``rate`` on a fresh cluster, and
+    every process's (brokers, publisher, subscribers, total: ``_Net.cpu_us``)."""
     edges = _tree(brokers)
     cfg = ClusterConfig(
         state_dir,
@@ -119,7 +120,8 @@ async def _steady_cpu(
     try:
         await cluster.start()
         net = await _setup(cluster, _Sink(), subscribers, profile, attribute)
-        return await _broker_cpu_per_event(net, rate, payload, seconds, random.Random(seed), batch)
+        cpu = await _broker_cpu_per_event(net, rate, payload, seconds, random.Random(seed), batch)
+        return cpu, net.cpu_us
     finally:
         if net is not None:
             with contextlib.suppress(Exception):
@@ -152,12 +154,13 @@ async def run_steady(
     say = say or (lambda s: None)
     which = which or backends()
     runs: dict[str, dict[str, list[float]]] = {b: {} for b in which}
+    procs: dict[str, dict[str, list[dict[str, float]]]] = {b: {} for b in which}
     for i in range(repeat):
         for b in which:
             for prof, tag, batch in plan:
                 say(f"[steady {b} {tag}] round {i + 1}/{repeat} at {rate:.0f} ev/s")
                 with _backend(b):
-                    cpu = await _steady_cpu(
+                    cpu, by_role = await _steady_cpu(
                         prof,
                         brokers,
                         payload,
@@ -170,6 +173,7 @@ async def run_steady(
                         seed=i + 1,
                     )
                 runs[b].setdefault(tag, []).append(cpu if cpu is not None else float("nan"))
+                procs[b].setdefault(tag, []).append(by_role)
     out: dict[str, Any] = {"rate_eps": round(rate, 1), "seconds": seconds, "rounds": repeat}
     for b, by_tag in runs.items():
         plain = by_tag.get("plain", [])
@@ -184,8 +188,28 @@ async def run_steady(
                 entry["cpu_ratio"] = _median(ratios)
                 entry["cpu_ratio_runs"] = ratios
                 entry["cpu_ratio_spread"] = [ratios[0], ratios[-1]] if ratios else None
+            entry.update(_by_process(procs[b][tag], procs[b].get("plain", []), tag))
             per[tag] = entry
         out[b] = per
+    return out
+
+
+def _by_process(
+    runs: list[dict[str, float]], plain: list[dict[str, float]], tag: str
+) -> dict[str, Any]:
+    """The median CPU per publication of each process over the rounds and, beside plain,
+    the median of the per-round ratios of the total (what one machine's throughput follows)."""
+    roles = sorted({k for r in runs for k in r})
+    out: dict[str, Any] = {
+        "process_cpu_us": {k: _median([r[k] for r in runs if k in r]) for k in roles}
+    }
+    if tag != "plain" and plain:
+        totals = [
+            round(r["total"] / p["total"], 3)
+            for r, p in zip(runs, plain, strict=True)
+            if r.get("total") and p.get("total")
+        ]
+        out["total_cpu_ratio"] = _median(totals)
     return out
 
 
@@ -244,6 +268,14 @@ def steady_lines(results: list[dict[str, Any]]) -> list[str]:
                     txt += f" (x{e['cpu_ratio']} {e['cpu_ratio_spread']})"
                 parts.append(txt)
             lines.append(f"  {b}: " + ", ".join(parts))
+            for tag, e in per.items():
+                pc = e.get("process_cpu_us")
+                if pc:
+                    txt = ", ".join(f"{k} {v}" for k, v in pc.items())
+                    ratio = e.get("total_cpu_ratio")
+                    lines.append(
+                        f"    {tag} per process: {txt}" + (f" (total x{ratio})" if ratio else "")
+                    )
         cb = r.get("broker_core_us_by_backend")
         for b, core in (cb or {}).items():
             plain = core.get("plain") or 1.0

@@ -72,6 +72,13 @@ class RemoteSubscribers:
         if reply[0] != "ready":
             raise TransportError(f"subscriber process failed: {reply[1]}")
 
+    @property
+    def pid(self) -> int:
+        """The subscriber process's id (its CPU time is read from ``/proc``)."""
+        if self._proc is None or self._proc.pid is None:
+            raise TransportError("subscriber process not running")
+        return int(self._proc.pid)
+
     async def begin(self) -> None:
         await self._ask(("begin",))
 
