@@ -9,6 +9,7 @@
 
 use pyo3::prelude::*;
 
+mod aead;
 mod ed25519;
 mod guard;
 mod keycache;
@@ -25,6 +26,7 @@ fn version() -> &'static str {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    aead::register(m)?;
     ed25519::register(m)?;
     guard::register(m)?;
     keycache::register(m)?;

@@ -328,10 +328,12 @@ class Broker:
         (default ``BATCH_MATCH_MIN``) of them, and routed in arrival order. Publications of plain profiles and of profiles whose
         matcher has ``match_batch`` (the token profiles: psguard.txt §3.1, one AES call per
         token over the batch's nonces) join runs, unless the profile has both guards and
-        outgoing rewrites (see ``Profile``). So do those of a profile whose scheme checks a run
-        of publications in one call (``checks_in_runs``: the native guard): their guards run
-        together, ``broker_check_run``, after decoding and before their ids are recorded
-        (``_hold_pub``, ``_check_held``)."""
+        outgoing rewrites (see ``Profile``) and does not rewrite runs (``rewrites_in_runs``:
+        the run's outgoing messages are then rewritten in one ``outgoing_run``, hermes). So
+        do those of a profile whose scheme checks a run of publications in one call
+        (``checks_in_runs``: the native guard): their guards run together,
+        ``broker_check_run``, after decoding and before their ids are recorded (``_hold_pub``,
+        ``_check_held``)."""
         link = self._link(from_link)
         out: list[Action] = []
         run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
@@ -537,10 +539,17 @@ class Broker:
         return _Admitted(prof, prof.matcher, pe)
 
     def _route(
-        self, msg: Publish, link: LinkInfo, adm: _Admitted, keys: set[Key], now: float
+        self,
+        msg: Publish,
+        link: LinkInfo,
+        adm: _Admitted,
+        keys: set[Key],
+        now: float,
+        rewrite: bool = True,
     ) -> list[Action]:
         """The actions for an admitted publication whose matching keys are ``keys``: see the
-        module docstring for why this is exactly once on a tree."""
+        module docstring for why this is exactly once on a tree. ``rewrite`` False: the
+        scheme's ``outgoing`` is left to the caller (``_route_run``: one ``outgoing_run``)."""
         out: list[Action] = []
         src = link.link_id
         delivered = 0
@@ -585,6 +594,8 @@ class Broker:
         if not prof.rewrites:
             counters["sent"] += len(out)
             return out
+        if not rewrite:
+            return out
         return self._outgoing(out, now, prof.scheme)
 
     def _route_run(
@@ -597,9 +608,11 @@ class Broker:
         """Match a run of consecutive publications (together, per matcher) and append their
         actions (or their drops) to ``out`` in arrival order."""
         groups: dict[int, tuple[Matcher, list[int]]] = {}
+        in_runs = False  # a profile that rewrites runs (``Profile.in_runs``) is in it
         for i, (_, adm, _) in enumerate(run):
             if adm is not None:
                 groups.setdefault(id(adm.matcher), (adm.matcher, []))[1].append(i)
+                in_runs = in_runs or adm.prof.in_runs
         found: dict[int, set[Key]] = {}
         for matcher, idx in groups.values():
             pes = [run[i][1].pe for i in idx]  # type: ignore[union-attr]
@@ -610,8 +623,29 @@ class Broker:
             else:
                 results = [matcher.match(pe) for pe in pes]
             found.update(zip(idx, results, strict=True))
+        if not in_runs:
+            for i, (msg, adm, dropped) in enumerate(run):
+                out += dropped if adm is None else self._route(msg, link, adm, found[i], now)
+            return
+        # its actions are rewritten together, one ``outgoing_run`` per scheme, and kept in
+        # arrival order
+        acts: list[Action | None] = []
+        pending: dict[int, tuple[BrokerScheme, list[tuple[int, Any]]]] = {}
         for i, (msg, adm, dropped) in enumerate(run):
-            out += dropped if adm is None else self._route(msg, link, adm, found[i], now)
+            if adm is None:
+                acts += dropped
+            elif adm.prof.in_runs:
+                start = len(acts)
+                acts += self._route(msg, link, adm, found[i], now, rewrite=False)
+                todo = pending.setdefault(id(adm.prof), (adm.prof.scheme, []))[1]
+                pe = adm.pe
+                for j in range(start, len(acts)):
+                    todo.append((j, pe))
+            else:
+                acts += self._route(msg, link, adm, found[i], now)
+        for scheme, todo in pending.values():
+            self._outgoing_run(acts, todo, now, scheme)
+        out += [a for a in acts if a is not None]
 
     # -- subscriptions ------------------------------------------------------------------------
     def _on_subscribe(self, msg: Subscribe, link: LinkInfo, now: float) -> list[Action]:
@@ -942,6 +976,41 @@ class Broker:
                 out.append(type(a)(a.link, m2))
         self.counters["sent"] += len(out)
         return out
+
+    def _outgoing_run(
+        self,
+        acts: list[Action | None],
+        todo: list[tuple[int, Any]],
+        now: float,
+        scheme: BrokerScheme,
+    ) -> None:
+        """``_outgoing`` of the actions at ``todo`` (one run's, of one scheme; each with its
+        publication's decoded routing) in one ``outgoing_run`` call, in place: a suppressed
+        message's action becomes None."""
+        links = self.links
+        ctxs: dict[str, CheckContext] = {}
+        at: list[int] = []
+        items: list[tuple[Any, Any, CheckContext]] = []
+        for i, pe in todo:
+            a = acts[i]
+            if not isinstance(a, Forward | DeliverTo):
+                continue
+            ctx = ctxs.get(a.link)
+            if ctx is None:
+                ctx = ctxs[a.link] = CheckContext(now, links[a.link], self.broker_id)
+            at.append(i)
+            items.append((a.message, pe, ctx))
+        sent = len(todo)
+        for i, m2 in zip(at, scheme.outgoing_run(items), strict=True):
+            a = acts[i]
+            assert isinstance(a, Forward | DeliverTo)
+            if m2 is None:
+                self.counters["suppressed"] += 1
+                acts[i] = None
+                sent -= 1
+            elif m2 is not a.message:
+                acts[i] = type(a)(a.link, m2)
+        self.counters["sent"] += sent
 
     def _persist(self, table: str, key: str, value: Mapping[str, Any]) -> None:
         if self.store is not None:

@@ -60,7 +60,7 @@ class Profile:
     ``checks_messages`` / ``rewrites_outgoing``, read once) and whether ``handle_batch`` may
     admit a run of its publications before routing any of them (``batches``)."""
 
-    __slots__ = ("batches", "checks", "fwd", "matcher", "rewrites", "runs", "scheme")
+    __slots__ = ("batches", "checks", "fwd", "in_runs", "matcher", "rewrites", "runs", "scheme")
 
     def __init__(self, scheme: BrokerScheme) -> None:
         self.scheme = scheme
@@ -76,4 +76,9 @@ class Profile:
         batch = getattr(self.matcher, "match_batch", None) is not None
         # the scheme checks a run of publications in one call (``broker_check_run``)
         self.runs = self.checks and bool(scheme.checks_in_runs)
-        self.batches = plain or ((batch or self.runs) and not (self.checks and self.rewrites))
+        # the scheme rewrites a run's messages in one call (``outgoing_run``) and its guard
+        # never reads what its outgoing did: a run is admitted, matched, routed, then rewritten
+        self.in_runs = self.rewrites and bool(scheme.rewrites_in_runs)
+        self.batches = (
+            plain or self.in_runs or ((batch or self.runs) and not (self.checks and self.rewrites))
+        )

@@ -29,6 +29,7 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from pubguard import native as nb
 from pubguard.crypto.primitives import hkdf
 from pubguard.crypto.secret import SecretBytes, raw
 from pubguard.errors import InvalidToken, ValidationError
@@ -40,7 +41,9 @@ __all__ = [
     "CounterAead",
     "broker_subkey",
     "nonce_of",
+    "open_batch",
     "open_each",
+    "seal_batch",
     "seal_each",
 ]
 
@@ -67,9 +70,11 @@ def nonce_of(counter: int) -> bytes:
 
 
 class CounterAead:
-    """AES-256-GCM under one key, nonces from counters. Not thread-safe; ``repr`` hides the key."""
+    """AES-256-GCM under one key, nonces from counters. Not thread-safe; ``repr`` hides the key.
+    ``gcm``: the same key's schedule in the native extension (``pubguard._native.GcmKey``),
+    for :func:`seal_batch` / :func:`open_batch`; None on the Python backend."""
 
-    __slots__ = ("_decrypt", "_encrypt")
+    __slots__ = ("_decrypt", "_encrypt", "gcm")
 
     def __init__(self, key: bytes | SecretBytes) -> None:
         k = raw(key)
@@ -78,6 +83,8 @@ class CounterAead:
         cipher = AESGCM(k)
         self._encrypt = cipher.encrypt
         self._decrypt = cipher.decrypt
+        nat = nb.NATIVE
+        self.gcm: object | None = None if nat is None else nat.GcmKey(k)
 
     def __repr__(self) -> str:
         return "CounterAead(<secret>)"
@@ -148,6 +155,64 @@ def open_each(
             continue
         try:
             out.append(it[0]._decrypt(pack(0, first + i), it[1], it[2]))
+        except InvalidTag:
+            out.append(None)
+    return out
+
+
+def seal_batch(items: list[tuple[CounterAead, int, bytes, bytes]]) -> list[bytes]:
+    """Seal ``(cipher, counter, plaintext, aad)`` quadruples in one call: a micro-batch of
+    events, every attribute under its own key and nonce (hermes §3.2, §3.5), the checks of
+    :meth:`CounterAead.seal` applied to each. The caller owns the counters (never reused
+    under one key). Native (``native/src/aead.rs``) when the backend is; this is the
+    reference, and words the errors."""
+    nat = nb.NATIVE
+    if nat is not None and items:
+        try:
+            return nat.gcm_seal_batch(items)  # type: ignore[no-any-return]
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            pass  # refused (or a cipher made on the Python backend): the reference decides
+    return _seal_batch(items)
+
+
+def _seal_batch(items: list[tuple[CounterAead, int, bytes, bytes]]) -> list[bytes]:
+    pack = _NONCE.pack
+    out = []
+    for c, n, pt, aad in items:
+        if type(n) is not int or not 0 <= n <= COUNTER_MAX:
+            raise ValidationError("nonce counter must be an integer in [0, 2**64)")
+        if not aad:
+            raise ValidationError("associated data is required")
+        out.append(c._encrypt(pack(0, n), pt, aad))
+    return out
+
+
+def open_batch(items: list[tuple[CounterAead, int, bytes, bytes] | None]) -> list[bytes | None]:
+    """Open ``(cipher, counter, ciphertext||tag, aad)`` quadruples in one call; None entries
+    are skipped, and each result is the plaintext or None when it fails to authenticate
+    (never which check failed). Native when the backend is (``native/src/aead.rs``)."""
+    nat = nb.NATIVE
+    if nat is not None and items:
+        try:
+            return nat.gcm_open_batch(items)  # type: ignore[no-any-return]
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            pass  # an item the extension cannot take (malformed, or no native key)
+    return _open_batch(items)
+
+
+def _open_batch(items: list[tuple[CounterAead, int, bytes, bytes] | None]) -> list[bytes | None]:
+    pack = _NONCE.pack
+    out: list[bytes | None] = []
+    for it in items:
+        if it is None:
+            out.append(None)
+            continue
+        c, n, blob, aad = it
+        if type(n) is not int or not 0 <= n <= COUNTER_MAX or len(blob) < TAG_BYTES:
+            out.append(None)
+            continue
+        try:
+            out.append(c._decrypt(pack(0, n), blob, aad))
         except InvalidTag:
             out.append(None)
     return out

@@ -55,6 +55,10 @@ A scheme has two faces:
   ``checks_in_runs = True``: the guards of a run of publications in one call (the native
   guard, ``schemes/common/native_guard.py``); ``Broker.handle_batch`` admits runs through it.
   Default: per message.
+- optional ``outgoing_run(items) -> list[message | None]`` with ``rewrites_in_runs = True``:
+  ``outgoing`` for a run's messages in one call (hermes: one sealing or opening per
+  micro-batch); a profile with both guards and rewrites joins ``handle_batch``'s runs only
+  with it. Default: one ``outgoing`` per message.
 - optional ``lease_end(message) -> float | None``: when a stored subscription's (or
   advertisement's) authority runs out (a permit of one key epoch, plus ``max_delay``); the
   core forgets it then (``Broker.expire``). None (the default): it lasts until withdrawn or
@@ -236,6 +240,12 @@ class BrokerScheme(Protocol):
     #: guard): ``Broker.handle_batch`` then admits its runs through it. False, the default:
     #: one ``broker_check`` per publication.
     checks_in_runs: Any = False
+    #: True when :meth:`outgoing_run` rewrites a run's publications in one call and what
+    #: ``broker_check`` decides never depends on what ``outgoing`` did (a scheme that both
+    #: guards and rewrites, hermes): ``Broker.handle_batch`` then admits, matches and routes
+    #: a run of its publications and rewrites the run's messages together. False, the
+    #: default: such a profile's publications take the per-message path.
+    rewrites_in_runs: Any = False
 
     def decode_filter(self, wire: Mapping[str, Any]) -> Any: ...
 
@@ -255,6 +265,16 @@ class BrokerScheme(Protocol):
         The core calls it only when ``checks_in_runs``; the default: an empty prefix (one
         ``broker_check`` per publication)."""
         return []
+
+    def outgoing_run(self, items: Sequence[tuple[Any, Any, CheckContext]]) -> list[Any | None]:
+        """``outgoing`` of each ``(message, event, ctx)``, in order, in one call: the
+        messages a run of publications (``Broker.handle_batch``, when ``rewrites_in_runs``)
+        leaves with, one per link it leaves on, grouped by publication in arrival order;
+        ``event`` is that publication's routing as ``decode_event`` decoded it (no need to
+        decode again). The same results and the same state as one ``outgoing`` per item (the
+        default), so a scheme may do the run's shared work once (hermes seals or opens a
+        micro-batch in one call)."""
+        return [self.outgoing(m, ctx) for m, _, ctx in items]
 
     def covers(self, f1: Any, f2: Any) -> bool: ...
 

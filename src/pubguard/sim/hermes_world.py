@@ -104,6 +104,8 @@ class HermesWorld:
                 keyring=BrokerKeyring(name, grace=grace),
                 counter=counter,
                 revoked=self.revoked,
+                # each PHB's wire-id secret, from the seed: two worlds of one seed agree
+                wire_id_key=_random.Random(f"{seed}:{name}").randbytes(32),
             )
             self.brokers[name] = WorldBroker(name, domain, Broker(name, [scheme]), scheme)
         for child, par in parent.items():

@@ -32,8 +32,16 @@ TREE = {"met1": "metgw", "met2": "metgw", "ccs1": "metgw", "metgw": "isp1"}
 CANARY = "CANARY-Soho-7f3a"
 
 
-def world(profile: str) -> HermesWorld:
-    w = HermesWorld(profile, NP, owner="PITO", brokers=DOMAINS, parent=TREE, now=1000.0)
+def world(profile: str, refresh_every: float = float("inf")) -> HermesWorld:
+    w = HermesWorld(
+        profile,
+        NP,
+        owner="PITO",
+        brokers=DOMAINS,
+        parent=TREE,
+        now=1000.0,
+        refresh_every=refresh_every,
+    )
     for b in ("met1", "met2", "metgw"):
         assert w.authorise(b)
     w.authorise("ccs1", ["numberplate"])
@@ -247,9 +255,39 @@ def test_broker_links_carry_a_wire_id_and_subscribers_get_the_application_id_bac
     phb = w.brokers["met1"].scheme
     view = phb.view(w.stype.type_id)
     assert view is not None
-    again = phb.crypter.wire_id(view, ["numberplate", "location", "camera"], 1_000_000, canary_id)
+    again = phb.crypter.wire_id(view, canary_id)
     assert wire_ids == {again}
-    assert phb.crypter.wire_id(view, ["camera"], 1_000_000, "another-id") != again
+    assert phb.crypter.wire_id(view, "another-id") != again
+
+
+@pytest.mark.parametrize("profile", ["hermes-event", "hermes-attribute"])
+def test_the_wire_id_survives_a_key_refresh_so_a_republication_stays_a_duplicate(
+    profile: str,
+) -> None:
+    """The PHB keys wire ids with its own secret, not a group key: after every group key
+    was refreshed (the timer), the same event sealed again under the new keys carries the
+    same wire id, and the next broker drops it as a duplicate."""
+    w = world(profile, refresh_every=10.0)
+    w.subscribe("smith", Filter.of(("camera", ">=", 0)))
+    w.publish("camera", {"numberplate": "AB12CDE", "location": "x", "camera": 1}, "e-refresh")
+    first = [f for f in frames_of(w, "metgw") if f["op"] == "publish"]
+    assert len(first) == 1 and len(w.clients["smith"].received) == 1
+    met1 = w.brokers["met1"].scheme
+    group = w.stype.type_id.hex() if profile == "hermes-event" else None
+    g = group or w.stype.attribute_ids["numberplate"].hex()
+    before = met1.keyring.current(g)
+    w.tick(w.now + 11.0)  # the traffic keys are refreshed on a timer (§4)
+    after = met1.keyring.current(g)
+    assert before is not None and after is not None and after.version != before.version
+    # the PHB seals the same application event again (as after a client's re-send)
+    pub = Publish("e-refresh", profile, {TYPE_KEY: "Numberplate", "numberplate": "AB12CDE"})
+    link = LinkInfo("metgw", LinkKind.PARENT, peer="metgw")
+    again = met1.outgoing(pub, CheckContext(now=w.now, link=link, broker_id="met1"))
+    assert again is not None and again.event_id == first[0]["event_id"]
+    assert again.routing["ts"] != first[0]["routing"]["ts"]  # sealed anew, under the new keys
+    w.inject("metgw", "met1", again.to_wire())
+    assert [d.reason.value for d in w.brokers["metgw"].drops] == ["duplicate"]
+    assert len(w.clients["smith"].received) == 1
 
 
 def test_a_phb_that_lost_its_keys_suppresses_the_publication_instead_of_failing() -> None:
@@ -277,3 +315,25 @@ def test_a_lesser_neighbours_cache_cannot_pass_between_equals_unvetted() -> None
     assert [e["location"] for e in w.clients["smith"].received] == ["true", "true"]
     relayed = [f for f in frames_of(w, "met2") if f["op"] == "publish"]
     assert len(relayed) == 2 and not any(b"FORGED" in f for f in w.brokers["met2"].frames)
+
+
+@pytest.mark.parametrize("profile", ["hermes-event", "hermes-attribute"])
+def test_a_phb_with_several_broker_links_seals_for_every_one_of_them(profile: str) -> None:
+    """A publisher on metgw: the event leaves on several broker links (met2, ccs1 and the
+    unauthorised root isp1). Each gets the one sealing and the wire id, never the
+    plaintext or the application's id."""
+    w = world(profile)
+    w.attach("ccs", "ccs1", subscribe=["numberplate"])
+    w.attach("gw-camera", "metgw", publish=["*"])
+    w.subscribe("smith", Filter.of(("camera", ">=", 0)))
+    w.subscribe("ccs", Filter.of(("numberplate", "prefix", "AB")))
+    w.publish("gw-camera", {"numberplate": "AB12CDE", "location": CANARY, "camera": 1}, "app-7")
+    sent = [f for b in ("isp1", "met2", "ccs1") for f in frames_of(w, b) if f["op"] == "publish"]
+    # (under event encryption ccs1, which may read the numberplate only, is in no key group)
+    assert len(sent) == (3 if profile == "hermes-attribute" else 2)
+    assert len({f["event_id"] for f in sent}) == 1
+    assert all(TYPE_KEY not in f["routing"] and f["event_id"] != "app-7" for f in sent)
+    assert not any(CANARY.encode() in f for f in w.brokers["isp1"].frames)
+    assert not any(b"app-7" in f for f in w.brokers["isp1"].frames)
+    assert [e["location"] for e in w.clients["smith"].received] == [CANARY]
+    assert [e.id for e in w.clients["smith"].received] == ["app-7"]

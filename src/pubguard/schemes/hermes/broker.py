@@ -43,9 +43,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final
 
+from pubguard.crypto import SecretBytes
 from pubguard.errors import DropError, DropReason, InvalidToken, ValidationError
 from pubguard.model.codec import constraint_from_json
 from pubguard.model.filters import Filter
@@ -87,6 +89,8 @@ _MODE: Final = {HERMES_EVENT: "event", HERMES_ATTRIBUTE: "attribute"}
 _log = logging.getLogger("pubguard.hermes")
 #: decoded publications remembered by routing identity (a micro-batch's worth, and more)
 EVENT_MEMO_MAX: Final = 1024
+_NONE: Final[Mapping[str, Any]] = MappingProxyType({})
+_NO_NAMES: Final[frozenset[str]] = frozenset()
 
 
 def ms(now: float) -> int:
@@ -104,6 +108,7 @@ class HermesEvent:
         "cache",
         "cache_in",
         "cache_raw",
+        "local",
         "opened",
         "pairs",
         "plain",
@@ -132,10 +137,12 @@ class HermesEvent:
         self.routing = routing
         self.plain = plain  # attribute name -> value, what this broker can read
         self.sealed = sealed  # False: a client's plaintext publication at its PHB
-        self.present = present  # attribute names the event carries (None: unknown)
+        self.local = not sealed  # published here: this broker is its PHB (and seals it)
+        self.present = present  # attribute names the event carries (None: unknown, or not
+        # yet read from ``pairs``: ``_present``)
         self.cache_raw = cache_raw  # the incoming cache, packed and untrusted (§3.4)
-        self.cache: dict[str, Any] = {}  # its entries the sender may read (``_vet``)
-        self.cache_in: frozenset[str] = frozenset()  # the names the incoming cache carried
+        self.cache: Mapping[str, Any] = _NONE  # its entries the sender may read (``_vet``)
+        self.cache_in: frozenset[str] = _NO_NAMES  # the names the incoming cache carried
         self.vetted = cache_raw is None
         self.src: str | None = None  # the sending neighbour (its TLS identity)
         self.opened = not sealed
@@ -166,12 +173,23 @@ class HermesMatcher:
     def __len__(self) -> int:
         return len(self._type_of)
 
+    #: ``Broker.handle_batch`` matches every run with ``match_batch`` (one opening per run)
+    batch_min: Final = 1
+
     def match(self, pe: HermesEvent) -> set[Hashable]:
         fs = self._by_type.get(pe.type_id)
         if not fs:
             return set()
         self._scheme.open(pe)
         return {k for k, f in fs.items() if _decides_match(f, pe)}
+
+    def match_batch(self, pes: list[HermesEvent]) -> list[set[Hashable]]:
+        """``match`` of each, the events to be opened opened together (one AEAD batch)."""
+        if not self._type_of:  # no filters: nothing to open or match
+            return [set() for _ in pes]
+        by_type = self._by_type
+        self._scheme.open_run([pe for pe in pes if by_type.get(pe.type_id)])
+        return [self.match(pe) for pe in pes]
 
 
 def _publish(event_id: str, profile: str, routing: Mapping[str, Any], body: bytes) -> Publish:
@@ -189,6 +207,15 @@ def _publish(event_id: str, profile: str, routing: Mapping[str, Any], body: byte
     return pub if pub is not None else Publish(event_id, profile, routing, body, {})
 
 
+def _present(pe: HermesEvent) -> frozenset[str] | None:
+    """The attribute names a sealed event carries, read from its tuples once (attribute
+    mode; None in event mode, or for a type this broker does not know)."""
+    if pe.present is None and pe.pairs is not None and pe.view is not None:
+        names = pe.view.names
+        pe.present = frozenset(names[a] for a, _ in pe.pairs if a in names)
+    return pe.present
+
+
 def _decides_match(f: OpenedFilter, pe: HermesEvent) -> bool:
     if f.readable is None:
         return True
@@ -197,7 +224,7 @@ def _decides_match(f: OpenedFilter, pe: HermesEvent) -> bool:
         if c.name in plain:
             if not c.matches(plain):
                 return False
-        elif pe.present is not None and c.name not in pe.present:
+        elif (present := _present(pe)) is not None and c.name not in present:
             if not c.matches(plain):  # the event lacks the attribute: decided
                 return False
         elif not pe.sealed:
@@ -231,6 +258,10 @@ class HermesBroker(BrokerScheme):
 
     checks_messages = True
     rewrites_outgoing = True
+    # a run's guards, then its rewrites (one sealing or opening per micro-batch): the guard
+    # reads capabilities, revocations and key-group membership, none of which outgoing changes
+    checks_in_runs = True
+    rewrites_in_runs = True
 
     def __init__(
         self,
@@ -242,7 +273,10 @@ class HermesBroker(BrokerScheme):
         keyring: BrokerKeyring | None = None,
         counter: NonceCounter | None = None,
         revoked: RevocationSet | None = None,
+        wire_id_key: bytes | SecretBytes | None = None,
     ) -> None:
+        """``wire_id_key``: this broker's secret for the wire ids of the events it
+        publishes (``Crypter.wire_id``); None: a fresh one, held in memory."""
         if profile not in _MODE:
             raise ValidationError(f"hermes profile must be one of {sorted(_MODE)}")
         self.profile = profile
@@ -251,7 +285,11 @@ class HermesBroker(BrokerScheme):
         self.revoked = revoked if revoked is not None else RevocationSet()
         self.keyring = keyring if keyring is not None else BrokerKeyring(broker_id)
         self.crypter = Crypter(
-            broker_id, self.mode, self.keyring, counter or NonceCounter(broker_id)
+            broker_id,
+            self.mode,
+            self.keyring,
+            counter or NonceCounter(broker_id),
+            wire_id_key,
         )
         self._views: dict[bytes, TypeView] = {}
         self._by_name: dict[str, TypeView] = {}
@@ -361,7 +399,7 @@ class HermesBroker(BrokerScheme):
         return pe
 
     def _decode_event(self, routing: Mapping[str, Any]) -> HermesEvent:
-        if not isinstance(routing, Mapping):
+        if type(routing) is not MappingProxyType and not isinstance(routing, Mapping):
             raise ValidationError("hermes routing must be a mapping")
         if TYPE_KEY in routing:  # a client's plaintext publication (to its PHB only)
             view = self._by_name.get(routing[TYPE_KEY])
@@ -379,19 +417,15 @@ class HermesBroker(BrokerScheme):
             if type(routing["b"]) is not str:
                 raise ValidationError("hermes 'b' must be the PHB id")
             view = self._views.get(tid)
-            present = None
             pairs = None
             if "a" in routing:
                 pairs = unpack_attrs(routing["a"])
-                if view is not None:
-                    names = view.names
-                    present = frozenset(names[a] for a, _ in pairs if a in names)
             elif type(routing.get("c")) is not bytes:
                 raise ValidationError("hermes event needs 'c' or 'a'")
             raw = routing.get("k")
             if raw is not None and type(raw) is not bytes:
                 raise ValidationError("hermes cache must be bytes")
-            pe = HermesEvent(tid, view, routing, {}, True, present, raw)
+            pe = HermesEvent(tid, view, routing, {}, True, None, raw)
             pe.pairs = pairs
         return pe
 
@@ -434,6 +468,31 @@ class HermesBroker(BrokerScheme):
         pe.plain.update(values)
         if pe.app_id is None:
             pe.app_id = app_id
+
+    def open_run(self, pes: Iterable[HermesEvent]) -> None:
+        """``open`` of each, the AEAD calls of all of them in one batch
+        (``Crypter.open_events``): the same values as one ``open`` each."""
+        todo: list[HermesEvent] = []
+        jobs: list[Any] = []
+        for pe in pes:
+            if pe.opened:
+                continue
+            pe.opened = True
+            if pe.view is None:
+                continue
+            self._vet(pe)
+            pe.plain.update(pe.cache)
+            skip = frozenset(pe.cache)
+            if self.mode == "event" and skip:
+                continue
+            todo.append(pe)
+            jobs.append((pe.view, pe.routing, skip, pe.pairs))
+        if not jobs:
+            return
+        for pe, (values, app_id) in zip(todo, self.crypter.open_events(jobs), strict=True):
+            pe.plain.update(values)
+            if pe.app_id is None:
+                pe.app_id = app_id
 
     def decode_filter(self, wire: Mapping[str, Any]) -> Any:
         last_w, last_f = self._last
@@ -495,6 +554,33 @@ class HermesBroker(BrokerScheme):
                 return DropReason.UNAUTHORISED  # §3.3 probe: a broker's filter must be sealed
             return None
         return None
+
+    def broker_check_run(
+        self, messages: Sequence[Any], events: Sequence[Any], ctx: CheckContext
+    ) -> list[DropReason | None]:
+        """``broker_check`` of a run of publications from one link (``events``: their
+        decoded routing), in one call; it stops before a message whose check raises (the
+        core then checks that one itself and maps the exception)."""
+        out: list[DropReason | None] = []
+        if ctx.link.kind is not LinkKind.CLIENT:
+            peer = ctx.link.peer
+            for pe in events:
+                if not pe.sealed:
+                    out.append(DropReason.UNAUTHORISED)  # plaintext from a broker: never
+                else:
+                    pe.src = peer  # its cache is vetted against this sender when used (§3.4)
+                    out.append(None)
+            return out
+        check = self._check_client
+        for m, pe in zip(messages, events, strict=False):
+            if m.body or pe.sealed:
+                out.append(DropReason.MALFORMED)
+                continue
+            try:
+                out.append(check(pe.view, "publish", m.meta, pe.plain, ctx))
+            except Exception:  # noqa: BLE001 - the core's own check maps it
+                break
+        return out
 
     def _check_client(
         self,
@@ -576,19 +662,92 @@ class HermesBroker(BrokerScheme):
 
     # -- per-link transforms --------------------------------------------------------------
     def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
+        return self._outgoing(message, None, ctx)
+
+    def outgoing_run(
+        self, items: Sequence[tuple[Any, HermesEvent, CheckContext]]
+    ) -> list[Any | None]:
+        """``outgoing`` of a run's messages (``Broker.handle_batch``): the PHB seals every
+        event that leaves on a broker link, in arrival order (so each takes the nonces it
+        takes alone), and the SHB opens every event it delivers, each in one AEAD batch;
+        then the per-link work (the cache cut per neighbour, each client's attributes)."""
+        seal: dict[int, tuple[HermesEvent, float, str]] = {}
+        opening: list[HermesEvent] = []
+        equals: dict[tuple[str | None, str | None, bytes], bool] = {}
+        client = LinkKind.CLIENT
+        out: list[Any | None] = []
+        rest: list[int] = []  # the items that need the per-link work, after the batches
+        for m, pe, ctx in items:
+            link = ctx.link
+            if link.kind is client:
+                if m.op == "deliver" and not pe.opened:
+                    opening.append(pe)
+            elif m.op == "publish":
+                if pe.local:
+                    if not pe.sealed and id(pe) not in seal:
+                        seal[id(pe)] = (pe, ctx.now, m.event_id)
+                else:
+                    k = (pe.src, link.peer, pe.type_id)
+                    eq = equals.get(k)
+                    if eq is None:
+                        eq = equals[k] = self._between_equals(k[0], k[1], k[2], ctx.now)
+                    if eq:  # §3.4: passes on as it came (``_to_broker``), decided once per run
+                        out.append(m)
+                        continue
+            rest.append(len(out))
+            out.append(None)
+        if seal:
+            self._seal_run(list(seal.values()))
+        if opening:
+            self.open_run(opening)
+        one = self._outgoing
+        for i in rest:
+            m, pe, ctx = items[i]
+            out[i] = one(m, pe, ctx)
+        return out
+
+    def _between_equals(
+        self, src: str | None, peer: str | None, type_id: bytes, now: float
+    ) -> bool:
+        """Whether a sealed event from neighbour ``src`` passes on to ``peer`` as it came,
+        ciphertext and cache untouched (§3.4, Fig. 3): the two were granted the same
+        attributes, and this broker no more (the next broker vets the cache against this
+        broker's grants, which cover no more than the sender's: ``_own_grants``)."""
+        grants = self.neighbour_grants(peer, type_id)
+        if not grants or grants != self.neighbour_grants(src, type_id):
+            return False
+        return self._own_grants(type_id, now) <= grants
+
+    def _outgoing(self, message: Any, pe: HermesEvent | None, ctx: CheckContext) -> Any | None:
         op = message.op
         to_client = ctx.link.kind is LinkKind.CLIENT
         if op == "deliver":
-            return self._deliver(message, ctx) if to_client else message
+            return self._deliver(message, ctx, pe) if to_client else message
         if to_client:
             return message
         if op == "publish":
-            return self._to_broker(message, ctx)
+            return self._to_broker(message, ctx, pe)
         if op in ("subscribe", "advertise") and "type" in message.filter:
             return self._seal_filter(message, ctx)
         if message.meta:  # never show a client's capability to other brokers
             return dataclasses.replace(message, meta={})
         return message
+
+    def _seal_run(self, jobs: list[tuple[HermesEvent, float, str]]) -> None:
+        """``_sealed_routing``'s sealing of each ``(event, now, application id)``, in order,
+        in one AEAD batch (``Crypter.seal_events``); one it cannot seal stays as it was (its
+        ``outgoing`` then fails as it fails alone)."""
+        crypter = self.crypter
+        sealed = crypter.seal_events(
+            [(pe.view, pe.plain, ms(now), eid) for pe, now, eid in jobs]  # type: ignore[misc]
+        )
+        for (pe, _, eid), routing in zip(jobs, sealed, strict=True):
+            if routing is not None:
+                assert pe.view is not None
+                pe.app_id = eid
+                pe.wire_id = crypter.wire_id(pe.view, eid)
+                pe.routing = routing
+                pe.sealed = True
 
     def _sealed_routing(self, pe: HermesEvent, now: float, event_id: str) -> Mapping[str, Any]:
         """The event's ciphertext without any cache: sealed here once if this is its PHB,
@@ -596,25 +755,25 @@ class HermesBroker(BrokerScheme):
         if not pe.sealed:
             assert pe.view is not None
             ts = ms(now)
+            routing = self.crypter.seal_event(pe.view, pe.plain, ts, event_id)
             pe.app_id = event_id
-            pe.wire_id = self.crypter.wire_id(pe.view, pe.plain, ts, event_id)
-            pe.routing = self.crypter.seal_event(pe.view, pe.plain, ts, event_id)
+            pe.wire_id = self.crypter.wire_id(pe.view, event_id)
+            pe.routing = routing
             pe.sealed = True  # every later link reuses this one sealing (§3.4)
         r = pe.routing
         return {k: v for k, v in r.items() if k != "k"} if "k" in r else r
 
-    def _to_broker(self, message: Publish, ctx: CheckContext) -> Publish | None:
+    def _to_broker(
+        self, message: Publish, ctx: CheckContext, pe: HermesEvent | None = None
+    ) -> Publish | None:
         """Seal (at the PHB), then attach the cache the next broker may have (§3.4): the
         message leaves unchanged when what it carries is exactly that."""
-        pe = self.decode_event(message.routing)
-        sealed_in = pe.sealed
+        if pe is None:
+            pe = self.decode_event(message.routing)
+        sealed_in = not pe.local  # it arrived sealed (at its PHB: sealed here, for every link)
+        if sealed_in and self._between_equals(pe.src, ctx.link.peer, pe.type_id, ctx.now):
+            return message  # §3.4, Fig. 3: between equals the ciphertext and cache pass on
         grants = self.neighbour_grants(ctx.link.peer, pe.type_id)
-        if sealed_in and grants and grants == self.neighbour_grants(pe.src, pe.type_id):
-            # §3.4, Fig. 3: between brokers of equal credentials the ciphertext and its cache
-            # pass on as they came; the next broker vets the cache against this broker's
-            # grants, which cover no more than the sender's (``_own_grants``)
-            if self._own_grants(pe.type_id, ctx.now) <= grants:
-                return message
         self.open(pe)
         cache = {k: v for k, v in pe.plain.items() if k in grants}
         if self.mode == "event" and pe.view is not None and set(cache) != set(pe.view.ids):
@@ -633,9 +792,12 @@ class HermesBroker(BrokerScheme):
         assert eid is not None
         return _publish(eid, message.profile, routing, message.body)
 
-    def _deliver(self, d: Deliver, ctx: CheckContext) -> Deliver | None:
+    def _deliver(
+        self, d: Deliver, ctx: CheckContext, pe: HermesEvent | None = None
+    ) -> Deliver | None:
         msg = d.event
-        pe = self.decode_event(msg.routing)
+        if pe is None:
+            pe = self.decode_event(msg.routing)
         if pe.view is None:
             return None
         cap = self._clients.get((ctx.link.link_id, pe.type_id))

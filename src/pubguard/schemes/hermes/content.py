@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgpack
 
-from pubguard.crypto import KeyedHash, hkdf
-from pubguard.crypto.counter_aead import CounterAead, broker_subkey, open_each, seal_each
+from pubguard.crypto import KeyedHash, SecretBytes, hkdf, random_bytes
+from pubguard.crypto.counter_aead import CounterAead, broker_subkey, open_batch, seal_batch
 from pubguard.errors import InvalidToken, ValidationError
 from pubguard.model.codec import constraint_from_json
 from pubguard.model.constraints import Constraint
@@ -139,14 +139,16 @@ class TypeView:
     ids: Mapping[str, bytes]  # attribute name -> attribute id
     names: Mapping[bytes, str]  # attribute id -> attribute name
     types: Mapping[str, str]  # attribute name -> its declared value type
+    # attribute name -> the head of its associated data, ``_AAD_ATTR || type id || attr id``
+    aad_heads: Mapping[str, bytes]
 
     @classmethod
     def of(cls, stype: SecureEventType) -> TypeView:
         ids = stype.attribute_ids
         types = {a.name: a.type for a in stype.etype.attributes}
-        return cls(
-            stype, stype.type_id, stype.type_id.hex(), ids, {v: k for k, v in ids.items()}, types
-        )
+        tid = stype.type_id
+        heads = {k: b"hermes-a\x00" + tid + aid for k, aid in ids.items()}
+        return cls(stype, tid, tid.hex(), ids, {v: k for k, v in ids.items()}, types, heads)
 
     def type_check(self, attrs: Mapping[str, Any]) -> None:
         """ValidationError unless ``attrs`` conform to the type (``EventType.validate`` of
@@ -163,6 +165,49 @@ class TypeView:
                 raise ValidationError(f"attribute {k!r} must be {want}, got {t}")
             if t == "float" and not math.isfinite(v):
                 raise ValidationError(f"attribute {k!r} must be a finite number")
+
+
+def _finish_seal(
+    head: dict[str, Any], aids: list[bytes] | None, sealed: list[bytes]
+) -> dict[str, Any]:
+    """An event's sealed routing: ``head`` with its ciphertext(s) (``Crypter._plan_seal``)."""
+    if aids is None:
+        head["c"] = sealed[0]
+    else:
+        head["a"] = pack_attrs(list(zip(aids, sealed, strict=True)))
+    return head
+
+
+def _finish_open(
+    names: list[str | None] | None, opened: list[bytes | None]
+) -> tuple[dict[str, Any], str | None]:
+    """Values and the application's id from an event's opened plaintexts (``names`` None:
+    the one event-mode plaintext). What fails to authenticate, or is authentic but
+    malformed (the PHB's fault), is left out."""
+    if names is None:
+        pt = opened[0]
+        if pt is None:
+            return {}, None
+        try:
+            out = _unpack(pt)
+        except ValueError:
+            return {}, None
+        if not (isinstance(out, list) and len(out) == 2 and isinstance(out[1], dict)):
+            return {}, None
+        return dict(out[1]), out[0] if isinstance(out[0], str) and out[0] else None
+    res: dict[str, Any] = {}
+    app_id = None
+    for name, pt in zip(names, opened, strict=True):
+        if pt is None or name is None:
+            continue
+        try:
+            i, value = _unpack(pt)
+        except (ValueError, TypeError):
+            continue
+        res[name] = value
+        if app_id is None and isinstance(i, str) and i:
+            app_id = i
+    return res, app_id
 
 
 def _aad_event(tid: bytes, ts: int) -> bytes:
@@ -196,7 +241,7 @@ class Crypter:
 
     __slots__ = (
         "_ciphers",
-        "_id_hashes",
+        "_id_hash",
         "_packer",
         "_plans",
         "broker",
@@ -206,10 +251,17 @@ class Crypter:
     )
 
     def __init__(
-        self, broker: str, mode: str, keyring: BrokerKeyring, counter: NonceCounter
+        self,
+        broker: str,
+        mode: str,
+        keyring: BrokerKeyring,
+        counter: NonceCounter,
+        wire_id_key: bytes | SecretBytes | None = None,
     ) -> None:
         if mode not in ("event", "attribute"):
             raise ValidationError("mode must be 'event' or 'attribute'")
+        if wire_id_key is None:  # a fresh secret held in memory (see ``wire_id``)
+            wire_id_key = SecretBytes(random_bytes(32))
         self.broker = broker
         self.mode = mode
         self.keyring = keyring
@@ -218,7 +270,9 @@ class Crypter:
         # (type id, PHB) -> (keyring stamp, in force from (ms), attribute id -> cipher)
         self._plans: dict[tuple[bytes, str], tuple[int, int, dict[bytes, CounterAead]]] = {}
         self._packer = msgpack.Packer(use_bin_type=True)
-        self._id_hashes: dict[tuple[str, int], KeyedHash] = {}
+        # the wire-id key: this PHB's own, not a group key, so it survives every refresh
+        info = _WIRE_ID_INFO + mode.encode() + b"\x00" + broker.encode()
+        self._id_hash = KeyedHash(hkdf(wire_id_key, info=info))
 
     def __repr__(self) -> str:
         return f"Crypter({self.broker!r}, {self.mode})"
@@ -277,43 +331,69 @@ class Crypter:
         the application's event id, is sealed with the content: with the whole event, or
         beside every attribute (each plaintext is ``[app_id, value]``), so whoever may read
         any of it gets the id back and no other broker sees it."""
+        head, aids, items = self._plan_seal(view, attrs, ts_ms, app_id)
+        return _finish_seal(head, aids, seal_batch(items))
+
+    def seal_events(
+        self, jobs: list[tuple[TypeView, Mapping[str, Any], int, str]]
+    ) -> list[dict[str, Any] | None]:
+        """:meth:`seal_event` of each ``(view, attrs, ts_ms, app_id)`` in order, the AEAD
+        calls of the whole run in one batch (:func:`seal_batch`: a micro-batch's events, every
+        attribute under its own key). A job :meth:`seal_event` would refuse is None here and,
+        as there, takes no counter values, so every event gets the nonces it gets alone."""
+        plans: list[tuple[dict[str, Any], list[bytes] | None, int, int] | None] = []
+        items: list[tuple[CounterAead, int, bytes, bytes]] = []
+        for view, attrs, ts_ms, app_id in jobs:
+            try:
+                head, aids, its = self._plan_seal(view, attrs, ts_ms, app_id)
+            except (InvalidToken, ValidationError):
+                plans.append(None)
+                continue
+            plans.append((head, aids, len(items), len(its)))
+            items += its
+        sealed = seal_batch(items)
+        return [
+            None if p is None else _finish_seal(p[0], p[1], sealed[p[2] : p[2] + p[3]])
+            for p in plans
+        ]
+
+    def _plan_seal(
+        self, view: TypeView, attrs: Mapping[str, Any], ts_ms: int, app_id: str
+    ) -> tuple[dict[str, Any], list[bytes] | None, list[tuple[CounterAead, int, bytes, bytes]]]:
+        """The routing head, the attribute ids (None: event mode) and the AEAD jobs of one
+        event; the counter values are taken last, once nothing can refuse it."""
         tid = view.type_id
         if self.mode == "event":
             c = self._cipher(view.type_group, ts_ms, self.broker)
             if c is None:
                 raise InvalidToken("this broker holds no key for the type")
             n = self.counter.take(1)
-            return {
-                "t": tid,
-                "ts": ts_ms,
-                "b": self.broker,
-                "n": n,
-                "c": c.seal(n, _pack([app_id, dict(attrs)]), _aad_event(tid, ts_ms)),
-            }
-        # §3.2 with one key look-up per event and the AEAD calls in one loop (seal_each)
+            head = {"t": tid, "ts": ts_ms, "b": self.broker, "n": n}
+            return head, None, [(c, n, _pack([app_id, dict(attrs)]), _aad_event(tid, ts_ms))]
+        # §3.2 with one key look-up per event (``_attr_ciphers``)
         ciphers = self._attr_ciphers(view, ts_ms, self.broker)
         ids = view.ids
+        try:
+            aids = [ids[name] for name in attrs]
+            cs = [ciphers[aid] for aid in aids]
+        except KeyError:
+            for name in attrs:  # which refusal (nothing taken yet)
+                if name not in ids:
+                    raise ValidationError(
+                        f"type {view.stype.name!r} has no attribute {name!r}"
+                    ) from None
+            raise InvalidToken("this broker holds no key for an attribute") from None
+        n = self.counter.take(max(1, len(cs)))
         pack = self._packer.pack
+        # each plaintext is msgpack ``[app_id, value]``: a 2-array's head, then its items
+        pt0 = b"\x92" + pack(app_id)
+        heads = view.aad_heads
         tail = _TS.pack(ts_ms)
-        aids, items = [], []
-        for name, v in attrs.items():
-            aid = ids.get(name)
-            if aid is None:
-                raise ValidationError(f"type {view.stype.name!r} has no attribute {name!r}")
-            c = ciphers.get(aid)
-            if c is None:
-                raise InvalidToken("this broker holds no key for an attribute")
-            aids.append(aid)
-            items.append((c, pack([app_id, v]), _AAD_ATTR + tid + aid + tail))
-        n = self.counter.take(max(1, len(items)))
-        sealed = seal_each(n, items)
-        return {
-            "t": tid,
-            "ts": ts_ms,
-            "b": self.broker,
-            "n": n,
-            "a": pack_attrs(list(zip(aids, sealed, strict=True))),
-        }
+        items = [
+            (c, n + i, pt0 + pack(v), heads[name] + tail)
+            for i, (c, (name, v)) in enumerate(zip(cs, attrs.items(), strict=True))
+        ]
+        return {"t": tid, "ts": ts_ms, "b": self.broker, "n": n}, aids, items
 
     def open_event(
         self,
@@ -337,69 +417,62 @@ class Crypter:
     ) -> tuple[dict[str, Any], str | None]:
         """:meth:`open_event` and the application's event id sealed with it (None when this
         broker opened nothing)."""
+        return self.open_events([(view, routing, skip, pairs)])[0]
+
+    def open_events(
+        self,
+        jobs: list[
+            tuple[TypeView, Mapping[str, Any], frozenset[str], list[tuple[bytes, bytes]] | None]
+        ],
+    ) -> list[tuple[dict[str, Any], str | None]]:
+        """:meth:`open_sealed` of each ``(view, routing, skip, pairs)``, the AEAD calls of the
+        whole run in one batch (:func:`open_batch`)."""
+        plans: list[tuple[list[str | None] | None, int, int]] = []
+        items: list[tuple[CounterAead, int, bytes, bytes] | None] = []
+        for view, routing, skip, pairs in jobs:
+            names, its = self._plan_open(view, routing, skip, pairs)
+            plans.append((names, len(items), len(its)))
+            items += its
+        opened = open_batch(items)
+        return [_finish_open(names, opened[at : at + k]) for names, at, k in plans]
+
+    def _plan_open(
+        self,
+        view: TypeView,
+        routing: Mapping[str, Any],
+        skip: frozenset[str],
+        pairs: list[tuple[bytes, bytes]] | None,
+    ) -> tuple[list[str | None] | None, list[tuple[CounterAead, int, bytes, bytes] | None]]:
+        """The attribute names (None: event mode) and the AEAD jobs of opening one event."""
         tid, ts, phb, n = view.type_id, routing["ts"], routing["b"], routing["n"]
+        if type(ts) is not int or type(n) is not int:
+            return [], []
         if self.mode == "event":
-            if skip:
-                return {}, None
-            c = self._cipher(view.type_group, ts, phb)
+            c = None if skip else self._cipher(view.type_group, ts, phb)
             if c is None:
-                return {}, None
-            try:
-                out = _unpack(c.open(n, routing["c"], _aad_event(tid, ts)))
-            except (InvalidToken, ValueError):
-                return {}, None
-            if not (isinstance(out, list) and len(out) == 2 and isinstance(out[1], dict)):
-                return {}, None
-            return dict(out[1]), out[0] if isinstance(out[0], str) and out[0] else None
-        if type(ts) is not int:
-            return {}, None
-        # one key look-up per event, the AEAD calls in one loop (open_each)
-        ciphers = self._attr_ciphers(view, ts, phb)
+                return [], []
+            return None, [(c, n, routing["c"], _aad_event(tid, ts))]
+        ciphers = self._attr_ciphers(view, ts, phb)  # one key look-up per event
         names = view.names
+        aad0 = _AAD_ATTR + tid  # (an attribute id this broker does not know has no name)
         tail = _TS.pack(ts)
-        got, items = [], []
-        for aid, blob in pairs if pairs is not None else unpack_attrs(routing["a"]):
+        got: list[str | None] = []
+        items: list[tuple[CounterAead, int, bytes, bytes] | None] = []
+        for i, (aid, blob) in enumerate(pairs if pairs is not None else unpack_attrs(routing["a"])):
             name = names.get(aid)
             c = ciphers.get(aid) if name is not None and name not in skip else None
             got.append(name)
-            items.append(None if c is None else (c, blob, _AAD_ATTR + tid + aid + tail))
-        res: dict[str, Any] = {}
-        app_id = None
-        for name, pt in zip(got, open_each(n, items), strict=True):
-            if pt is None or name is None:
-                continue
-            try:
-                i, value = _unpack(pt)
-            except (ValueError, TypeError):  # authentic but malformed: the PHB's fault
-                continue
-            res[name] = value
-            if app_id is None and isinstance(i, str) and i:
-                app_id = i
-        return res, app_id
+            items.append(None if c is None else (c, n + i, blob, aad0 + aid + tail))
+        return got, items
 
-    def wire_id(self, view: TypeView, names: Iterable[str], ts_ms: int, app_id: str) -> str:
+    def wire_id(self, view: TypeView, app_id: str) -> str:
         """The id an event sealed here carries between brokers instead of ``app_id``:
-        ``hex(KH(HKDF(K, "pubguard-hermes-wire-id" || PHB), app_id)[:16])`` under the key
-        ``K`` of the event's first sealed unit (the type key; in attribute mode the key of
-        the first of its attributes in the type's order) in force at ``ts_ms``. Only this PHB
-        computes it; it is the same for the same event while that key is in force, so a
-        re-sent or re-published copy is still a duplicate downstream."""
-        if self.mode == "event":
-            group = view.type_group
-        else:
-            have = set(names)
-            group = next((aid.hex() for n, aid in view.ids.items() if n in have), view.type_group)
-        key = self.keyring.key_at(group, ts_ms / 1000.0)
-        if key is None:
-            raise InvalidToken("this broker holds no key for the type")
-        hk = (group, key.version)
-        kh = self._id_hashes.get(hk)
-        if kh is None:
-            if len(self._id_hashes) >= CIPHER_CACHE_MAX:
-                self._id_hashes.clear()
-            info = _WIRE_ID_INFO + self.broker.encode()
-            kh = self._id_hashes[hk] = KeyedHash(hkdf(key.key, info=info))
-        return kh(app_id.encode())[:WIRE_ID_BYTES].hex()
+        ``hex(KH(HKDF(S, "pubguard-hermes-wire-id" || mode || PHB), type_id || app_id)[:16])``
+        under this PHB's own wire-id secret ``S`` (not a group key, which every refresh
+        replaces). Only this PHB computes it; it is the same for the same event as long as
+        this broker runs, across key refreshes, so a re-sent or re-published copy is still a
+        duplicate downstream."""
+        return self._id_hash(view.type_id + app_id.encode())[:WIRE_ID_BYTES].hex()
 
     # -- filters (§3.3) ----------------------------------------------------------------------
     def seal_filter(self, view: TypeView, f: Filter, ts_ms: int) -> dict[str, Any]:

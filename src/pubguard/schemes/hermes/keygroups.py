@@ -37,7 +37,7 @@ import random as _random
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from pubguard.errors import DropError, DropReason, KeyError_, StateError, ValidationError
 from pubguard.keys.oft import DEFAULT_GRACE, GroupKey, OFTGroup, OFTMember, Rekey, Welcome
@@ -187,6 +187,47 @@ class KeyGroupManager:
         if timer:
             self._last_timer = now
         return out
+
+    def export_state(self) -> dict[str, Any]:
+        """Members (with the capability each joined with), the timer and every group's OFT
+        state (:meth:`OFTGroup.export_state`: SECRET keys, to be sealed by the caller). The
+        revocation set is the caller's: it passes it back to :meth:`restore`."""
+        return {
+            "mode": self.mode,
+            "type_id": self.stype.type_id,
+            "refresh_every": self.refresh_every,
+            "last_timer": self._last_timer,
+            "members": [[b, c.to_bytes(), list(g)] for b, (c, g) in self._members.items()],
+            "groups": {name: g.export_state() for name, g in self.groups.items()},
+        }
+
+    @classmethod
+    def restore(
+        cls, stype: SecureEventType, state: dict[str, Any], *, revoked: RevocationSet
+    ) -> KeyGroupManager:
+        """The manager :meth:`export_state` exported, for ``stype`` (ValidationError if the
+        state is malformed or another type's)."""
+        try:
+            mgr = cls(
+                stype,
+                str(state["mode"]),
+                revoked=revoked,
+                refresh_every=float(state["refresh_every"]),
+            )
+            if bytes(state["type_id"]) != stype.type_id:
+                raise ValidationError("key-group state of another type")
+            groups = {str(n): OFTGroup.from_state(s) for n, s in state["groups"].items()}
+            members = {
+                str(b): (Capability.from_bytes(bytes(c)), [str(x) for x in g])
+                for b, c, g in state["members"]
+            }
+            mgr._last_timer = float(state["last_timer"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ValidationError("malformed key-group manager state") from None
+        if set(groups) != set(mgr.groups) or any(set(g) - set(groups) for _, g in members.values()):
+            raise ValidationError("key-group state does not fit the type's groups")
+        mgr.groups, mgr._members = groups, members
+        return mgr
 
 
 class BrokerKeyring:
