@@ -1,8 +1,10 @@
 """``pubguard experiments hermes``: hermes-encrypted-access-control.txt Figs. 6-8 and the OFT
 scaling of §4.1 (:mod:`pubguard.ops.bench.hermes`), JSON with the paper's values beside ours,
 a table, and PNG plots. ``pubguard hermes up``: a cluster with a ``[hermes]`` table (the type
-owner's key-group manager beside the brokers, :mod:`pubguard.ops.hermes_cluster`) in the
-foreground; ``pubguard hermes police-toml``: Fig. 1's network as such a file."""
+owner's key-group manager process beside the brokers, :mod:`pubguard.ops.hermes_cluster`) in
+the foreground (``pubguard cluster up`` runs the same file detached); ``pubguard hermes
+police-toml``: Fig. 1's network as such a file; ``pubguard hermes kgm``: the manager process
+itself (:mod:`pubguard.ops.hermes_kgm_proc`, started by the commands above)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from rich.table import Table
 
 from pubguard.cli.common import console, get_group, print_json
 
-__all__ = ["register"]
+__all__ = ["print_kgm_status", "register"]
 
 
 def _table(title: str, rows: list[dict], cols: list[str]) -> Table:
@@ -169,6 +171,114 @@ def hermes_up(config: Path, seconds: float | None, as_json: bool) -> None:
         pass
 
 
+@click.command("kgm", short_help="Serve a type's key-group manager (started by cluster up).")
+@click.option(
+    "--dir",
+    "folder",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The manager's folder: type.json (the owner-signed type), kgm.db (sealed state).",
+)
+@click.option(
+    "--pki",
+    "pki_root",
+    required=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="The cluster's CA and identities.",
+)
+@click.option("--name", required=True, help="The manager's TLS identity (<owner>-kgm).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True)
+@click.option(
+    "--profiles",
+    default="hermes-attribute",
+    show_default=True,
+    help="Comma-separated: hermes-event, hermes-attribute.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(0, None, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a superseded group key still opens (hermes §4.2).",
+)
+@click.option("--parent-pid", type=int, default=None, help="Stop when this process is gone.")
+def hermes_kgm(
+    folder: Path,
+    pki_root: Path,
+    name: str,
+    host: str,
+    port: int,
+    profiles: str,
+    grace: float,
+    parent_pid: int | None,
+) -> None:
+    """Serve the key-group manager of the type in --dir behind mutual TLS; its state is
+    sealed under the key in $PUBGUARD_HERMES_KGM_STORAGE (pubguard.ops.hermes_kgm_proc)."""
+    import asyncio
+
+    from pubguard.ops.hermes_kgm_proc import serve_kgm
+
+    asyncio.run(
+        serve_kgm(
+            folder,
+            pki_root=pki_root,
+            name=name,
+            host=host,
+            port=port,
+            profiles=tuple(p.strip() for p in profiles.split(",") if p.strip()),
+            grace=grace,
+            parent_pid=parent_pid,
+        )
+    )
+
+
+@click.command("revoke", short_help="Revoke a broker's capability at the key-group manager.")
+@click.option(
+    "--state",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("pubguard-cluster"),
+    show_default=True,
+    help="The cluster's state folder.",
+)
+@click.option("--broker", default=None, help="Revoke every capability this broker holds.")
+@click.option("--serial", type=int, default=None, help="Or one capability serial.")
+def hermes_revoke(state: Path, broker: str | None, serial: int | None) -> None:
+    """As the type owner, revoke capabilities at the running key-group manager: the holders
+    are evicted from the key groups, which are refreshed at once (hermes §4.2)."""
+    from pubguard.ops.hermes_kgm_proc import revoke_at_kgm
+
+    out = revoke_at_kgm(state, broker=broker, serial=serial)
+    what = broker if broker is not None else f"serial {serial}"
+    console.print(
+        f"revoked {what}: {len(out['revoked'])} capabilities, {out['rekeys']} rekey broadcasts",
+        soft_wrap=True,
+    )
+
+
+def print_kgm_status(kgm: dict) -> None:
+    """``cluster status``: the key-group manager's line and, per profile, its groups (an
+    attribute's name, ``*`` for the type's), their members and current epoch."""
+    where = f"key-group manager {kgm.get('name')} {kgm.get('url')}"
+    if kgm.get("down"):
+        console.print(f"{where}: [red]down[/red] (pubguard cluster up starts it again)")
+        return
+    if "error" in kgm:
+        console.print(f"{where}: pid {kgm.get('pid')}, [red]{kgm['error']}[/red]", soft_wrap=True)
+        return
+    console.print(
+        f"{where}: pid {kgm.get('pid')}, type {kgm.get('type')} of {kgm.get('owner')}",
+        soft_wrap=True,
+    )
+    for profile, info in kgm.get("profiles", {}).items():
+        t = Table(title=f"key groups ({profile})")
+        for c in ("group", "epoch", "members"):
+            t.add_column(c)
+        for g, gi in info.get("groups", {}).items():
+            t.add_row(g, str(gi.get("epoch")), ", ".join(gi.get("members", [])) or "-")
+        console.print(t)
+
+
 def _print_deployment(out: dict) -> None:
     console.print(
         f"type {out['type']} of {out['owner']} (id {out['type_id'][:16]}…); key-group manager "
@@ -195,4 +305,6 @@ def register(cli: click.Group) -> None:
     )
     group = get_group(cli, "hermes", "Hermes clusters: brokers encrypt (docs/hermes.md).")
     group.add_command(hermes_up)
+    group.add_command(hermes_kgm)
+    group.add_command(hermes_revoke)
     group.add_command(hermes_police_toml)

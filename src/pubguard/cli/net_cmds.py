@@ -156,6 +156,7 @@ def _up_again(state: Path, config: Path | None) -> None:
     from pubguard.net.config import load_cluster_config
     from pubguard.ops.cluster import restart_brokers, restart_keyservice
     from pubguard.ops.cluster_keys import running_keyservice
+    from pubguard.ops.hermes_kgm_proc import restart_kgm
 
     data = _cluster_file(state)
     known = set(data) - {"keyservice"}
@@ -164,6 +165,9 @@ def _up_again(state: Path, config: Path | None) -> None:
         raise StateError(
             f"a cluster with other brokers runs from {state} (pubguard cluster down first)"
         )
+    kgm_port = asyncio.run(restart_kgm(state))  # a [hermes] manager first: brokers join it
+    if kgm_port is not None:
+        console.print(f"restarted the key-group manager on port {kgm_port}", soft_wrap=True)
     started = asyncio.run(restart_brokers(state))
     if started:
         msg = f"restarted {', '.join(started)}; {len(known)} brokers up in {state}"
@@ -287,7 +291,8 @@ def register(cli: click.Group) -> None:
         console.print(f"{len(ports)} brokers up; state in {state}{hint}", soft_wrap=True)
         if cfg.ind > 1:  # docs/resilience.md: one process per broker, a port per tree
             console.print(f"each broker serves {cfg.ind} trees (T_k in {state}/tree<k>)")
-        secure = [p for p in cfg.served if p != "plain"]
+        # hermes profiles get their keys from the [hermes] key-group manager, not a key service
+        secure = [p for p in cfg.served if p != "plain" and not p.startswith("hermes-")]
         if secure and cfg.keyservice is None:  # said, never silent
             err_console.print(
                 f"warning: no \\[keyservice] in the config: the keys of {', '.join(secure)} "
@@ -305,8 +310,9 @@ def register(cli: click.Group) -> None:
         from pubguard.ops.cluster import stop_cluster
 
         stopped = stop_cluster(state)
-        brokers = [n for n in stopped if n != "keyservice"]
+        brokers = [n for n in stopped if n not in ("keyservice", "hermes-kgm")]
         ks = " and the key service" if "keyservice" in stopped else ""
+        ks += " and the key-group manager" if "hermes-kgm" in stopped else ""
         if stopped:
             console.print(
                 f"stopped {len(brokers)} brokers: {', '.join(brokers)}{ks}", soft_wrap=True
@@ -323,8 +329,18 @@ def register(cli: click.Group) -> None:
         import asyncio
 
         from pubguard.ops.cluster import restart_brokers
+        from pubguard.ops.hermes_kgm_proc import KGM_DIR, restart_kgm, restart_material, stop_kgm
 
-        done = asyncio.run(restart_brokers(state, list(names), running_too=True))
+        done = []
+        if KGM_DIR in names:  # a [hermes] cluster's key-group manager, from its sealed state
+            if restart_material(state) is None:  # (its seed checked before it is stopped)
+                raise StateError(f"no key-group manager ever ran in {state}")
+            stop_kgm(state)
+            if asyncio.run(restart_kgm(state)) is not None:
+                done.append(KGM_DIR)
+        brokers = [n for n in names if n != KGM_DIR]
+        if brokers:
+            done += asyncio.run(restart_brokers(state, brokers, running_too=True))
         console.print(f"restarted {', '.join(done)}", soft_wrap=True)
 
     @cluster.command("status")
@@ -805,19 +821,25 @@ def _keyservice_line(ks: dict[str, Any]) -> str:
 def _show_status(state: Path, as_json: bool) -> None:
     import asyncio
 
+    from pubguard.cli.hermes_cmds import print_kgm_status
     from pubguard.native import describe as native_backend
     from pubguard.ops.cluster import cluster_status
     from pubguard.ops.cluster_keys import keyservice_status
+    from pubguard.ops.hermes_kgm_proc import kgm_status
 
     if not as_json:  # which code runs the hot paths here (pubguard.native)
         console.print(f"backend: {native_backend()}", soft_wrap=True)
     statuses = asyncio.run(cluster_status(state))
     ks = keyservice_status(state)
+    kgm = kgm_status(state)  # a [hermes] cluster's key-group manager
     if as_json:
-        print_json(statuses if ks is None else {**statuses, "keyservice": ks})
+        extra = {"keyservice": ks, "hermes-kgm": kgm}
+        print_json({**statuses, **{k: v for k, v in extra.items() if v is not None}})
     else:
         console.print(_status_table(statuses))
         if ks is not None:
             console.print(_keyservice_line(ks), soft_wrap=True)
+        if kgm is not None:
+            print_kgm_status(kgm)
     if not show_crl_health(state, quiet=as_json):  # an expired CRL refuses every connection
         click.get_current_context().exit(1)

@@ -45,7 +45,7 @@ import heapq
 import math
 import random as _random
 import struct
-from typing import Final
+from typing import Any, Final
 
 from pubguard.crypto import KH, H, SecretBytes, aad_for, hkdf, open_, random_bytes, seal
 from pubguard.errors import InvalidToken, KeyError_, StateError, ValidationError
@@ -468,6 +468,78 @@ class OFTGroup:
             heapq.heappop(self._expiries)
             due = True
         return self.refresh(now=now) if due else None
+
+    # -- durable state -----------------------------------------------------------------------
+
+    def export_state(self) -> dict[str, Any]:
+        """The whole manager state as msgpack-ready data, node and traffic keys included: it
+        is SECRET, and the caller seals it before it leaves memory (a key-group manager that
+        restarts with its groups, ``pubguard.net.keyservice.hermes_kgm_store``). A node's
+        blinded key is always ``g(k)`` of its key, so only keys are exported."""
+        nodes = []
+        stack = [self._root] if self._root is not None else []
+        while stack:
+            n = stack.pop()
+            kids = (n.left.id, n.right.id) if n.left is not None and n.right is not None else (0, 0)
+            nodes.append([n.id, n.key, n.member, *kids])
+            stack += [c for c in (n.left, n.right) if c is not None]
+        return {
+            "name": self.name,
+            "lazy": self.lazy,
+            "grace": self.ring.grace,
+            "root": 0 if self._root is None else self._root.id,
+            "nodes": nodes,
+            "cred": [[m, vf, vu] for m, (vf, vu) in self._cred.items()],
+            "expiries": [[t, m] for t, m in self._expiries],
+            "next_id": self._next_id,
+            "seq": self._seq,
+            "last_refresh": self._last_refresh,
+            "ring": [[k.version, k.valid_from, k.key.reveal()] for k in self.ring._keys],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> OFTGroup:
+        """The group :meth:`export_state` exported (ValidationError if it is malformed)."""
+        try:
+            g = cls(str(state["name"]), grace=float(state["grace"]), lazy=bool(state["lazy"]))
+            by_id: dict[int, _Node] = {}
+            kids: dict[int, tuple[int, int]] = {}
+            for nid, key, member, left, right in state["nodes"]:
+                k = bytes(key)
+                by_id[int(nid)] = _Node(int(nid), k, blind(k), member=member)
+                kids[int(nid)] = (int(left), int(right))
+            for nid, (left, right) in kids.items():
+                if left or right:
+                    n = by_id[nid]
+                    n.left, n.right = by_id[left], by_id[right]
+                    n.left.parent = n.right.parent = n
+            root = int(state["root"])
+            g._root = by_id[root] if root else None
+            if g._root is not None:
+                _count_leaves(g._root)
+            g._leaf = {n.member: n for n in by_id.values() if n.member is not None}
+            g._cred = {str(m): (float(vf), float(vu)) for m, vf, vu in state["cred"]}
+            g._expiries = [(float(t), str(m)) for t, m in state["expiries"]]
+            heapq.heapify(g._expiries)
+            g._next_id, g._seq = int(state["next_id"]), int(state["seq"])
+            g._last_refresh = float(state["last_refresh"])
+            g.ring._keys = [
+                GroupKey(int(v), float(t), SecretBytes(bytes(k))) for v, t, k in state["ring"]
+            ]
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            raise ValidationError("malformed key-group state") from None
+        if set(g._leaf) != set(g._cred) or len(by_id) != 2 * len(g._leaf) - (1 if g._leaf else 0):
+            raise ValidationError("malformed key-group state")
+        return g
+
+
+def _count_leaves(n: _Node) -> int:
+    """Set ``leaves`` of ``n``'s subtree from its structure (restoring a group)."""
+    if n.left is None or n.right is None:
+        n.leaves = 1
+    else:
+        n.leaves = _count_leaves(n.left) + _count_leaves(n.right)
+    return n.leaves
 
 
 # -- member -----------------------------------------------------------------------------------

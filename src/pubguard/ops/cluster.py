@@ -36,6 +36,10 @@ A config with ``[keyservice]`` (``pubguard cluster up``) runs the key service fr
 configured master secret instead of a random one (:mod:`pubguard.ops.cluster_keys`): the
 secret is read first, and a missing one stops :meth:`LocalCluster.start` before anything is
 written or started; ``cluster.json`` records the process under ``"keyservice"``.
+
+A config with ``[hermes]`` runs the type owner's key-group manager as its own process too
+(:mod:`pubguard.ops.hermes_cluster`, :mod:`pubguard.ops.hermes_kgm_proc`): it is found by its
+pid file in ``<state>/hermes-kgm/``, stopped by :func:`stop_cluster` and named ``hermes-kgm``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from typing import Any, Final
 
 from pubguard.crypto import SecretBytes, random_bytes
 from pubguard.crypto.x509 import Role
-from pubguard.errors import ConfigError, StateError, TransportError
+from pubguard.errors import StateError, TransportError
 from pubguard.net.client.client import Client, connect
 from pubguard.net.client.profiles import connect as connect_profile
 from pubguard.net.config import (
@@ -80,6 +84,7 @@ from pubguard.ops.cluster_keys import (
 from pubguard.ops.crl_agent import AGENT_DIR as CRL_AGENT
 from pubguard.ops.crl_agent import start_crl_agent, stop_crl_agent
 from pubguard.ops.hermes_cluster import HermesDeployment
+from pubguard.ops.hermes_kgm_proc import KGM_DIR, running_kgm
 from pubguard.ops.keyservice_proc import (
     ENDPOINT_FILE,
     KEYSERVICE,
@@ -326,21 +331,17 @@ class LocalCluster:
             await ks
 
     async def _start_hermes(self, settings: HermesSettings) -> None:
-        """The type owner's key-group manager in this process (``pubguard.ops.hermes_cluster``):
-        it would die with a detached cluster's starter, so only a foreground one runs it."""
-        if self.detached:
-            raise ConfigError(
-                "hermes: a detached cluster cannot host the key-group manager; "
-                "run it in the foreground with `pubguard hermes up`",
-                key="hermes",
-            )
+        """The type owner's key-group manager as its own process (``pubguard.ops.hermes_cluster``;
+        a detached cluster's outlives this one, and needs the owner's seed)."""
         self.hermes = HermesDeployment(
             settings,
             brokers=self.config.brokers,
             profiles=self.config.served,
             pki=self.pki,
             broker_dir=self.broker_dir,
+            state_dir=self.state_dir,
             host=self.config.host,
+            detached=self.detached,
         )
         await self.hermes.start()
 
@@ -667,21 +668,26 @@ def stop_cluster(state_dir: Path) -> list[str]:
     """``pubguard cluster down``: stop every broker of ``state_dir``, however it was started
     (found from the pid files, see :func:`running_brokers`). ``cluster.json`` goes only once
     none runs; a broker that cannot be stopped is a :class:`StateError` and keeps it. The key
-    service of a ``[keyservice]`` cluster is stopped too (then named last in the result)."""
+    service of a ``[keyservice]`` cluster is stopped too, and a ``[hermes]`` cluster's
+    key-group manager (named after the brokers: ``keyservice``, ``hermes-kgm``)."""
     running = running_brokers(state_dir)
     stop_crl_agent(Path(state_dir))
     ks = running_keyservice(Path(state_dir))  # stopped with the brokers, all at once
-    left = set(stop_pids([*running.values(), *([ks] if ks is not None else [])]))
+    kgm = running_kgm(Path(state_dir))  # a [hermes] cluster's key-group manager too
+    extra = [p for p in (ks, kgm) if p is not None]
+    left = set(stop_pids([*running.values(), *extra]))
     stuck = [n for n, pid in running.items() if pid in left]
     if ks is not None and ks in left:
         stuck.append(KEYSERVICE)
+    if kgm is not None and kgm in left:
+        stuck.append(KGM_DIR)
     if stuck:
         raise StateError(
             f"could not stop {', '.join(stuck)} of {state_dir} "
             f"(pids {', '.join(str(p) for p in left)}); cluster.json kept"
         )
     (Path(state_dir) / CLUSTER_FILE).unlink(missing_ok=True)
-    return [*running, *([KEYSERVICE] if ks is not None else [])]
+    return [*running, *([KEYSERVICE] if ks is not None else []), *([KGM_DIR] if kgm else [])]
 
 
 def _last_words(log: Path, start: int | None) -> str:

@@ -9,11 +9,16 @@ brokers when its configuration has a ``[hermes]`` table
 
 - the **type owner** signs the type definition (§2.2) with its Ed25519 key: the seed comes
   from the environment variable ``owner_env`` (base64, 32 bytes) or, unset, is drawn fresh
-  for this run and kept in memory only;
-- the **key-group manager** (§4, Fig. 4) runs in this process behind mutual TLS with the
-  identity ``<owner>-kgm`` from the cluster's CA, one OFT manager per Hermes profile the
-  brokers serve; it lives as long as the cluster object (a detached ``cluster up`` would
-  orphan it, so Hermes clusters run in the foreground: ``pubguard hermes up``);
+  for this run and kept in memory only. A **detached** cluster (``pubguard cluster up``)
+  needs the variable: its manager must reopen its sealed state after a restart, and clients
+  in other shells need the owner to sign their capabilities, so a random seed is refused with
+  one line before anything starts;
+- the **key-group manager** (§4, Fig. 4) runs as its own process
+  (:mod:`pubguard.ops.hermes_kgm_proc`) behind mutual TLS with the identity ``<owner>-kgm``
+  from the cluster's CA, one OFT manager per Hermes profile the brokers serve, its state
+  durable in ``<state>/hermes-kgm/kgm.db`` sealed under a key derived from the owner's seed.
+  A foreground cluster ties it to its own process; a detached one leaves it running until
+  ``pubguard cluster down``;
 - each broker gets a ``hermes.json`` with the manager's address and, when the table grants it
   attributes, the signed type and its ``publish`` and ``subscribe`` capabilities (§2.3); a
   broker granted nothing gets neither and routes by type id (§3.3).
@@ -34,19 +39,23 @@ from pathlib import Path
 from typing import Any, Final
 
 from pubguard.crypto import SigningKey
-from pubguard.crypto.x509 import Role, server_ssl_context
+from pubguard.crypto.x509 import Role
 from pubguard.errors import ConfigError
-from pubguard.net.keyservice.hermes_kgm import HermesKgmCore
-from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.net.server.hermes_node import HERMES_PROFILES, write_hermes_file
-from pubguard.net.tls import tls_password
+from pubguard.ops.hermes_kgm_proc import (
+    KgmProcess,
+    kgm_dir,
+    kgm_status,
+    start_kgm,
+    storage_key,
+)
 from pubguard.ops.pki import ClusterPki
+from pubguard.ops.process import terminate
 from pubguard.schemes.hermes import (
     ALL,
     Capability,
     HermesClient,
     HermesSettings,
-    KeyGroupManager,
     SecureEventType,
     rendezvous_node,
 )
@@ -55,24 +64,33 @@ __all__ = ["KGM_SUFFIX", "HermesDeployment"]
 
 #: the manager's TLS identity is ``<owner>-kgm``
 KGM_SUFFIX: Final = "-kgm"
-_MODES: Final = {"hermes-event": "event", "hermes-attribute": "attribute"}
 
 
-def _owner_key(env: str) -> SigningKey:
+def _owner_seed(env: str, *, required: bool) -> tuple[bytes, bool]:
+    """The owner's Ed25519 seed from ``$env`` and whether it came from there (else: fresh,
+    refused when ``required``)."""
     raw = os.environ.get(env)
     if not raw:
-        return SigningKey.from_seed(secrets.token_bytes(32))
+        if required:
+            raise ConfigError(
+                f"hermes: ${env} is not set: a detached cluster needs the type owner's seed "
+                "(base64 of 32 random bytes, e.g. head -c 32 /dev/urandom | base64) to reopen "
+                "the key-group manager's sealed state and sign clients' capabilities; nothing "
+                "was started",
+                key="hermes.owner_env",
+            )
+        return secrets.token_bytes(32), False
     try:
         seed = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         seed = b""
     if len(seed) != 32:
         raise ConfigError(f"${env} must be a base64 32-byte seed", key="hermes.owner_env")
-    return SigningKey.from_seed(seed)
+    return seed, True
 
 
 class HermesDeployment:
-    """The owner's key, its signed type and its key-group manager for one cluster."""
+    """The owner's key, its signed type and its key-group manager process for one cluster."""
 
     def __init__(
         self,
@@ -82,24 +100,28 @@ class HermesDeployment:
         profiles: tuple[str, ...],
         pki: ClusterPki,
         broker_dir: Callable[[str], Path],
+        state_dir: Path,
         host: str = "127.0.0.1",
+        detached: bool = False,
     ) -> None:
-        served = [p for p in profiles if p in HERMES_PROFILES]
+        """ConfigError before anything starts: no Hermes profile served, or (``detached``)
+        no owner seed in the environment."""
+        served = tuple(p for p in profiles if p in HERMES_PROFILES)
         if not served:
             raise ConfigError(
                 "hermes: no broker serves hermes-event or hermes-attribute", key="hermes"
             )
-        self.settings = settings
-        self.brokers = brokers
-        self._owner = _owner_key(settings.owner_env)
+        self.settings, self.brokers, self.profiles = settings, brokers, served
+        seed, self._seed_kept = _owner_seed(settings.owner_env, required=detached)
+        self._owner = SigningKey.from_seed(seed)
         self.stype = SecureEventType.define(settings.owner, settings.etype, self._owner)
+        self._storage = storage_key(seed, self.stype.type_id)
         #: the type's rendezvous node among the brokers (§2.1, Fig. 2)
         self.rendezvous = rendezvous_node(self.stype.type_id, list(brokers))
-        self.core = HermesKgmCore(
-            {p: KeyGroupManager(self.stype, _MODES[p], grace=settings.grace) for p in served}
-        )
         self._pki, self._broker_dir, self._host = pki, broker_dir, host
-        self._server: KeyServiceServer | None = None
+        self.state_dir, self.detached = Path(state_dir), detached
+        #: the manager's process, once :meth:`start` ran
+        self.kgm: KgmProcess | None = None
         self.port = 0
 
     def __repr__(self) -> str:
@@ -141,13 +163,29 @@ class HermesDeployment:
         )
 
     async def start(self) -> int:
-        """Start the manager and write every broker's ``hermes.json``; returns its port."""
-        ident = self._pki.identity(self.kgm_name, Role.KDC)
-        ctx = server_ssl_context(
-            ident.cert_path, ident.key_path, ident.ca_path, password=tls_password()
+        """Start the manager's process and write every broker's ``hermes.json``; returns its
+        port. A state sealed under a seed drawn for an earlier run can never open again, so
+        without a kept seed it is removed first; with one, it is reopened (ConfigError if it
+        does not open under this seed)."""
+        if not self._seed_kept:
+            for f in kgm_dir(self.state_dir).glob("kgm.db*"):
+                f.unlink()
+        # the owner's TLS identity, issued now while the CA is at hand: it alone may revoke
+        # (`pubguard hermes revoke`), also after a detached `cluster up` has exited
+        self._pki.identity(self.settings.owner, Role.CLIENT)
+        self.kgm = await start_kgm(
+            state_dir=self.state_dir,
+            pki=self._pki,
+            name=self.kgm_name,
+            stype=self.stype,
+            profiles=self.profiles,
+            grace=self.settings.grace,
+            storage=self._storage,
+            owner_env=self.settings.owner_env,
+            host=self._host,
+            detached=self.detached,
         )
-        self._server = KeyServiceServer(self.core, ctx, host=self._host)
-        self.port = await self._server.start()
+        self.port = self.kgm.port
         for b in self.brokers:
             grant = self.settings.grants.get(b)
             caps = [self.capability(b, a, grant) for a in ("publish", "subscribe")] if grant else []
@@ -161,13 +199,29 @@ class HermesDeployment:
         return self.port
 
     async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
+        """End the manager's process (its state stays in ``kgm.db``)."""
+        if self.kgm is not None:
+            terminate(self.kgm.proc)
+            self.kgm = None
+
+    def status(self) -> dict[str, Any]:
+        """The manager's answer to ``hermes_status`` (groups, members, epochs) as ``admin``,
+        or ``down`` / ``error`` (:func:`~pubguard.ops.hermes_kgm_proc.kgm_status`)."""
+        return kgm_status(self.state_dir) or {"down": True}
 
     def members(self) -> dict[str, list[str]]:
-        """Profile -> the brokers in its key groups now."""
-        return {p: sorted(m.members()) for p, m in self.core.managers.items()}
+        """Profile -> the brokers in its key groups now (asked of the manager)."""
+        profiles = self.status().get("profiles", {})
+        return {p: list(v.get("members", [])) for p, v in profiles.items()}
+
+    def readable_groups(self, profile: str) -> dict[str, list[str]]:
+        """Broker -> the groups (attribute names, ``*`` for the type's) it is a member of."""
+        out: dict[str, list[str]] = {}
+        groups = self.status().get("profiles", {}).get(profile, {}).get("groups", {})
+        for g, info in groups.items():
+            for b in info.get("members", []):
+                out.setdefault(b, []).append(g)
+        return out
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,14 @@ its certificate's common name, never a request field. Ops:
   ``pubguard.net.server.hermes_node``) and each broker verifies them against the owner's key.
 - ``hermes_revoke``: the type owner (the caller named as the type's owner) revokes a
   capability serial; holders are evicted and their groups refreshed at once.
+- ``hermes_status``: for ``admin`` and the type owner: per profile the groups (an attribute's
+  name, or ``*`` for the type's), their members, current epoch (traffic key version), last
+  broadcast and the last one each member said it applied (its latest poll).
+
+With a :class:`~pubguard.net.keyservice.hermes_kgm_store.KgmStore` the core is durable: every
+request that changed a group saves the managers' sealed state and the new broadcasts before
+it answers, and :meth:`HermesKgmCore.restore` brings them back after a restart (a member's
+next poll continues where it left off; a revoked broker stays out).
 
 Every request first runs the manager's timer (:meth:`KeyGroupManager.tick`): capability
 expiry, the periodic refresh and Fig. 5's lazy refreshes happen at the first request after
@@ -34,35 +42,85 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pubguard.errors import DropError, DropReason, PubguardError
+from pubguard.errors import DropError, DropReason, PubguardError, StateError
 from pubguard.keys.oft import Rekey
+from pubguard.net.keyservice.hermes_kgm_store import KgmStore
 from pubguard.net.keyservice.protocol import Caller, Refused, field
-from pubguard.schemes.hermes import Capability, KeyGroupManager
+from pubguard.schemes.hermes import Capability, KeyGroupManager, SecureEventType
 from pubguard.schemes.hermes.kgm_wire import rekey_to_wire, welcome_to_wire
 
-__all__ = ["REKEY_LOG_MAX", "HermesKgmCore"]
+__all__ = ["REKEY_LOG_MAX", "STATUS_CALLERS", "HermesKgmCore"]
 
 log = logging.getLogger("pubguard.net.keyservice.server")
 
 #: broadcasts kept per group for polling members; one further behind must join again
 REKEY_LOG_MAX: Final = 4096
+#: who may ask ``hermes_status`` besides the type owner (the cluster's administrator)
+STATUS_CALLERS: Final = ("admin",)
 
 
 class HermesKgmCore:
     """Key-group manager requests in, responses out (the ``KeyServiceCore.handle`` contract)."""
 
-    def __init__(self, managers: Mapping[str, KeyGroupManager]) -> None:
-        """``managers``: profile (``hermes-event`` / ``hermes-attribute``) -> its manager."""
+    def __init__(
+        self, managers: Mapping[str, KeyGroupManager], *, store: KgmStore | None = None
+    ) -> None:
+        """``managers``: profile (``hermes-event`` / ``hermes-attribute``) -> its manager;
+        ``store``: where changed state is saved before each answer (None: memory only)."""
         self.managers = dict(managers)
         self.stats: Counter[str] = Counter()
         self._log: dict[tuple[str, str], deque[Rekey]] = {}
+        self._store = store
+        self._dirty: dict[str, list[Rekey]] = {}
+        self._revoked: dict[str, list[int]] = {}
+        #: (profile, group) -> member -> the last broadcast it said it applied (its poll's
+        #: ``since``): how far each member has followed, for ``hermes_status``
+        self._acked: dict[tuple[str, str], dict[str, int]] = {}
+
+    @classmethod
+    def restore(
+        cls,
+        store: KgmStore,
+        fresh: Mapping[str, KeyGroupManager],
+    ) -> HermesKgmCore:
+        """The core ``store`` saved, with its broadcast log; a profile never saved starts as
+        given in ``fresh`` (ConfigError if a saved state does not open)."""
+        managers = {}
+        for profile, mgr in fresh.items():
+            managers[profile] = store.load_manager(profile) or mgr
+        core = cls(managers, store=store)
+        for profile in managers:
+            for r in store.load_rekeys(profile):
+                core._log.setdefault((profile, r.group), deque(maxlen=REKEY_LOG_MAX)).append(r)
+        return core
 
     def __repr__(self) -> str:
         return f"HermesKgmCore(profiles={sorted(self.managers)})"
 
+    @property
+    def stype(self) -> SecureEventType:
+        return next(iter(self.managers.values())).stype
+
     def _record(self, profile: str, rekeys: list[Rekey]) -> None:
         for r in rekeys:
             self._log.setdefault((profile, r.group), deque(maxlen=REKEY_LOG_MAX)).append(r)
+        if rekeys:
+            self._dirty.setdefault(profile, []).extend(rekeys)
+
+    def _save(self) -> None:
+        """Write what changed since the last save (nothing without a store)."""
+        dirty, revoked = self._dirty, self._revoked
+        self._dirty, self._revoked = {}, {}
+        if self._store is None:
+            return
+        for profile in set(dirty) | set(revoked):
+            self._store.save(
+                profile,
+                self.managers[profile],
+                dirty.get(profile, ()),
+                keep=REKEY_LOG_MAX,
+                revoked=revoked.get(profile, ()),
+            )
 
     def _manager(self, req: dict[str, Any]) -> tuple[str, KeyGroupManager]:
         profile = field(req, "profile", str)
@@ -90,9 +148,16 @@ class HermesKgmCore:
         except Refused as exc:
             self.stats[exc.code] += 1
             log.warning("hermes kgm: refused %s from %s: %s", str(op)[:40], peer, exc.code)
-            return {"id": rid, "error": exc.code, "message": exc.message}
-        self.stats[f"ok:{op}"] += 1
-        return {"id": rid, "ok": out}
+            out = {"error": exc.code, "message": exc.message}
+        else:
+            self.stats[f"ok:{op}"] += 1
+            out = {"ok": out}
+        try:  # durable before any answer leaves (a welcome must survive a crash)
+            self._save()
+        except StateError as exc:
+            log.error("hermes kgm: cannot save the key groups: %s", type(exc).__name__)
+            return {"id": rid, "error": "unavailable", "message": "state not saved"}
+        return {"id": rid, **out}
 
     def _answer(
         self, op: Any, req: dict[str, Any], caller: Caller, now: float, rng: Any
@@ -108,6 +173,8 @@ class HermesKgmCore:
                 return self._neighbours(req)
             if op == "hermes_revoke":
                 return self._revoke(req, caller, now, rng)
+            if op == "hermes_status":
+                return self._status(caller)
         except DropError as exc:
             code = "unauthorised" if exc.reason is not DropReason.FORGED else "invalid_token"
             raise Refused(code, exc.reason.value) from None
@@ -136,6 +203,7 @@ class HermesKgmCore:
         for g, seq in since.items():
             if g not in mine or type(seq) is not int:
                 continue
+            self._acked.setdefault((profile, g), {})[caller.name] = seq
             for r in self._log.get((profile, g), ()):
                 if r.seq > seq:
                     out.append(rekey_to_wire(r))
@@ -158,4 +226,33 @@ class HermesKgmCore:
         serial = field(req, "serial", int)
         rekeys = mgr.revoke(serial, now=now, rng=rng)
         self._record(profile, rekeys)
+        self._revoked.setdefault(profile, []).append(serial)
+        log.info(
+            "hermes kgm: the owner revoked a capability of %s (%d rekeys)", profile, len(rekeys)
+        )
         return {"rekeys": len(rekeys)}
+
+    def _status(self, caller: Caller) -> dict[str, Any]:
+        """Per profile: each group (attribute name, ``*`` for the type's), its members and
+        epoch (the traffic key version); public facts only, for the owner and ``admin``."""
+        if caller.name not in (*STATUS_CALLERS, self.stype.owner):
+            raise Refused("unauthorised", "only the type owner and admin see the key groups")
+        names = {aid.hex(): n for n, aid in self.stype.attribute_ids.items()}
+        names[self.stype.type_id.hex()] = "*"
+        out: dict[str, Any] = {}
+        for profile, mgr in self.managers.items():
+            groups: dict[str, dict[str, Any]] = {}
+            for g, grp in mgr.groups.items():
+                log_ = self._log.get((profile, g))
+                groups[g] = {"members": [], "epoch": grp.version, "group": g[:16]}
+                groups[g]["seq"] = log_[-1].seq if log_ else 0  # the last broadcast
+                groups[g]["acked"] = {}
+            for b in mgr.members():
+                for g in mgr.groups_of(b):
+                    groups[g]["members"].append(b)
+                    groups[g]["acked"][b] = self._acked.get((profile, g), {}).get(b)
+            out[profile] = {
+                "members": mgr.members(),
+                "groups": {names.get(g, g[:16]): v for g, v in groups.items()},
+            }
+        return {"type": self.stype.name, "owner": self.stype.owner, "profiles": out}
