@@ -15,6 +15,7 @@ mod guard;
 mod keycache;
 mod keys;
 mod tokens;
+mod vcaps;
 mod wire;
 
 /// The crate version, so `pubguard --version` can name the backend it runs.
@@ -32,6 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     keycache::register(m)?;
     keys::register(m)?;
     tokens::register(m)?;
+    vcaps::register(m)?;
     wire::register(m)?;
     Ok(())
 }

@@ -14,6 +14,7 @@ import pytest
 
 from pubguard.pipeline.profiles import get_profile
 from pubguard.pipeline.run import match_protected, run_pipeline
+from pubguard.pipeline.vcaps_run import reference_pairs
 from pubguard.pipeline.wire import pack, unpack
 from tests.pipeline.helpers import MASTER, NOW, expected_pairs, make_workload, opened_pairs
 
@@ -68,3 +69,11 @@ def test_vcaps_rv_on_spark(spark: Any, tmp_path: Path) -> None:
     res = match_protected(spark, dst, tmp_path / "out2", now_ms=NOW)
     assert res["drops"] == {"forged": 1}
     assert json.dumps(res["drops"])
+
+
+def test_spark_experiment_reference_is_the_reference_matchers(tmp_path: Path) -> None:
+    """What ``experiments vcaps --spark`` compares each profile's opened pairs with (the
+    indexed matcher) equals the reference matcher's pairs (the Spark run itself is the CLI's:
+    minutes at the paper's sizes)."""
+    _, wl = make_workload(tmp_path, "vcaps")
+    assert reference_pairs(wl) == expected_pairs(wl) != set()

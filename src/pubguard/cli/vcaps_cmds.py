@@ -1,9 +1,11 @@
-"""``pubguard experiments vcaps``: vcaps.txt §6 (Figs. 3(b)-7) in the simulator.
+"""``pubguard experiments vcaps``: vcaps.txt §6 (Figs. 3(b)-7) in the simulator and on Spark.
 
 Runs the 40-broker tree with the real v-CAPS cores (:mod:`pubguard.sim.vcaps_experiment`) for
 plain, RV, SRV and SRV-fast on the five §6.1 workloads (or ``--small``: the smallest, 60
 notifications), prints one table per figure with the paper's values beside ours, and writes
-JSON (``--json``) and a PNG (``--plot``).
+JSON (``--json``) and a PNG (``--plot``). Above ``--srv-max-filters`` the faithful SRV is
+measured on ``--srv-sample`` notifications per class (marked sampled). ``--spark`` also runs
+the largest selected workload through the Spark pipeline (:mod:`pubguard.pipeline.vcaps_run`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from pubguard.cli.common import check_writable, console, get_group, print_json
+from pubguard.cli.common import check_writable, console, err_console, get_group, print_json
 from pubguard.errors import ValidationError
 
 __all__ = ["register"]
@@ -55,6 +57,23 @@ def _workloads(small: bool, sizes: tuple[int, ...]) -> list[tuple[int, int]]:
     show_default=True,
     help="Skip the faithful SRV above this many filters (it is slow by design).",
 )
+@click.option(
+    "--srv-sample",
+    type=click.IntRange(0, 200),
+    default=3,
+    show_default=True,
+    help="Above --srv-max-filters, run the faithful SRV on this many notifications per class "
+    "(reported as sampled; 0: skip it).",
+)
+@click.option(
+    "--poset-stage-ii",
+    is_flag=True,
+    help="SRV / SRV-fast brokers take the covering relation from the publisher's PFPoset "
+    "(same posets and routing, minutes faster at 10,000 filters; no Fig. 6 broker column).",
+)
+@click.option("--spark", is_flag=True, help="Also run the largest workload on the Spark pipeline.")
+@click.option("--spark-only", is_flag=True, help="Only the Spark run (no simulator).")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master (--spark).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--plot", type=click.Path(path_type=Path), default=None, help="Draw Figs. 5-7 (PNG).")
@@ -64,28 +83,52 @@ def vcaps_experiment(
     events: int | None,
     profiles: tuple[str, ...],
     srv_max_filters: int,
+    srv_sample: int,
+    poset_stage_ii: bool,
+    spark: bool,
+    spark_only: bool,
+    master: str,
     seed: int,
     as_json: bool,
     plot: Path | None,
 ) -> None:
     """v-CAPS (vcaps.txt §6): deliveries, computation, latency excess, one-time costs and
     header bytes for plain, RV, SRV and SRV-fast on the 40-broker tree."""
+    from pubguard.cli.pipeline_cmds import check_master
     from pubguard.sim.vcaps_experiment import PAPER, PROFILES, histogram, run_workload
 
     if plot is not None:
         check_writable(plot, "--plot")
+    if spark or spark_only:
+        check_master(master)
     n_events = events or (60 if small else 200)
     chosen = tuple(profiles) or PROFILES
+    workloads = _workloads(small, sizes)
     rows = []
-    for nf, ns in _workloads(small, sizes):
+    for nf, ns in [] if spark_only else workloads:
         ps = [p for p in chosen if p != "vcaps-srv" or nf <= srv_max_filters]
+        sample = srv_sample if "vcaps-srv" in chosen and nf > srv_max_filters else 0
         rows.append(
-            run_workload(nf, ns, events=n_events, profiles=ps, timer=time.perf_counter, seed=seed)
+            run_workload(
+                nf,
+                ns,
+                events=n_events,
+                profiles=ps,
+                timer=time.perf_counter,
+                seed=seed,
+                srv_sampled=sample,
+                poset_stage_ii=poset_stage_ii,
+            )
         )
     paper: dict[str, Any] = dict(PAPER)
     doc: dict[str, Any] = {"paper": paper, "workloads": rows}
-    doc["checks"] = _checks(rows)
-    if plot is not None:
+    if rows:
+        doc["checks"] = _checks(rows)
+    if spark or spark_only:
+        nf, ns = workloads[-1]
+        on = [p for p in chosen if p != "plain" and (p != "vcaps-srv" or nf <= srv_max_filters)]
+        doc["spark"] = _spark_run(master, nf, ns, n_events, on, seed, quiet=as_json)
+    if plot is not None and rows:
         doc["png"] = str(_plot(rows, plot))
     if as_json:
         print_json(doc)
@@ -103,15 +146,91 @@ def vcaps_experiment(
             + ", ".join(f"{lo}-{hi}: {n}" for lo, hi, n in histogram(pop) if n)
         )
         console.print(_table(w))
-    for name, v in doc["checks"].items():
+        if "srv_sampled" in w:
+            console.print(_srv_sampled_line(w["srv_sampled"], paper))
+    for name, v in doc.get("checks", {}).items():
         console.print(f"{name}: {v}")
-    if plot is not None:
+    if "spark" in doc:
+        console.print(_spark_table(doc["spark"]))
+    if "png" in doc:
         console.print(f"plot: {doc['png']}")
 
 
+def _srv_sampled_line(r: dict[str, Any], paper: dict[str, Any]) -> str:
+    ms, want = r["broker_ms"], paper["fig5_srv_ms_at_100k"]
+    n = r["per_class"].get("popular", 0)
+    return (
+        f"vcaps-srv, sampled ({n} notifications per class; {r['stage_ii']}): brokers ms "
+        + " / ".join(f"{ms.get(c, 0):.0f}" for c in ("popular", "moderate", "esoteric"))
+        + " (paper: "
+        + " / ".join(f"{want[c]:.0f}" for c in ("popular", "moderate", "esoteric"))
+        + f"); publisher ms {r['publisher_ms'].get('popular', 0):.2f} (paper: "
+        f"{paper['fig5_srv_publisher_ms_at_100k']:.0f}); = ref {r['equal_reference']}"
+    )
+
+
+def _spark_run(
+    master: str, nf: int, ns: int, n_events: int, profiles: list[str], seed: int, *, quiet: bool
+) -> dict[str, Any]:
+    import tempfile
+
+    from pubguard.pipeline.session import get_spark
+    from pubguard.pipeline.vcaps_run import run_vcaps_on_spark
+
+    t0 = time.perf_counter()
+
+    def progress(stage: str, msg: str) -> None:
+        if not quiet:
+            err_console.print(
+                f"[bold]{stage:>9}[/] {msg}  [dim]({time.perf_counter() - t0:.1f}s)[/]"
+            )
+
+    spark = get_spark(master=master, app_name="pubguard-vcaps")
+    with tempfile.TemporaryDirectory(prefix="pubguard-vcaps-spark-") as d:
+        return run_vcaps_on_spark(
+            spark, nf, ns, Path(d), events=n_events, profiles=profiles, seed=seed, progress=progress
+        )
+
+
+def _spark_table(r: dict[str, Any]) -> Table:
+    t = Table(
+        "profile",
+        "deliveries",
+        "= ref",
+        "protect s",
+        "match s",
+        "open s",
+        "wall s",
+        title=f"Spark ({r['master']}): {r['filters']} filters, {r['subscriptions']} "
+        f"subscriptions, {r['events']} notifications, reference deliveries "
+        f"{r['reference_deliveries']}",
+    )
+    for p, x in r["profiles"].items():
+        sec = x["seconds"]
+        t.add_row(
+            p,
+            str(x["deliveries"]),
+            str(x["equal_reference"]),
+            f"{sec.get('protect', 0):.1f}",
+            f"{sec.get('match', 0):.1f}",
+            f"{sec.get('open', 0):.1f}",
+            f"{x['wall_s']:.1f}",
+        )
+    return t
+
+
 def _table(w: dict[str, Any]) -> Table:
-    t = Table("profile", "class", "deliv.", "= ref", "pub ms", "broker ms", "excess ms (max)",
-              "hdr B/sub", "new filter ms broker / pub")  # fmt: off
+    t = Table(
+        "profile",
+        "class",
+        "deliv.",
+        "= ref",
+        "pub ms",
+        "broker ms",
+        "excess ms (max)",
+        "hdr B/sub",
+        "new filter ms broker / pub",
+    )
     for p, r in w["profiles"].items():
         nb = r["new_filter_broker_ms"]
         npub = r["new_filter_publisher_ms"]
@@ -156,6 +275,14 @@ def _checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
         rv = p["vcaps-rv"]["broker_ms"].get("popular", 0)
         fast = p["vcaps-srv-fast"]["broker_ms"].get("popular", 0)
         out["fast_over_rv_broker_popular"] = round(fast / rv, 2) if rv else None
+    if "srv_sampled" in w:  # the faithful SRV above --srv-max-filters, sampled
+        sampled = w["srv_sampled"]
+        out["deliveries_equal_reference"] &= sampled["equal_reference"]
+        out["srv_sampled_broker_ms"] = sampled["broker_ms"]
+        if "vcaps-rv" in p and (rv := p["vcaps-rv"]["broker_ms"].get("popular")):
+            out["srv_sampled_over_rv_broker_popular"] = round(
+                sampled["broker_ms"].get("popular", 0) / rv, 1
+            )
     if "vcaps-rv" in p and "vcaps-srv" in p:
         rv = p["vcaps-rv"]["broker_ms"].get("popular", 0)
         srv = p["vcaps-srv"]["broker_ms"].get("popular", 0)
@@ -181,8 +308,13 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
             pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y]
             if pts:
                 ax.plot(*zip(*pts, strict=True), style, marker="o", label=f"{p} {c}")
-    ax.set(xscale="log", yscale="log", xlabel="subscriptions", ylabel="ms per notification",
-           title="Fig. 5: publisher + brokers")  # fmt: off
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="subscriptions",
+        ylabel="ms per notification",
+        title="Fig. 5: publisher + brokers",
+    )
     plain_log_ticks(ax, axis="both")
     ax.legend(fontsize=7)
     ax = axes[1]
@@ -192,23 +324,38 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
             d = w["profiles"].get(p, {}).get(key, {})
             if d:
                 ks = sorted(d, key=int)
-                ax.plot([int(k) for k in ks], [d[k] for k in ks], style, marker=".",
-                        label=f"{p} {'broker' if 'broker' in key else 'publisher'}")  # fmt: off
-    ax.set(yscale="log", xlabel="existing filters (buckets of 200)", ylabel="ms per new filter",
-           title=f"Fig. 6 at {w['subscriptions']} subscriptions")  # fmt: off
+                ax.plot(
+                    [int(k) for k in ks],
+                    [d[k] for k in ks],
+                    style,
+                    marker=".",
+                    label=f"{p} {'broker' if 'broker' in key else 'publisher'}",
+                )
+    ax.set(
+        yscale="log",
+        xlabel="existing filters (buckets of 200)",
+        ylabel="ms per new filter",
+        title=f"Fig. 6 at {w['subscriptions']} subscriptions",
+    )
     ax.legend(fontsize=7)
     ax = axes[2]
     for p in profiles:
         if p == "plain":
             continue
-        ys = [w2["profiles"].get(p, {}).get("header_bytes_per_subscriber", {}).get("popular")
-              for w2 in rows]  # fmt: off
+        ys = [
+            w2["profiles"].get(p, {}).get("header_bytes_per_subscriber", {}).get("popular")
+            for w2 in rows
+        ]
         pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
         if pts:
             ax.plot(*zip(*pts, strict=True), marker="o", label=p)
     ax.axhline(4.0, color="grey", ls=":", label="paper: < 4 B")
-    ax.set(xscale="log", xlabel="subscriptions", ylabel="header bytes per receiving subscriber",
-           title="Fig. 7 (popular)")  # fmt: off
+    ax.set(
+        xscale="log",
+        xlabel="subscriptions",
+        ylabel="header bytes per receiving subscriber",
+        title="Fig. 7 (popular)",
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,8 @@ publisher; §8 has the brokers hand the publisher back the ``E_ks(F)`` they hold
 :class:`~pubguard.net.keyservice.server.KeyServiceServer` is around the key-service core:
 one listening socket, mutual TLS (client certificates from the project CA required; the
 caller's identity and role are read off its verified certificate), length-prefixed msgpack
-frames, one response per request, in order. The publisher's certificate carries the ``kdc``
+frames, one response per request, in order (the shell both share:
+:class:`~pubguard.net.frame_server.FrameServer`). The publisher's certificate carries the ``kdc``
 role: it distributes its group's ``K_N``.
 
 :class:`RemoteRegistrar` is a subscriber's side (``VcapsClient(registrar=..., keys=...)``),
@@ -19,8 +20,6 @@ SQLite state and returns their ``E_ks(F)`` to a restarted publisher (§8).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import random as _random
 import ssl as _ssl
@@ -32,12 +31,11 @@ from typing import Any, Final
 from pubguard.crypto import SecretBytes
 from pubguard.errors import FrameError, ValidationError
 from pubguard.model.filters import Filter
+from pubguard.net.frame_server import FrameServer, Peer
 from pubguard.net.keyservice.client import KeyServiceClient
 from pubguard.net.keyservice.protocol import MAX_REQUEST_SIZE
-from pubguard.net.tls import peer_identity
 from pubguard.schemes.vcaps.registrar import VcapsRegistrar, stored_ciphertexts
 from pubguard.store.broker_state import BrokerStore
-from pubguard.wire.framing import FrameDecoder, encode_frame
 
 __all__ = [
     "REGISTRAR_ROLE",
@@ -50,12 +48,12 @@ log = logging.getLogger(__name__)
 
 #: the role on the publisher's certificate that a subscriber checks
 REGISTRAR_ROLE: Final = "kdc"
-IDLE_TIMEOUT: Final = 300.0  # seconds a connection may stay silent before it is closed
 
 
 class VcapsRegistrarServer:
     """Serve a :class:`VcapsRegistrar` on ``host:port`` behind mutual TLS (``ssl_context``
-    from :func:`~pubguard.crypto.x509.server_ssl_context`: client certificates required)."""
+    from :func:`~pubguard.crypto.x509.server_ssl_context`: client certificates required);
+    the request/response shell is :class:`~pubguard.net.frame_server.FrameServer`."""
 
     def __init__(
         self,
@@ -71,58 +69,30 @@ class VcapsRegistrarServer:
             raise ValidationError("the registrar requires client certificates (mutual TLS)")
         self.core, self.ssl, self.host, self.port = core, ssl_context, host, port
         self.clock, self.rng = clock, rng
-        self._server: asyncio.Server | None = None
-        self._links: set[asyncio.StreamWriter] = set()
+        self._frames = FrameServer(
+            self._respond,
+            ssl_context,
+            name=f"vcaps registrar {core.name}",
+            max_request=MAX_REQUEST_SIZE * 16,  # a broker's §8 batch of E_ks(F)
+            host=host,
+            port=port,
+            detail=False,
+            logger=log,
+        )
 
     def __repr__(self) -> str:
         return f"VcapsRegistrarServer({self.core.name!r}, port={self.port})"
 
+    def _respond(self, request: dict[str, Any], peer: Peer) -> Any:
+        return self.core.handle(request, peer=peer.cn, peer_role=peer.role, now=self.clock())
+
     async def start(self) -> int:
         """Listen; returns the bound port."""
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl)
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("vcaps registrar %s: listening on %s:%d", self.core.name, self.host, self.port)
+        self.port = await self._frames.start()
         return self.port
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for w in list(self._links):
-                w.transport.abort()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
-            self._server = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        cn, role = peer_identity(writer.get_extra_info("ssl_object"))
-        if cn is None:  # pragma: no cover - the TLS context requires a certificate
-            writer.close()
-            return
-        dec = FrameDecoder(MAX_REQUEST_SIZE * 16)  # a broker's §8 batch of E_ks(F)
-        self._links.add(writer)
-        try:
-            while True:
-                data = await asyncio.wait_for(reader.read(65536), IDLE_TIMEOUT)
-                if not data:
-                    break
-                try:
-                    frames = dec.feed(data)
-                except FrameError as exc:
-                    log.warning("vcaps registrar: closing link of %s: malformed (%s)", cn, exc)
-                    writer.write(encode_frame({"id": None, "error": "malformed", "message": ""}))
-                    await writer.drain()
-                    break
-                for f in frames:
-                    resp = self.core.handle(f, peer=cn, peer_role=role, now=self.clock())
-                    writer.write(encode_frame(resp))
-                await writer.drain()
-        except (TimeoutError, ConnectionError, _ssl.SSLError, OSError) as exc:
-            log.info("vcaps registrar: link of %s ended: %s", cn, type(exc).__name__)
-        finally:
-            self._links.discard(writer)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        await self._frames.stop()
 
 
 class RemoteRegistrar:

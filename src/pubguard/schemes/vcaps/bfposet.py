@@ -26,12 +26,14 @@ caller forwards upstream *before* withdrawing the removed one (no gap in coverag
 filters against the encrypted vector with the paper's two heuristics: (i) a filter is tested
 only when every held filter covering it matched (starting from the roots, so an unmatched root
 prunes its sub-tree), and (ii) stop once every recipient group is already in the receiver list
-(only when every recipient has a group). SRV-fast tests every filter that has recipients, one
-PRF each (cheaper than (i)'s bookkeeping), with heuristic (ii). With the native backend
-(:mod:`pubguard.native`) those PRFs run in one call over the held keys, scheduled once per
-compacted poset (psguard's :class:`~pubguard.schemes.psguard.tokens.TokenSet`: the AES-PRF
-over a batch against a tag set). It compares each codeword's first 64 bits (a false match has
-probability 2^-64 per test, the bound of SWP's ``m = 8`` check bytes). The Python loop is the
+(only when every recipient has a group). SRV-fast tests the filters that have recipients, one
+PRF and one set lookup each, with both heuristics over a search plan laid out once per
+compacted poset (:mod:`~pubguard.schemes.vcaps.fastplan`). With the native backend
+(:mod:`pubguard.native`) the whole search is one call per notification (``VcapsKeys`` of
+``native/src/vcaps.rs``: every AES key schedule expanded once per plan, the codewords ``V`` as
+one sorted set of raw 16-byte values built once per notification), which returns the indices
+of the matched filters. Codewords are compared in full, so both backends give the same answer
+on every input. The Python loop (:func:`~pubguard.schemes.vcaps.fastplan.search`) is the
 reference.
 """
 
@@ -40,10 +42,16 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
-from pubguard import native as nb
-from pubguard.schemes.psguard.tokens import TokenSet
+from pubguard.schemes.vcaps.fastplan import FastPlan, fast_plan, search
 from pubguard.schemes.vcaps.swp import swp_match_any
-from pubguard.schemes.vcaps.tokens import FastRouting, FastToken, RvToken, Token
+from pubguard.schemes.vcaps.tokens import (
+    FastRouting,
+    FastToken,
+    RvToken,
+    Token,
+    codeword_set,
+    native_vcaps,
+)
 
 __all__ = ["BFPoset"]
 
@@ -76,10 +84,10 @@ class BFPoset(Generic[R]):
         self.roots: set[bytes] = set()
         self._nogroup = 0  # recipients without a group (heuristic (ii) needs none)
         self._groups: set[Hashable] | None = None  # every active recipient's group (cached)
-        # SRV-fast, native backend: (handles in _active order, their keys' TokenSet) (cached)
-        self._fast_set: tuple[list[bytes], TokenSet] | None = None
+        # SRV-fast: the search plan of the compacted poset (cached)
+        self._fast_set: FastPlan[R] | None = None
         # SRV-fast Stage II, native backend: every held key (see _key_sets)
-        self._keys_base: tuple[list[bytes], TokenSet] | None = None
+        self._keys_base: tuple[list[bytes], Any] | None = None
         self._keys_pending: list[bytes] = []
 
     def __len__(self) -> int:
@@ -100,9 +108,20 @@ class BFPoset(Generic[R]):
         return tuple(self._full.get(handle, ()))
 
     # -- Stage II -------------------------------------------------------------------------
-    def insert(self, token: Token, recipient: R) -> bool:
+    def insert(
+        self,
+        token: Token,
+        recipient: R,
+        *,
+        covering: Callable[[bytes], tuple[Iterable[bytes], Iterable[bytes]]] | None = None,
+    ) -> bool:
         """Add ``recipient`` under ``token``'s filter; True iff the token is to be forwarded
-        upstream (a new filter with ``L_parent`` empty, vcaps.txt §4.1 step (v))."""
+        upstream (a new filter with ``L_parent`` empty, vcaps.txt §4.1 step (v)).
+
+        ``covering``: for a trusted driver that knows the PFPoset (the experiments' sampled
+        SRV at sizes where SRV's pairwise Stage II tests take hours): handle -> (handles of
+        every filter covering it, handles of every filter it covers), used instead of the
+        tokens' tests. It is the relation the tokens encode, so the poset is the same."""
         h = token.handle
         full = self._full.get(h)
         if full is not None:  # YES: add x_i to the recipient list of ID_F
@@ -111,7 +130,13 @@ class BFPoset(Generic[R]):
                 g = self._count(h, recipient, 1)
                 self._recompact([h, *self._holding(self.down[h], g)])
             return False
-        parents, children = self._relations(token)
+        if covering is None:
+            parents, children = self._relations(token)
+        else:
+            held = self._full
+            above, below = covering(h)
+            parents = {p for p in above if p in held}
+            children = {c for c in below if c in held} - parents
         self.tokens[h] = token
         if isinstance(token, FastToken):
             self._keys_pending.append(h)
@@ -154,8 +179,8 @@ class BFPoset(Generic[R]):
         # SRV (§5.3 steps i-ii) and SRV-fast: one test per held filter and direction. Only a
         # held filter with a non-empty list can name the new one (the lists' lengths are on
         # the wire anyway), and only a new token with a non-empty list can name a held one.
-        if isinstance(token, FastToken) and nb.NATIVE is not None:
-            return self._fast_relations(token)
+        if isinstance(token, FastToken) and (nv := native_vcaps()) is not None:
+            return self._fast_relations(token, nv)
         tokens = self.tokens
         cand_p = tokens if token.pred else self._listing_succ
         cand_c = tokens if token.succ else self._listing_pred
@@ -163,7 +188,7 @@ class BFPoset(Generic[R]):
         children = {g for g in cand_c if g not in parents and token.covers(tokens[g])}
         return parents, children
 
-    def _fast_relations(self, t: FastToken) -> tuple[set[bytes], set[bytes]]:
+    def _fast_relations(self, t: FastToken, nv: Any) -> tuple[set[bytes], set[bytes]]:
         """:meth:`_relations` of an SRV-fast token with the PRFs in native batches: every held
         key over ``t``'s nonce against its pred / succ codewords (held filters covering /
         covered by ``t`` that ``t`` names), and ``t``'s key over the nonce of each held filter
@@ -172,11 +197,13 @@ class BFPoset(Generic[R]):
         parents: set[bytes] = set()
         below: set[bytes] = set()
         if t.pred or t.succ:
-            for held, ts in self._key_sets():
-                for e, i in ts.match_batch(t.nonce * 2, (t.pred_tags, t.succ_tags)):
-                    g = held[i]
-                    if g in tokens:  # a set may still list a filter that left
-                        (parents if e == 0 else below).add(g)
+            pred = t.pred_cw if t.pred_cw is not None else codeword_set(t.pred)
+            succ = t.succ_cw if t.succ_cw is not None else codeword_set(t.succ)
+            for held, keys in self._key_sets(nv):
+                hp, hs = keys.hits2(t.nonce, pred, succ)
+                # a set may still list a filter that left
+                parents.update(g for i in hp if (g := held[i]) in tokens)
+                below.update(g for i in hs if (g := held[i]) in tokens)
         # t's key over every listing filter's nonce in one AES call, each output looked up in
         # that filter's own set (its lists may be long: a set lookup, not a tag batch)
         ls, lp = list(self._listing_succ), list(self._listing_pred)
@@ -191,7 +218,7 @@ class BFPoset(Generic[R]):
                     below.add(g)
         return parents, below - parents
 
-    def _key_sets(self) -> list[tuple[list[bytes], TokenSet]]:
+    def _key_sets(self, nv: Any) -> list[tuple[list[bytes], Any]]:
         """Every held SRV-fast key, scheduled: a large set rebuilt only when the filters added
         since outgrow an eighth of it, plus a small one of those (amortised O(sqrt n))."""
         tokens = self.tokens
@@ -199,11 +226,11 @@ class BFPoset(Generic[R]):
         pend = [h for h in self._keys_pending if h in tokens]
         if base is None or len(pend) > 64 + len(base[0]) // 8:
             held = list(tokens)
-            base = self._keys_base = (held, TokenSet([tokens[g].k for g in held]))  # type: ignore[union-attr]
+            base = self._keys_base = (held, nv.VcapsKeys(b"".join(tokens[g].k for g in held)))  # type: ignore[union-attr]
             self._keys_pending = pend = []
         out = [base]
         if pend:
-            out.append((pend, TokenSet([tokens[g].k for g in pend])))  # type: ignore[union-attr]
+            out.append((pend, nv.VcapsKeys(b"".join(tokens[g].k for g in pend))))  # type: ignore[union-attr]
         return out
 
     def remove(self, handle: bytes, recipient: R) -> tuple[bool, list[Token]]:
@@ -346,45 +373,38 @@ class BFPoset(Generic[R]):
             stack.extend(c for c in down[h] if c not in memo)
         return out
 
-    def _codewords(self, pe: FastRouting) -> set[R]:
-        """SRV-fast: one PRF and one set lookup per filter with recipients (a flat loop: a
-        test costs less than heuristic (i)'s bookkeeping), stopping by heuristic (ii)."""
-        if nb.NATIVE is not None:
-            return self._codewords_native(pe)
-        nonce, v = pe.nonce, pe.v
-        tokens, group = self.tokens, self._group
-        groups = self._all_groups()
-        out: set[R] = set()
-        reached: set[Hashable] = set()
-        for h, rs in self._active.items():
-            if tokens[h].prf.unchecked(nonce) in v:  # type: ignore[union-attr]  # 16-byte nonce
-                out.update(rs)
-                if groups is not None:
-                    reached.update(map(group, rs))
-                    if len(reached) >= len(groups):  # reached ⊆ groups
-                        break
-        return out
+    def prepare(self) -> None:
+        """Build SRV-fast's search plan (and its native keys) now; otherwise the first match
+        after a change of the poset builds it. A broker's index, like RV's table."""
+        if any(isinstance(t, FastToken) for t in self.tokens.values()):
+            self._plan(native_vcaps())
 
-    def _codewords_native(self, pe: FastRouting) -> set[R]:
-        """:meth:`_codewords` with every held key's PRF in one native call; the hits, in
-        ``_active`` order, then go through the same heuristic (ii) loop."""
-        fs = self._fast_set
-        if fs is None or not fs[1].is_native:
-            handles = list(self._active)
-            keys = [self.tokens[h].k for h in handles]  # type: ignore[union-attr]
-            fs = self._fast_set = (handles, TokenSet(keys))
-        handles, ts = fs
-        if not handles or not pe.tags:
+    def _plan(self, nv: Any) -> FastPlan[R]:
+        plan = self._fast_set
+        if plan is None:
+            group = self._group if self._all_groups() is not None else None
+            plan = self._fast_set = fast_plan(self._active, self.up, self.down, group)
+        if nv is not None and plan.native is None:
+            keys = b"".join(self.tokens[h].k for h in plan.handles)  # type: ignore[union-attr]
+            plan.native = nv.VcapsKeys(keys, plan.covers, plan.groups, plan.n_groups)
+        return plan
+
+    def _codewords(self, pe: FastRouting) -> set[R]:
+        """SRV-fast: one PRF and one set lookup per filter tested, over the search plan
+        (:mod:`~pubguard.schemes.vcaps.fastplan`: heuristics (i) and (ii)); natively in one
+        call when the backend has the kernel, else the reference loop."""
+        nv = native_vcaps()
+        plan = self._plan(nv)
+        if not plan.handles:
             return set()
-        active, group = self._active, self._group
-        groups = self._all_groups()
+        if nv is not None:
+            cw = pe.cw if pe.cw is not None else codeword_set(pe.v)
+            found = plan.native.hits(pe.nonce, cw)
+        else:
+            nonce, v, tokens, handles = pe.nonce, pe.v, self.tokens, plan.handles
+            found = search(plan, lambda i: tokens[handles[i]].prf.unchecked(nonce) in v)  # type: ignore[union-attr]
         out: set[R] = set()
-        reached: set[Hashable] = set()
-        for _, t in ts.match_batch(pe.nonce, (pe.tags,)):
-            rs = active[handles[t]]
-            out.update(rs)
-            if groups is not None:
-                reached.update(map(group, rs))
-                if len(reached) >= len(groups):  # reached ⊆ groups
-                    break
+        recipients = plan.recipients
+        for i in found:
+            out.update(recipients[i])
         return out

@@ -30,13 +30,13 @@ the publisher's signature over event id, profile, routing, epoch and ``H(body)``
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgpack
 
+from pubguard import native as nb
 from pubguard.crypto import AesPrf, H, KeyedHash, SigningKey
 from pubguard.errors import ValidationError
 from pubguard.schemes.vcaps.swp import ID_BYTES, swp_match_any
@@ -54,9 +54,10 @@ __all__ = [
     "Token",
     "decode_routing",
     "decode_token",
+    "native_vcaps",
     "notification_message",
+    "codeword_set",
     "sign_token",
-    "tags64",
     "token_message",
 ]
 
@@ -139,14 +140,15 @@ class FastToken:
     succ: frozenset[bytes] = field(repr=False)
     ef: bytes = field(repr=False)
     prf: AesPrf = field(init=False, repr=False, compare=False)
-    #: the codewords' first 64 bits (as :attr:`FastRouting.tags`), for the native matcher
-    pred_tags: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    succ_tags: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    #: the pred / succ codewords as native sets (:func:`codeword_set`; None on the Python
+    #: backend), for Stage II's native tests
+    pred_cw: Any = field(init=False, repr=False, compare=False)
+    succ_cw: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prf", AesPrf(self.k))
-        object.__setattr__(self, "pred_tags", tags64(self.pred))
-        object.__setattr__(self, "succ_tags", tags64(self.succ))
+        object.__setattr__(self, "pred_cw", codeword_set(self.pred))
+        object.__setattr__(self, "succ_cw", codeword_set(self.succ))
 
     def covers(self, other: Token) -> bool:
         assert isinstance(other, FastToken)
@@ -163,21 +165,29 @@ Token = RvToken | SrvToken | FastToken
 @dataclass(frozen=True, slots=True)
 class FastRouting:
     """A decoded SRV-fast routing header: the nonce and the (padded) codeword set ``V``.
-    ``tags``: each codeword's first 64 bits as a signed big-endian int (psguard's ``tok64``),
-    what the native matcher compares (:meth:`BFPoset.match`)."""
+    ``cw``: ``V`` as the native matcher's set (:func:`codeword_set`), built once per
+    notification as RV's ``frozenset`` of IDs is; None on the Python backend."""
 
     nonce: bytes
     v: frozenset[bytes]
-    tags: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    cw: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tags", tags64(self.v))
+        object.__setattr__(self, "cw", codeword_set(self.v))
 
 
-def tags64(codewords: frozenset[bytes]) -> tuple[int, ...]:
-    """Each 16-byte codeword's first 64 bits as a signed big-endian int (psguard's ``tok64``):
-    the even 64-bit words of their concatenation."""
-    return struct.unpack(f">{2 * len(codewords)}q", b"".join(codewords))[::2]
+def native_vcaps() -> Any:
+    """The native module when it is active and has the SRV-fast kernel
+    (``native/src/vcaps.rs``), else None (the Python reference runs)."""
+    m = nb.NATIVE
+    return m if m is not None and hasattr(m, "VcapsKeys") else None
+
+
+def codeword_set(codewords: frozenset[bytes]) -> Any:
+    """16-byte codewords as the native backend's ``VcapsCodewords`` (sorted, bucketed, raw
+    bytes), or None on the Python backend."""
+    m = native_vcaps()
+    return None if m is None else m.VcapsCodewords(b"".join(codewords))
 
 
 def token_message(publisher: str, tok: bytes) -> bytes:
