@@ -148,7 +148,8 @@ class Database:
             yield self
         except BaseException:
             self._depth = 0
-            self._conn.execute("ROLLBACK")
+            if self._conn.in_transaction:  # SQLite already rolled back after SQLITE_FULL, IOERR
+                self._conn.execute("ROLLBACK")
             raise
         self._depth = 0
         self._conn.execute("COMMIT")

@@ -65,6 +65,11 @@ CHUNK: Final = 64  # messages of one link handed to the core's handle_batch at o
 #: connection belongs to the task serving it
 HangUp = Callable[[Link, str], None]
 
+#: told when a batch raised (a failed commit, a fault in the core): the server stops, so that a
+#: restart resumes from the last commit (the batch was never acknowledged, and the links'
+#: ``rx_seq`` and the core's state in memory may be ahead of what SQLite holds)
+Fail = Callable[[BaseException], None]
+
 
 class BatchProcessor:
     """Runs batches of the links' inboxes through ``core`` and applies the actions (see the
@@ -89,6 +94,7 @@ class BatchProcessor:
         observe: Callable[[Sequence[Action]], None] | None = None,
         record: Path | None = None,
         transform: Callable[[Sequence[Action]], Sequence[Action]] | None = None,
+        fail: Fail | None = None,
     ) -> None:
         self.name = name
         self.core = core
@@ -99,6 +105,7 @@ class BatchProcessor:
         self._hang_up = hang_up
         self._observe = observe
         self._transform = transform  # a malicious model's filter (net/server/malicious.py)
+        self._fail = fail
         self._record = record.open("ab") if record is not None else None
         self._congested: set[str] = set()
         self._scheduled = False
@@ -136,8 +143,32 @@ class BatchProcessor:
 
     def _run_scheduled(self) -> None:
         self._scheduled = False
-        if not self._stopped:
-            self.process()
+        if self._stopped:
+            return
+        self.process()
+
+    def process(self) -> None:
+        """Process the inboxes that back-pressure allows, in one transaction; if that raises,
+        stop (crash-only, below) and tell the server."""
+        if self._stopped:
+            return
+        try:
+            self._process()
+        except Exception as exc:
+            # Crash-only: the transaction rolled back, but the links' rx_seq and the core's
+            # tables and replay windows in memory may already hold this batch, so carrying on
+            # would count the peers' resends as duplicates. Nothing of the batch was
+            # acknowledged; a restart reloads the last commit and the peers resend the rest.
+            self._stopped = True
+            log.critical(
+                "broker %s: a batch failed (%s: %s); stopping, nothing of it was acknowledged",
+                self.name,
+                type(exc).__name__,
+                str(exc)[:200],
+            )
+            if self._fail is None:
+                raise
+            self._fail(exc)
 
     def stop(self) -> None:
         """The server is closing: no scheduled batch runs any more."""
@@ -153,8 +184,7 @@ class BatchProcessor:
 
     # -- one batch -------------------------------------------------------------------------
 
-    def process(self) -> None:
-        """Process the inboxes that back-pressure allows, in one transaction."""
+    def _process(self) -> None:
         ready = [lk for lk in self.links.values() if lk.inbox and lk.writer and self._allowed(lk)]
         if not ready:
             return

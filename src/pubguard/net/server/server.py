@@ -65,7 +65,14 @@ from typing import Any
 
 from pubguard.broker.actions import Action, Drop
 from pubguard.broker.core import Broker
-from pubguard.errors import ConfigError, DropReason, FrameError, PubguardError, TransportError
+from pubguard.errors import (
+    ConfigError,
+    DropReason,
+    FrameError,
+    PubguardError,
+    StateError,
+    TransportError,
+)
 from pubguard.net import gc_tuning
 from pubguard.net.config import BrokerConfig
 from pubguard.net.conn import FrameConnection, PeerClosed
@@ -252,6 +259,7 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self.failure: BaseException | None = None  # a batch raised: the server stops
         self.session = secrets.token_hex(8)
         self.malicious = _malicious_model(config)
         self.batches = BatchProcessor(
@@ -265,6 +273,7 @@ class BrokerServer:
             observe=RevokedDrops(self.name, self.core).observe,
             record=config.record,
             transform=self.malicious.filter if self.malicious is not None else None,
+            fail=self._failed,
         )
         self.upkeep = Upkeep(
             self.name,
@@ -445,8 +454,28 @@ class BrokerServer:
         t.add_done_callback(self._tasks.discard)
 
     async def serve_forever(self) -> None:
+        """Serve until closed; raises :class:`~pubguard.errors.StateError` (one line) if a
+        batch failed (:meth:`_failed`)."""
         assert self._server is not None
-        await self._server.serve_forever()
+        if self.failure is None:
+            try:
+                await self._server.serve_forever()
+            except asyncio.CancelledError:
+                if self.failure is None:
+                    raise
+        if self.failure is not None:
+            exc = self.failure
+            raise StateError(
+                f"broker {self.name}: stopped after a failed batch ({type(exc).__name__}:"
+                f" {str(exc)[:200]}); restart it to resume from the last commit"
+            )
+
+    def _failed(self, exc: BaseException) -> None:
+        """A batch raised (see :class:`~pubguard.net.server.batching.BatchProcessor`): stop
+        serving; :meth:`serve_forever` then raises and the process exits non-zero."""
+        self.failure = exc
+        if self._server is not None:
+            self._server.close()
 
     async def close(self) -> None:
         self._closing = True
