@@ -218,15 +218,24 @@ class HermesPoller:
             self.scheme.learn_neighbour(peer, caps if admitted else [], now=now)
 
     def _run(self) -> None:
+        away = False  # logged once per outage, not once per poll
         while not self._stop.wait(self.poll):
             try:
                 self.poll_once()
             except PubguardError as exc:  # the manager is away: keep the keys we have
-                log.warning(
-                    "hermes: %s cannot reach the key-group manager (%s)",
-                    self.name,
-                    type(exc).__name__,
-                )
+                if not away:
+                    log.warning(
+                        "hermes: %s cannot reach the key-group manager (%s); keeping the keys"
+                        " it has and polling every %.1f s",
+                        self.name,
+                        type(exc).__name__,
+                        self.poll,
+                    )
+                away = True
+                continue
+            if away:
+                log.warning("hermes: %s reached the key-group manager again", self.name)
+            away = False
         with contextlib.suppress(Exception):
             self.client.close()
 
