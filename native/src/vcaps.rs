@@ -143,7 +143,10 @@ impl Lists {
 /// heuristics' data. Immutable; not picklable; the repr shows only the size.
 #[pyclass(module = "pubguard._native", frozen)]
 pub struct VcapsKeys {
-    ciphers: Vec<Aes128Enc>,
+    /// the raw keys: scheduled when tested (16 bytes read per test, not a 704-byte schedule:
+    /// a broker's held keys then fit the caches, and AES-NI's key expansion costs less than
+    /// the cache misses of stored schedules)
+    keys: Vec<aes::Block>,
     /// heuristic (i): each key's covering keys (earlier indices)
     covers: Option<Lists>,
     /// heuristic (ii): each key's recipient groups (`< n_groups`)
@@ -154,9 +157,9 @@ impl VcapsKeys {
     /// `PRF(k_i, nonce)` for every key `i`, handed to `each(i, codeword)` in key order
     /// (independent keys: consecutive blocks overlap in the AES pipeline).
     fn each_codeword(&self, nonce: &aes::Block, mut each: impl FnMut(usize, u128)) {
-        for (i, cipher) in self.ciphers.iter().enumerate() {
+        for (i, key) in self.keys.iter().enumerate() {
             let mut blk = *nonce;
-            cipher.encrypt_block(&mut blk);
+            Aes128Enc::new(key).encrypt_block(&mut blk);
             each(i, block_u128(&blk));
         }
     }
@@ -164,7 +167,7 @@ impl VcapsKeys {
     /// The matched keys in order, with heuristics (i) and (ii) when configured.
     fn hits_in(&self, nonce: &aes::Block, v: &VcapsCodewords) -> Vec<u32> {
         let mut out = Vec::new();
-        if v.vals.is_empty() || self.ciphers.is_empty() {
+        if v.vals.is_empty() || self.keys.is_empty() {
             return out;
         }
         if self.covers.is_none() && self.groups.is_none() {
@@ -175,19 +178,19 @@ impl VcapsKeys {
             });
             return out;
         }
-        let mut matched = vec![false; self.ciphers.len()];
+        let mut matched = vec![false; self.keys.len()];
         let (mut reached, mut left) = match &self.groups {
             Some((_, n)) => (vec![false; *n], *n),
             None => (Vec::new(), usize::MAX),
         };
-        for (i, cipher) in self.ciphers.iter().enumerate() {
+        for (i, key) in self.keys.iter().enumerate() {
             if let Some(c) = &self.covers {
                 if c.of(i).iter().any(|&j| !matched[j as usize]) {
                     continue; // (i): a held cover did not match
                 }
             }
             let mut blk = *nonce;
-            cipher.encrypt_block(&mut blk);
+            Aes128Enc::new(key).encrypt_block(&mut blk);
             if !v.contains(block_u128(&blk)) {
                 continue;
             }
@@ -253,9 +256,9 @@ impl VcapsKeys {
             }
         }
         Ok(Self {
-            ciphers: keys
+            keys: keys
                 .chunks_exact(BLOCK)
-                .map(|k| Aes128Enc::new(GenericArray::from_slice(k)))
+                .map(|k| *GenericArray::from_slice(k))
                 .collect(),
             covers: covers.map(Lists::new),
             groups: groups.map(|g| (Lists::new(g), n_groups)),
@@ -263,11 +266,11 @@ impl VcapsKeys {
     }
 
     fn __len__(&self) -> usize {
-        self.ciphers.len()
+        self.keys.len()
     }
 
     fn __repr__(&self) -> String {
-        format!("VcapsKeys(keys={})", self.ciphers.len())
+        format!("VcapsKeys(keys={})", self.keys.len())
     }
 
     /// The indices `i` (ascending) with `PRF(k_i, nonce) ∈ v`: the held filters a
@@ -275,7 +278,7 @@ impl VcapsKeys {
     /// those found before the search stopped).
     fn hits(&self, py: Python<'_>, nonce: &[u8], v: &VcapsCodewords) -> PyResult<Vec<u32>> {
         let n = nonce_block(nonce)?;
-        if self.ciphers.len() > RELEASE_GIL_KEYS {
+        if self.keys.len() > RELEASE_GIL_KEYS {
             Ok(py.allow_threads(|| self.hits_in(&n, v)))
         } else {
             Ok(self.hits_in(&n, v))
@@ -306,7 +309,7 @@ impl VcapsKeys {
             });
             (a, b)
         };
-        if self.ciphers.len() > RELEASE_GIL_KEYS {
+        if self.keys.len() > RELEASE_GIL_KEYS {
             Ok(py.allow_threads(run))
         } else {
             Ok(run())
