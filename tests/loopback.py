@@ -13,8 +13,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from pubguard.net.config import load_cluster_config, parse_cluster_config
+from pubguard.crypto.x509 import Role
+from pubguard.net.config import BrokerConfig, TlsFiles, load_cluster_config, parse_cluster_config
 from pubguard.ops.cluster import LocalCluster
+from pubguard.ops.pki import ClusterPki
 from pubguard.schemes.registry import HOSPITAL, KeyBundle
 
 T = TypeVar("T")
@@ -86,6 +88,14 @@ class LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+def broker_config(tmp: Path, pki: ClusterPki, port: int = 0, name: str = "b0") -> BrokerConfig:
+    """One in-process broker's config: state in ``tmp/name``, mutual TLS from ``pki``."""
+    i = pki.identity(name, Role.BROKER)
+    return BrokerConfig(
+        name, tmp / name, port=port, tls=TlsFiles(i.ca_path, i.cert_path, i.key_path)
+    )
 
 
 def start_cluster(aloop: LoopThread, state: Path, *, in_process: bool) -> LocalCluster:

@@ -42,7 +42,6 @@ import click
 from pubguard.cli.common import err_console, get_group
 
 if TYPE_CHECKING:
-    import asyncio
     import ssl
 
     from pubguard.net.keyservice.kmc_service import KmcService
@@ -83,14 +82,6 @@ def _kdc(policy: Path | None) -> object:
             f"[yellow]no {KDC_MASTER_ENV}: a random KDC master lives in this process[/]"
         )
     return cfg
-
-
-async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
-    import asyncio
-
-    while os.getppid() == parent_pid:
-        await asyncio.sleep(0.5)
-    stop.set()
 
 
 async def _serve(
@@ -173,7 +164,9 @@ async def _serve(
         loop.add_signal_handler(sig, stop.set)
     watcher = None
     if parent_pid is not None:  # stop with the program that started us (LocalCluster)
-        watcher = asyncio.create_task(_watch_parent(parent_pid, stop))
+        from pubguard.net.loop import watch_parent
+
+        watcher = asyncio.create_task(watch_parent(parent_pid, stop))
     try:
         await stop.wait()
     finally:

@@ -19,7 +19,7 @@ import os
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["ENV", "loop_factory", "run"]
+__all__ = ["ENV", "loop_factory", "run", "watch_parent"]
 
 ENV = "PUBGUARD_UVLOOP"  # "0": use asyncio's loop even when uvloop is installed
 T = TypeVar("T")
@@ -44,3 +44,11 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
+
+
+async def watch_parent(parent_pid: int, stop: asyncio.Event, poll: float = 0.5) -> None:
+    """Set ``stop`` once this process's parent is no longer ``parent_pid`` (a service started
+    by a cluster or a test stops with the program that started it)."""
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(poll)
+    stop.set()

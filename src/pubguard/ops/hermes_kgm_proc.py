@@ -56,6 +56,7 @@ from pubguard.net.keyservice.client import KeyServiceClient
 from pubguard.net.keyservice.hermes_kgm import HermesKgmCore
 from pubguard.net.keyservice.hermes_kgm_store import KGM_DB, KgmStore
 from pubguard.net.keyservice.server import KeyServiceServer
+from pubguard.net.loop import watch_parent
 from pubguard.net.server.pidfile import live_pid, remove_pidfile, write_pidfile
 from pubguard.net.tls import tls_password
 from pubguard.ops.pki import ClusterPki
@@ -340,12 +341,6 @@ def _load_type(d: Path) -> SecureEventType:
         ) from None
 
 
-async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
-    while os.getppid() == parent_pid:
-        await asyncio.sleep(0.5)
-    stop.set()
-
-
 async def serve_kgm(
     d: Path,
     *,
@@ -394,7 +389,7 @@ async def serve_kgm(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    watcher = None if parent_pid is None else asyncio.create_task(_watch_parent(parent_pid, stop))
+    watcher = None if parent_pid is None else asyncio.create_task(watch_parent(parent_pid, stop))
     try:
         await stop.wait()
     finally:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from pubguard.crypto.x509 import Role
 from pubguard.errors import (
     DropReason,
     ProfileNotServedError,
@@ -20,18 +19,10 @@ from pubguard.errors import (
 )
 from pubguard.model import Event
 from pubguard.net.client.client import connect
-from pubguard.net.config import BrokerConfig, TlsFiles
 from pubguard.net.server.server import BrokerServer
 from pubguard.ops.pki import ClusterPki
 from pubguard.schemes.base import ProtectedEvent
-from tests.loopback import LoopThread
-
-
-def _config(tmp: Path, pki: ClusterPki, port: int = 0) -> BrokerConfig:
-    i = pki.identity("b0", Role.BROKER)
-    return BrokerConfig(
-        "b0", tmp / "b0", port=port, tls=TlsFiles(i.ca_path, i.cert_path, i.key_path)
-    )
+from tests.loopback import LoopThread, broker_config
 
 
 def test_a_replaced_client_stops_with_a_typed_error(
@@ -41,7 +32,7 @@ def test_a_replaced_client_stops_with_a_typed_error(
     caplog.set_level(logging.WARNING, logger="pubguard.net.server.server")
 
     async def scenario() -> None:
-        server = BrokerServer(_config(tmp_path, pki))
+        server = BrokerServer(broker_config(tmp_path, pki))
         port = await server.start()
         url, ctx = f"tls://127.0.0.1:{port}", pki.client_context("dup")
         first = await connect(url, identity="dup/x", ssl=ctx)
@@ -83,7 +74,7 @@ def test_profiles_the_broker_does_not_serve_are_refused_locally(
     pki = ClusterPki(tmp_path / "pki")
 
     async def scenario() -> None:
-        server = BrokerServer(_config(tmp_path, pki))
+        server = BrokerServer(broker_config(tmp_path, pki))
         port = await server.start()
         c = await connect(f"tls://127.0.0.1:{port}", identity="p", ssl=pki.client_context("p"))
         try:
@@ -112,7 +103,7 @@ def test_confirm_raises_the_brokers_refusal(aloop: LoopThread, tmp_path: Path) -
     pki = ClusterPki(tmp_path / "pki")
 
     async def scenario() -> None:
-        server = BrokerServer(_config(tmp_path, pki))
+        server = BrokerServer(broker_config(tmp_path, pki))
         port = await server.start()
         c = await connect(f"tls://127.0.0.1:{port}", identity="r", ssl=pki.client_context("r"))
         try:
@@ -137,7 +128,7 @@ def test_a_reconnection_as_a_fresh_session_is_reported(aloop: LoopThread, tmp_pa
     seen: list[bool] = []
 
     async def scenario() -> None:
-        cfg = _config(tmp_path, pki)
+        cfg = broker_config(tmp_path, pki)
         server = BrokerServer(cfg)
         port = await server.start()
         c = await connect(
@@ -150,7 +141,7 @@ def test_a_reconnection_as_a_fresh_session_is_reported(aloop: LoopThread, tmp_pa
             await c.subscribe("x >= 0")
             await c.flush()
             await server.close()
-            server = BrokerServer(_config(tmp_path, pki, port))
+            server = BrokerServer(broker_config(tmp_path, pki, port))
             await server.start()
             for _ in range(400):
                 if seen:

@@ -12,23 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pubguard.crypto.x509 import Role
 from pubguard.errors import StateError
 from pubguard.model import Event
 from pubguard.net.client.client import connect
-from pubguard.net.config import BrokerConfig, TlsFiles
 from pubguard.net.server.server import BrokerServer
 from pubguard.ops.pki import ClusterPki
-from tests.loopback import LoopThread
+from tests.loopback import LoopThread, broker_config
 
 EVENTS = 40
-
-
-def _config(tmp: Path, pki: ClusterPki, port: int = 0) -> BrokerConfig:
-    i = pki.identity("b0", Role.BROKER)
-    return BrokerConfig(
-        "b0", tmp / "b0", port=port, tls=TlsFiles(i.ca_path, i.cert_path, i.key_path)
-    )
 
 
 def test_a_failed_commit_stops_the_broker_and_a_restart_loses_nothing(
@@ -39,7 +30,7 @@ def test_a_failed_commit_stops_the_broker_and_a_restart_loses_nothing(
     got: list[str] = []
 
     async def scenario() -> None:
-        server = BrokerServer(_config(tmp_path, pki))
+        server = BrokerServer(broker_config(tmp_path, pki))
         port = await server.start()
         url = f"tls://127.0.0.1:{port}"
         sub = await connect(url, identity="s", ssl=pki.client_context("s"), durable=True)
@@ -62,7 +53,7 @@ def test_a_failed_commit_stops_the_broker_and_a_restart_loses_nothing(
             with pytest.raises(StateError, match="failed batch"):
                 await server.serve_forever()
             await server.close()
-            server = BrokerServer(_config(tmp_path, pki, port))  # same state, room again
+            server = BrokerServer(broker_config(tmp_path, pki, port))  # same state, room again
             await server.start()
             while len(got) < EVENTS:
                 got.append((await s.next(timeout=20)).event.id)
