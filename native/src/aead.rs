@@ -26,7 +26,7 @@ const TAG_BYTES: usize = 16;
 /// One AES-256-GCM key schedule. Not picklable; the repr shows nothing of the key.
 #[pyclass(module = "pubguard._native", frozen)]
 pub struct GcmKey {
-    cipher: Aes256Gcm,
+    pub(crate) cipher: Aes256Gcm,
 }
 
 #[pymethods]
@@ -51,7 +51,7 @@ impl GcmKey {
     }
 }
 
-fn nonce(counter: u64) -> [u8; 12] {
+pub(crate) fn nonce(counter: u64) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[4..].copy_from_slice(&counter.to_be_bytes());
     n

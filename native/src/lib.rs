@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 mod aead;
 mod ed25519;
 mod guard;
+mod hermes;
 mod keycache;
 mod keys;
 mod tokens;
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     aead::register(m)?;
     ed25519::register(m)?;
     guard::register(m)?;
+    hermes::register(m)?;
     keycache::register(m)?;
     keys::register(m)?;
     tokens::register(m)?;

@@ -629,23 +629,39 @@ class Broker:
             return
         # its actions are rewritten together, one ``outgoing_run`` per scheme, and kept in
         # arrival order
+        # (a message to a peer the scheme ``passes_through`` from this link leaves as it is)
         acts: list[Action | None] = []
         pending: dict[int, tuple[BrokerScheme, list[tuple[int, Any]]]] = {}
+        through: dict[int, frozenset[str]] = {}  # per profile, asked once per run
+        links = self.links
+        passed = 0
         for i, (msg, adm, dropped) in enumerate(run):
             if adm is None:
                 acts += dropped
             elif adm.prof.in_runs:
                 start = len(acts)
                 acts += self._route(msg, link, adm, found[i], now, rewrite=False)
-                todo = pending.setdefault(id(adm.prof), (adm.prof.scheme, []))[1]
+                prof = adm.prof
+                peers = through.get(id(prof))
+                if peers is None:
+                    peers = through[id(prof)] = prof.scheme.passes_through(link, now)
+                todo = pending.setdefault(id(prof), (prof.scheme, []))[1]
                 pe = adm.pe
                 for j in range(start, len(acts)):
+                    a = acts[j]
+                    if peers and type(a) is Forward and links[a.link].peer in peers:
+                        passed += 1
+                        continue
                     todo.append((j, pe))
             else:
                 acts += self._route(msg, link, adm, found[i], now)
+        self.counters["sent"] += passed
+        rewritten = False
         for scheme, todo in pending.values():
-            self._outgoing_run(acts, todo, now, scheme)
-        out += [a for a in acts if a is not None]
+            if todo:
+                self._outgoing_run(acts, todo, now, scheme)
+                rewritten = True
+        out += [a for a in acts if a is not None] if rewritten else acts  # type: ignore[arg-type]
 
     # -- subscriptions ------------------------------------------------------------------------
     def _on_subscribe(self, msg: Subscribe, link: LinkInfo, now: float) -> list[Action]:

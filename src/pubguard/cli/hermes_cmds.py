@@ -46,13 +46,22 @@ def _table(title: str, rows: list[dict], cols: list[str]) -> Table:
 @click.option(
     "--runs", type=click.IntRange(1, 100), default=None, help="Runs averaged (Figs. 6-7)."
 )
+@click.option(
+    "--figures",
+    default="6,7,8,oft",
+    show_default=True,
+    help="Which to measure, comma-separated (6, 7, 8, oft).",
+)
 def experiments_hermes(
-    small: bool, as_json: bool, out: Path, events: int | None, runs: int | None
+    small: bool, as_json: bool, out: Path, events: int | None, runs: int | None, figures: str
 ) -> None:
     """Hermes Figs. 6-8 and OFT scaling: plaintext vs event vs attribute encryption."""
-    from pubguard.ops.bench.hermes import plot_all, run_all
+    from pubguard.ops.bench.hermes import FIGURES, plot_all, run_all
 
-    res = run_all(small=small, events=events, runs=runs)
+    picked = tuple(f.strip() for f in figures.split(",") if f.strip())
+    if not picked or not set(picked) <= set(FIGURES):
+        raise click.UsageError(f"--figures takes some of {', '.join(FIGURES)}")
+    res = run_all(small=small, events=events, runs=runs, figures=picked)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(res, indent=1))
     res["plots"] = [str(p) for p in plot_all(res, out)]
@@ -68,7 +77,10 @@ def experiments_hermes(
         "attribute_ratio",
         "paper_attribute_ratio",
     ]
-    console.print(_table("Fig. 6 end to end (events/s; ratio to plaintext)", res["fig6"], cols6))
+    if "fig6" in res:
+        console.print(
+            _table("Fig. 6 end to end (events/s; ratio to plaintext)", res["fig6"], cols6)
+        )
     cols7 = [
         "attributes",
         "plain_eps",
@@ -78,7 +90,8 @@ def experiments_hermes(
         "attribute_overhead",
         "paper_overhead",
     ]
-    console.print(_table("Fig. 7 domain internal with the plaintext cache", res["fig7"], cols7))
+    if "fig7" in res:
+        console.print(_table("Fig. 7 domain internal with the plaintext cache", res["fig7"], cols7))
     cols8 = [
         "groups",
         "attribute_hops",
@@ -87,12 +100,15 @@ def experiments_hermes(
         "paper_attribute_hops",
         "paper_emulation_hops",
     ]
-    console.print(
-        _table("Fig. 8 hops per publication (2,000-broker overlay model)", res["fig8"], cols8)
-    )
+    if "fig8" in res:
+        console.print(
+            _table("Fig. 8 hops per publication (2,000-broker overlay model)", res["fig8"], cols8)
+        )
     colso = ["members", "join_us", "leave_us", "join_updates", "leave_updates", "member_path"]
-    console.print(_table("OFT scaling (§4.1)", res["oft"]["rows"], colso))
-    console.print(f"log2 n fits: {res['oft']['fit_a_log2n_plus_b']}")
+    if "oft" in res:
+        console.print(_table("OFT scaling (§4.1)", res["oft"]["rows"], colso))
+        console.print(f"log2 n fits: {res['oft']['fit_a_log2n_plus_b']}")
+    console.print(f"load average while measuring: {res['load_average']}")
     for k, v in res["goals"].items():
         console.print(
             f"goal {k}: ours {v['ours']} vs goal {v['goal']} -> {'met' if v['met'] else 'NOT met'}"
@@ -156,6 +172,8 @@ def hermes_up(config: Path, seconds: float | None, as_json: bool) -> None:
                 print_json(out)
             else:
                 _print_deployment(out)
+            if not as_json:
+                console.print(f"state in {cluster.state_dir}", soft_wrap=True)
             if seconds is None:
                 console.print("running; Ctrl-C stops every broker and the manager")
                 await asyncio.Event().wait()
@@ -169,6 +187,8 @@ def hermes_up(config: Path, seconds: float | None, as_json: bool) -> None:
         asyncio.run(run())
     except KeyboardInterrupt:
         pass
+    if not as_json:
+        console.print(f"stopped {len(cfg.brokers)} brokers and the key-group manager")
 
 
 @click.command("kgm", short_help="Serve a type's key-group manager (started by cluster up).")
@@ -244,14 +264,46 @@ def hermes_kgm(
 @click.option("--broker", default=None, help="Revoke every capability this broker holds.")
 @click.option("--serial", type=int, default=None, help="Or one capability serial.")
 def hermes_revoke(state: Path, broker: str | None, serial: int | None) -> None:
-    """As the type owner, revoke capabilities at the running key-group manager: the holders
-    are evicted from the key groups, which are refreshed at once (hermes §4.2)."""
+    """As the type owner ($PUBGUARD_HERMES_OWNER), revoke capabilities: recorded in the
+    owner's signed revocation list, which every later `cluster up` honours, and at the running
+    key-group manager, which evicts the holders and refreshes their groups (hermes §4.2)."""
     from pubguard.ops.hermes_kgm_proc import revoke_at_kgm
+    from pubguard.ops.hermes_revocations import REVOCATIONS_FILE
 
     out = revoke_at_kgm(state, broker=broker, serial=serial)
     what = broker if broker is not None else f"serial {serial}"
+    now = (
+        f"{out['rekeys']} rekey broadcasts"
+        if out["running"]
+        else "the key-group manager is down: it applies the list when it starts"
+    )
     console.print(
-        f"revoked {what}: {len(out['revoked'])} capabilities, {out['rekeys']} rekey broadcasts",
+        f"revoked {what}: {len(out['revoked'])} capabilities, {now}; kept in "
+        f"{state / 'hermes-kgm' / REVOCATIONS_FILE} (signed by the type owner"
+        + (f", {broker} stays out after a re-issue)" if broker is not None else ")"),
+        soft_wrap=True,
+    )
+
+
+@click.command("readmit", short_help="Take back a broker's revocation (the type owner).")
+@click.option(
+    "--state",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("pubguard-cluster"),
+    show_default=True,
+    help="The cluster's state folder.",
+)
+@click.option("--broker", required=True, help="The revoked broker to readmit.")
+def hermes_readmit(state: Path, broker: str) -> None:
+    """As the type owner ($PUBGUARD_HERMES_OWNER), remove a broker from the signed revocation
+    list. It is issued capabilities again at the next `cluster down` / `cluster up`."""
+    from pubguard.ops.hermes_kgm_proc import readmit_at_kgm
+
+    rl = readmit_at_kgm(state, broker)
+    left = ", ".join(rl.holders) or "none"
+    console.print(
+        f"readmitted {broker}: capabilities again from the next cluster down / up "
+        f"(still revoked: {left})",
         soft_wrap=True,
     )
 
@@ -271,6 +323,11 @@ def print_kgm_status(kgm: dict) -> None:
         soft_wrap=True,
     )
     for profile, info in kgm.get("profiles", {}).items():
+        if info.get("revoked"):
+            console.print(
+                f"revoked by the type owner ({profile}): {', '.join(info['revoked'])}",
+                soft_wrap=True,
+            )
         t = Table(title=f"key groups ({profile})")
         for c in ("group", "epoch", "members"):
             t.add_column(c)
@@ -288,12 +345,16 @@ def _print_deployment(out: dict) -> None:
     for c in ("broker", "domain", "port", "may read", "in key groups"):
         t.add_column(c)
     members = {b for ms in out["members"].values() for b in ms}
+    revoked = set(out.get("revoked", ()))
     for b, info in out["brokers"].items():
+        nothing = (
+            "nothing (revoked by the owner)" if b in revoked else "nothing (routes by type id)"
+        )
         t.add_row(
             b,
             info["domain"] or "-",
             str(info["port"]),
-            ", ".join(out["readable"][b]) or "nothing (routes by type id)",
+            ", ".join(out["readable"][b]) or nothing,
             "yes" if b in members else "no",
         )
     console.print(t)
@@ -307,4 +368,5 @@ def register(cli: click.Group) -> None:
     group.add_command(hermes_up)
     group.add_command(hermes_kgm)
     group.add_command(hermes_revoke)
+    group.add_command(hermes_readmit)
     group.add_command(hermes_police_toml)

@@ -21,7 +21,9 @@ brokers when its configuration has a ``[hermes]`` table
   ``pubguard cluster down``;
 - each broker gets a ``hermes.json`` with the manager's address and, when the table grants it
   attributes, the signed type and its ``publish`` and ``subscribe`` capabilities (§2.3); a
-  broker granted nothing gets neither and routes by type id (§3.3).
+  broker granted nothing gets neither and routes by type id (§3.3), and so does a broker the
+  owner revoked: its signed revocation list (:mod:`pubguard.ops.hermes_revocations`,
+  ``<state>/hermes-kgm/revocations.json``) outlives this re-issue of the capabilities.
 
 :meth:`HermesDeployment.capability` issues clients' capabilities under the same owner key.
 """
@@ -49,6 +51,7 @@ from pubguard.ops.hermes_kgm_proc import (
     start_kgm,
     storage_key,
 )
+from pubguard.ops.hermes_revocations import load_revocations
 from pubguard.ops.pki import ClusterPki
 from pubguard.ops.process import terminate
 from pubguard.schemes.hermes import (
@@ -120,6 +123,11 @@ class HermesDeployment:
         self.rendezvous = rendezvous_node(self.stype.type_id, list(brokers))
         self._pki, self._broker_dir, self._host = pki, broker_dir, host
         self.state_dir, self.detached = Path(state_dir), detached
+        #: the owner's signed revocation list (ConfigError now if it is not this owner's):
+        #: a listed broker gets no capability, whatever the grants say
+        self.revocations = load_revocations(
+            kgm_dir(self.state_dir), self._owner.public, self.stype.type_id
+        )
         #: the manager's process, once :meth:`start` ran
         self.kgm: KgmProcess | None = None
         self.port = 0
@@ -187,7 +195,7 @@ class HermesDeployment:
         )
         self.port = self.kgm.port
         for b in self.brokers:
-            grant = self.settings.grants.get(b)
+            grant = None if b in self.revoked else self.settings.grants.get(b)
             caps = [self.capability(b, a, grant) for a in ("publish", "subscribe")] if grant else []
             write_hermes_file(
                 self._broker_dir(b),
@@ -197,6 +205,11 @@ class HermesDeployment:
                 poll=self.settings.poll,
             )
         return self.port
+
+    @property
+    def revoked(self) -> frozenset[str]:
+        """The brokers the type owner revoked (its signed list): issued no capability."""
+        return frozenset(self.revocations.holders) if self.revocations else frozenset()
 
     async def stop(self) -> None:
         """End the manager's process (its state stays in ``kgm.db``)."""
@@ -230,6 +243,10 @@ class HermesDeployment:
             "type_id": self.stype.type_id.hex(),
             "kgm": {"name": self.kgm_name, "domain": self.settings.kgm_domain, "port": self.port},
             "rendezvous": self.rendezvous,
-            "readable": {b: list(self.settings.readable(b)) for b in self.brokers},
+            "readable": {
+                b: [] if b in self.revoked else list(self.settings.readable(b))
+                for b in self.brokers
+            },
+            "revoked": sorted(self.revoked & set(self.brokers)),
             "members": self.members(),
         }

@@ -13,6 +13,8 @@ Theory of operation
   revocations, every key sealed (:mod:`pubguard.net.keyservice.hermes_kgm_store`);
 - ``launch.json`` (public: host, port, TLS identity, profiles, grace, the name of the owner
   seed's variable): what :func:`restart_kgm` starts it again from;
+- ``revocations.json``: the type owner's signed revocation list (public; written by
+  :func:`revoke_at_kgm`, applied at every start: :mod:`pubguard.ops.hermes_revocations`);
 - ``endpoint.json`` (written by the child once it listens), ``pid``, ``kgm.log``.
 
 The process serves :class:`~pubguard.net.keyservice.hermes_kgm.HermesKgmCore` behind mutual
@@ -59,9 +61,11 @@ from pubguard.net.keyservice.server import KeyServiceServer
 from pubguard.net.loop import watch_parent
 from pubguard.net.server.pidfile import live_pid, remove_pidfile, write_pidfile
 from pubguard.net.tls import tls_password
+from pubguard.ops.hermes_revocations import load_revocations, revise_revocations
 from pubguard.ops.pki import ClusterPki
 from pubguard.ops.process import stop_pids, terminate
 from pubguard.schemes.hermes import KeyGroupManager, SecureEventType
+from pubguard.schemes.hermes.capability import RevocationList
 
 __all__ = [
     "KGM_DIR",
@@ -70,6 +74,7 @@ __all__ = [
     "endpoint",
     "kgm_dir",
     "kgm_status",
+    "readmit_at_kgm",
     "restart_kgm",
     "restart_material",
     "revoke_at_kgm",
@@ -286,15 +291,33 @@ def kgm_status(state_dir: Path) -> dict[str, Any] | None:
     return out
 
 
+def _owner_material(state_dir: Path) -> tuple[SigningKey, SecureEventType]:
+    """The type owner's key (from the seed in the recorded variable) and the signed type;
+    StateError when no manager ever ran here, ConfigError when the seed is not the owner's."""
+    try:
+        found = restart_material(state_dir)
+    except ConfigError as exc:  # say what this needs the seed for
+        raise ConfigError(
+            f"${exc.key} is unset or not the type owner's seed (the one `cluster up` ran "
+            f"with): only the owner signs the revocation list of {state_dir}",
+            key=exc.key,
+        ) from None
+    if found is None:
+        raise StateError(f"no key-group manager ever ran in {state_dir} (pubguard cluster up)")
+    _, seed, stype = found
+    return SigningKey.from_seed(seed), stype
+
+
 def revoke_at_kgm(
     state_dir: Path, *, broker: str | None = None, serial: int | None = None
 ) -> dict[str, Any]:
-    """The type owner revokes a capability at the running manager (``hermes_revoke``, over
-    mutual TLS as the owner's identity): ``serial``, or every capability in ``broker``'s
-    ``hermes.json``. Holders are evicted and their groups refreshed at once (§4.2)."""
-    ep = endpoint(state_dir)
-    if ep is None or running_kgm(state_dir) is None:
-        raise StateError(f"no key-group manager runs in {state_dir} (pubguard cluster up)")
+    """The type owner revokes ``serial``, or ``broker`` (every capability it holds and any
+    issued to it later): first in the owner's signed revocation list
+    (:mod:`pubguard.ops.hermes_revocations`, which ``cluster up`` and the manager honour after
+    any re-issue), then at the running manager (``hermes_revoke`` over mutual TLS as the
+    owner's identity), which evicts the holders and refreshes their groups at once (§4.2).
+    Needs the owner's seed (``$PUBGUARD_HERMES_OWNER``) to sign the list. ``running``: whether
+    a manager took it now (else it applies when the manager starts)."""
     if (broker is None) == (serial is None):
         raise ConfigError("give exactly one of a broker and a serial", key="serial")
     serials = [serial] if serial is not None else []
@@ -304,18 +327,44 @@ def revoke_at_kgm(
             serials = sorted({int(c["serial"]) for c in caps.get("capabilities", [])})
         except (OSError, ValueError, KeyError, TypeError):
             raise ConfigError(f"no hermes.json for broker {broker!r} in {state_dir}") from None
-        if not serials:
-            raise ConfigError(f"broker {broker!r} holds no capability to revoke", key="broker")
-    owner = _load_type(kgm_dir(state_dir)).owner
+    owner_key, stype = _owner_material(state_dir)
+    rl = revise_revocations(
+        kgm_dir(state_dir),
+        owner_key,
+        stype.type_id,
+        now=time.time(),
+        add_holders=[broker] if broker is not None else [],
+        add_serials=serials,
+    )
+    out: dict[str, Any] = {"revoked": serials, "rekeys": 0, "running": False, "list": rl}
+    ep = endpoint(state_dir)
+    if ep is None or running_kgm(state_dir) is None:
+        return out
     pki = ClusterPki(Path(state_dir) / "pki")
-    pki.identity(owner, Role.CLIENT)  # the owner's identity: it alone may revoke
-    rekeys = 0
-    ctx = pki.client_context(owner)
+    pki.identity(stype.owner, Role.CLIENT)  # the owner's identity: it alone may revoke
+    ctx = pki.client_context(stype.owner)
     with KeyServiceClient(str(ep["host"]), int(ep["port"]), ctx, server_role="kdc") as c:
         for profile in ep.get("profiles", []):
             for s in serials:
-                rekeys += int(c.call("hermes_revoke", profile=profile, serial=s)["rekeys"])
-    return {"revoked": serials, "rekeys": rekeys}
+                out["rekeys"] += int(c.call("hermes_revoke", profile=profile, serial=s)["rekeys"])
+            if broker is not None:
+                got = c.call("hermes_revoke", profile=profile, holder=broker)
+                out["rekeys"] += int(got["rekeys"])
+    out["running"] = True
+    return out
+
+
+def readmit_at_kgm(state_dir: Path, broker: str) -> RevocationList:
+    """The type owner takes a broker's revocation back: the list without it, signed again.
+    It takes effect at the next ``cluster down`` / ``up`` (new capabilities; the manager, on
+    its next start, no longer refuses the holder). ConfigError if it was not revoked."""
+    owner_key, stype = _owner_material(state_dir)
+    old = load_revocations(kgm_dir(state_dir), owner_key.public, stype.type_id)
+    if old is None or broker not in old.holders:
+        raise ConfigError(f"broker {broker!r} is not revoked in {state_dir}", key="broker")
+    return revise_revocations(
+        kgm_dir(state_dir), owner_key, stype.type_id, now=time.time(), remove_holders=[broker]
+    )
 
 
 # -- the child ----------------------------------------------------------------------------------
@@ -363,6 +412,10 @@ async def serve_kgm(
     store = KgmStore(d / KGM_DB, storage, stype)
     fresh = {p: KeyGroupManager(stype, _MODES[p], grace=grace) for p in profiles}
     core = HermesKgmCore.restore(store, fresh)
+    # the owner's signed revocation list: a revoked holder stays out whatever it presents
+    revocations = load_revocations(d, stype.owner_key, stype.type_id)
+    if revocations is not None:
+        core.apply_revocations(revocations, now=time.time())
     pki = ClusterPki(pki_root)
     ident = pki.identity(name, Role.KDC)
     crl = pki.crl_path

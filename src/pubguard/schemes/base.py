@@ -59,6 +59,10 @@ A scheme has two faces:
   ``outgoing`` for a run's messages in one call (hermes: one sealing or opening per
   micro-batch); a profile with both guards and rewrites joins ``handle_batch``'s runs only
   with it. Default: one ``outgoing`` per message.
+- optional ``passes_through(link, now) -> frozenset[peer]``: the broker peers a run's
+  publications from ``link`` leave to unchanged (hermes: neighbours of equal credentials,
+  decided at the credential handshake); the core skips ``outgoing_run`` for them. Default:
+  none.
 - optional ``lease_end(message) -> float | None``: when a stored subscription's (or
   advertisement's) authority runs out (a permit of one key epoch, plus ``max_delay``); the
   core forgets it then (``Broker.expire``). None (the default): it lasts until withdrawn or
@@ -275,6 +279,14 @@ class BrokerScheme(Protocol):
         default), so a scheme may do the run's shared work once (hermes seals or opens a
         micro-batch in one call)."""
         return [self.outgoing(m, ctx) for m, _, ctx in items]
+
+    def passes_through(self, link: LinkInfo, now: float) -> frozenset[str]:
+        """The broker peers to which every publication of this profile arriving on ``link``
+        leaves exactly as it came (``outgoing`` would return the message itself, whatever the
+        publication: hermes §3.4 between brokers of equal credentials). ``Broker.handle_batch``
+        asks once per run (when ``rewrites_in_runs``) and leaves those messages out of
+        ``outgoing_run``. The default: none."""
+        return frozenset()
 
     def covers(self, f1: Any, f2: Any) -> bool: ...
 

@@ -38,7 +38,7 @@ from pubguard.schemes.hermes import (
     rendezvous_node,
     type_id,
 )
-from pubguard.schemes.hermes.content import pack_attrs, unpack_attrs
+from pubguard.schemes.hermes.content import Sealed, pack_attrs, pack_sealed, unpack_attrs
 from pubguard.store import Database
 
 NP = EventType(
@@ -169,11 +169,19 @@ def test_an_attribute_ciphertext_moved_to_another_attribute_or_type_fails() -> N
     view = TypeView.of(stype)
     phb = Crypter("met1", "attribute", rings["met1"], NonceCounter("met1"))
     sealed = phb.seal_event(view, {"numberplate": "A", "location": "B"}, 20_000)
-    (a0, c0), (a1, c1) = unpack_attrs(sealed["a"])
-    swapped = {**sealed, "a": pack_attrs([(a0, c1), (a1, c0)])}
+    part = Sealed.parse(sealed["s"])
+    (a0, c0), (a1, c1) = part.pairs()
+    phb_id = part.phb.encode()
+    swapped = {
+        **sealed,
+        "s": pack_sealed(part.ts, part.n, phb_id, pack_attrs([(a0, c1), (a1, c0)])),
+    }
     opener = Crypter("met2", "attribute", rings["met2"], NonceCounter("met2"))
+    assert opener.open_event(view, sealed) == {"numberplate": "A", "location": "B"}
     assert opener.open_event(view, swapped) == {}
-    assert opener.open_event(view, {**sealed, "ts": 20_001}) == {}
+    later = pack_sealed(part.ts + 1, part.n, phb_id, part.body)  # the timestamp is bound too
+    assert opener.open_event(view, {**sealed, "s": later}) == {}
+    assert opener.open_event(view, {**sealed, "s": b"\x00" * 7}) == {}  # malformed: nothing
 
 
 @pytest.mark.parametrize("mode", ["event", "attribute"])

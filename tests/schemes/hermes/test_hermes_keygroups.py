@@ -19,6 +19,7 @@ from pubguard.schemes.hermes import (
     SecureEventType,
     TypeView,
 )
+from pubguard.schemes.hermes.content import Sealed
 
 NP = EventType(
     "Numberplate", (AttributeSpec("numberplate", "str"), AttributeSpec("location", "str"))
@@ -146,7 +147,7 @@ def test_timer_refresh_and_grace_period_select_keys_by_timestamp() -> None:
     old = net.seal("met1", 5.0)
     net.bcast(net.mgr.tick(now=70.0))  # timer refresh: a new key tagged 70.0
     new = net.seal("met1", 71.0)
-    assert new["ts"] > old["ts"]
+    assert Sealed.parse(new["s"]).ts > Sealed.parse(old["s"]).ts
     assert net.reads("met2", old) and net.reads("met2", new)  # old kept within the grace
     net.bcast(net.mgr.tick(now=140.0))  # a second refresh; the key of t=5 is past its grace
     assert not net.reads("met2", old)

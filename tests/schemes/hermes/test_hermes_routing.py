@@ -15,6 +15,7 @@ from pubguard.model.filters import Filter
 from pubguard.schemes.base import CheckContext, LinkInfo, LinkKind
 from pubguard.schemes.hermes import HermesBroker, rendezvous_node
 from pubguard.schemes.hermes.broker import TYPE_KEY
+from pubguard.schemes.hermes.content import Sealed
 from pubguard.sim.hermes_world import HermesWorld
 from pubguard.wire.messages import Publish
 
@@ -284,7 +285,8 @@ def test_the_wire_id_survives_a_key_refresh_so_a_republication_stays_a_duplicate
     link = LinkInfo("metgw", LinkKind.PARENT, peer="metgw")
     again = met1.outgoing(pub, CheckContext(now=w.now, link=link, broker_id="met1"))
     assert again is not None and again.event_id == first[0]["event_id"]
-    assert again.routing["ts"] != first[0]["routing"]["ts"]  # sealed anew, under the new keys
+    ts = [Sealed.parse(r["s"]).ts for r in (again.routing, first[0]["routing"])]
+    assert ts[0] != ts[1]  # sealed anew, under the new keys
     w.inject("metgw", "met1", again.to_wire())
     assert [d.reason.value for d in w.brokers["metgw"].drops] == ["duplicate"]
     assert len(w.clients["smith"].received) == 1

@@ -68,7 +68,7 @@ def _client_menu(w: HermesWorld, profile: str) -> list[dict[str, Any]]:
         pub("bad-type", {**good[0], "camera": "x"}, meta=meta),  # ill-typed: malformed
         pub("no-cap", good[0]),  # no capability: unauthorised
         pub("payload", good[0], meta=meta, body=b"clear"),  # a payload would cross in clear
-        pub("sealed", {"t": b"\x00" * 32, "ts": 1, "b": "x", "n": 0, "c": b"y" * 20}, meta=meta),
+        pub("sealed", {"t": b"\x00" * 32, "s": b"y" * 40}, meta=meta),
         {"op": "publish", "event_id": "half"},  # undecodable
         {"op": "subscribe", "sub_id": "s", "profile": profile, "filter": {"type": "Numberplate"}},
     ]
@@ -84,8 +84,7 @@ def _broker_menu(w: HermesWorld, profile: str) -> list[dict[str, Any]]:
                 out.append(msgpack.unpackb(pack(a.message.to_wire()), raw=False))
     sealed = out[0]
     r = sealed["routing"]
-    field = "c" if "c" in r else "a"
-    tampered = {**r, field: r[field][:-1] + bytes([r[field][-1] ^ 1])}
+    tampered = {**r, "s": r["s"][:-1] + bytes([r["s"][-1] ^ 1])}
     ids = w.stype.attribute_ids
     lie = msgpack.packb([[ids["numberplate"], "AB00LIE"], [ids["camera"], 99]])
     plain = {TYPE_KEY: "Numberplate", "numberplate": "AB12CDE", "location": "x", "camera": 3}
@@ -97,7 +96,8 @@ def _broker_menu(w: HermesWorld, profile: str) -> list[dict[str, Any]]:
         {**sealed, "event_id": "plain", "routing": plain},  # plaintext from a broker
         {**sealed, "event_id": "short-t", "routing": {**r, "t": b"\x01"}},  # malformed
         {**sealed, "event_id": "bad-k", "routing": {**r, "k": b"\xc1"}},  # a malformed cache
-        {**sealed, "event_id": "bad-a", "routing": {**r, "a": b"\x00" * 7}},
+        {**sealed, "event_id": "bad-s", "routing": {**r, "s": b"\x00" * 7}},  # read as nothing
+        {**sealed, "event_id": "str-s", "routing": {**r, "s": "x"}},  # malformed
     ]
 
 
@@ -172,13 +172,16 @@ def test_a_run_of_sealed_events_opens_as_one_message_at_a_time(
 
 def test_a_phb_run_is_sealed_in_one_aead_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The point of the run hooks: a micro-batch of four events with three attributes each
-    is sealed in one ``seal_batch`` call of twelve AEAD jobs, and opened in one."""
+    is sealed in one ``seal_attribute_run`` call (twelve attributes: one native call when
+    the extension is built), and opened in one."""
     from pubguard.schemes.hermes import content
 
-    calls: list[int] = []
-    seal, open_ = content.seal_batch, content.open_batch
+    calls: list[tuple[int, int]] = []
+    seal, open_ = content.seal_attribute_run, content.open_attribute_run
     monkeypatch.setattr(
-        content, "seal_batch", lambda items: calls.append(len(items)) or seal(items)
+        content,
+        "seal_attribute_run",
+        lambda jobs: calls.append((len(jobs), sum(len(j[5]) for j in jobs))) or seal(jobs),
     )
     w = _world("hermes-attribute")
     menu = _client_menu(w, "hermes-attribute")
@@ -186,12 +189,48 @@ def test_a_phb_run_is_sealed_in_one_aead_batch(monkeypatch: pytest.MonkeyPatch) 
     calls.clear()
     run = [menu[1], menu[2], {**menu[0], "event_id": "e4"}, {**menu[1], "event_id": "e5"}]
     acts = w.brokers["met1"].core.handle_batch(run, "c:camera", NOW)
-    assert calls == [12]
+    assert calls == [(4, 12)]
     frames = [msgpack.unpackb(pack(a.message.to_wire()), raw=False) for a in acts]
     opened: list[int] = []
     monkeypatch.setattr(
-        content, "open_batch", lambda items: opened.append(len(items)) or open_(items)
+        content, "open_attribute_run", lambda jobs: opened.append(len(jobs)) or open_(jobs)
     )
     w.brokers["metgw"].scheme.learn_neighbour("met1", [], now=NOW)  # no cache: it decrypts
     w.brokers["metgw"].core.handle_batch(frames, "met1", NOW)
-    assert opened == [12]
+    assert opened == [4]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_between_equals_a_run_leaves_without_the_per_message_hook(
+    profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """§3.4 between equals, decided per neighbour pair at the handshake
+    (``passes_through``): metgw hands a run from met1 to met2 as it came, without calling
+    ``outgoing_run`` for those messages; the hop to the CCS (numberplate only) and to the
+    unauthorised root still goes through it, cut and stripped."""
+    w = _world(profile)
+    scheme = w.brokers["metgw"].scheme
+    core = w.brokers["metgw"].core
+    assert scheme.passes_through(core.links["met1"], NOW) == frozenset({"met2"})
+    assert scheme.passes_through(core.links["ccs1"], NOW) == frozenset()
+    assert scheme.passes_through(core.links["isp1"], NOW) == frozenset()
+    frames = _broker_menu(w, profile)[:3]
+    seen: list[str] = []
+    real = scheme.outgoing_run
+    monkeypatch.setattr(
+        scheme,
+        "outgoing_run",
+        lambda items: seen.extend(c.link.peer for _, _, c in items) or real(items),
+    )
+    w.subscribe("smith", Filter.of(("camera", ">=", 0)), "all")  # every event goes to met2
+    acts = core.handle_batch(frames, "met1", NOW)
+    to = {a.link for a in acts if isinstance(a, Forward)}
+    assert "met2" in to and "isp1" in to
+    assert "met2" not in seen and "isp1" in seen  # the equal skipped, the root stripped
+    for a in acts:
+        if isinstance(a, Forward) and a.link == "met2":
+            assert a.message.wire is not None  # the frame it arrived as, untouched
+        if isinstance(a, Forward) and a.link == "isp1":
+            assert "k" not in a.message.routing  # no cache to the unauthorised root
+    scheme.learn_neighbour("met2", [], now=NOW)  # met2's credentials gone: decided again
+    assert scheme.passes_through(core.links["met1"], NOW) == frozenset()

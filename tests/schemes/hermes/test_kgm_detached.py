@@ -8,9 +8,11 @@ group key in the manager's SQLite, its log, the brokers' files or the status out
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +23,25 @@ from click.testing import CliRunner
 
 from pubguard.cli.main import cli
 from pubguard.crypto import SigningKey
+from pubguard.crypto.x509 import client_ssl_context
+from pubguard.errors import PubguardError
 from pubguard.matching import ReferenceMatcher
 from pubguard.model import Event, Filter
 from pubguard.net.client.client import Client, connect
+from pubguard.net.keyservice.client import KeyServiceClient
 from pubguard.net.keyservice.hermes_kgm_store import KgmStore
+from pubguard.net.server.hermes_node import wire_secret_storage_key
+from pubguard.net.tls import tls_password
 from pubguard.ops.cluster import cluster_status
 from pubguard.ops.hermes_kgm_proc import kgm_dir, running_kgm, storage_key
 from pubguard.ops.pki import ClusterPki
-from pubguard.schemes.hermes import Capability, HermesClient, SecureEventType
+from pubguard.schemes.hermes import (
+    Capability,
+    HermesClient,
+    SecureEventType,
+)
+from pubguard.schemes.hermes.wire_secret import load_wire_secret
+from pubguard.store import Database
 from tests.loopback import LoopThread, until, wait_until
 
 PROFILE = "hermes-attribute"
@@ -118,6 +131,99 @@ async def drain_until(sub: Any, marker: str) -> list[dict[str, Any]]:
         if e.attrs.get("numberplate") == marker:
             return out
         out.append(dict(e.attrs))
+
+
+def _ro(db: Path, sql: str) -> list[Any]:
+    """Rows of a running broker's SQLite file, read only (another process writes it)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def _wire_secret(state: Path, broker: str) -> bytes:
+    """``S`` as kept in the broker's ``hermes.db``, opened with its TLS identity key."""
+    ident = ClusterPki(state / "pki").identity(broker)
+    key = wire_secret_storage_key(ident.key_path, broker)
+    db = Database(state / broker / "hermes.db")
+    try:
+        s, how = load_wire_secret(db, broker, key, now=time.time())
+    finally:
+        db.close()
+    assert how == "restored"  # never created here: the broker process made and sealed it
+    return s.reveal()
+
+
+def test_a_brokers_wire_ids_survive_its_kill_9_and_its_wire_id_secret_is_sealed(
+    aloop: LoopThread, state: Path
+) -> None:
+    """The PHB's wire-id secret ``S`` is sealed in its hermes.db and restored after kill -9,
+    so the same event gets the same wire id: the camera's re-send after met1's crash (met1's
+    duplicate window died with it, so met1 seals it again) is dropped downstream as a
+    duplicate, not delivered twice. The nonce counter resumes above what it reserved, and
+    ``S`` is in no file or log in any form."""
+    stype = SecureEventType.from_json(json.loads((kgm_dir(state) / "type.json").read_text()))
+    camera = HermesClient(PROFILE, "Numberplate", publish=cap("camera", "publish", ("*",), stype))
+    ccs_scheme = HermesClient(
+        PROFILE, "Numberplate", subscribe=cap("ccs", "subscribe", ("numberplate",), stype)
+    )
+
+    async def subscribe() -> tuple[Client, Any]:
+        ccs = await client(state, "ccs1", "ccs", ccs_scheme)
+        sub = await ccs.subscribe(Filter.parse('numberplate prefix "WIRE"'))
+        await ccs.flush()
+        return ccs, sub
+
+    async def publish(*ids: str) -> None:
+        await until(lambda: _subs_at(state, "met1", 1), "the subscription at met1")
+        cam = await client(state, "met1", "camera", camera)
+        try:
+            for i in ids:
+                await cam.publish(Event({"numberplate": f"WIRE-{i}", "location": "x"}, id=i))
+            await cam.flush()
+        finally:
+            await cam.close()
+
+    async def drops(name: str) -> int:
+        return int((await cluster_status(state))["ccs1"]["drops"].get(name, 0))
+
+    s1 = _wire_secret(state, "met1")
+    ccs, sub = aloop.run(subscribe(), timeout=60)
+    try:
+        aloop.run(publish("wire-1"), timeout=60)
+        assert aloop.run(sub.next(timeout=30)).event.id == "wire-1"  # the application's id
+        marks = _ro(state / "met1" / "hermes.db", "SELECT high_water FROM hermes_nonces")
+        dups = aloop.run(drops("duplicate"))
+
+        info = json.loads((state / "cluster.json").read_text())["met1"]
+        os.kill(int(info["pid"]), signal.SIGKILL)
+        wait_until(lambda: not _alive(int(info["pid"])), "met1 gone")
+        assert "restarted met1" in run("cluster", "up", "--state", str(state)).output
+        assert _wire_secret(state, "met1") == s1  # restored, not drawn again
+
+        aloop.run(publish("wire-1", "wire-2"), timeout=60)  # the re-send, then a marker
+        assert aloop.run(sub.next(timeout=30)).event.id == "wire-2"  # wire-1 not twice
+        assert aloop.run(drops("duplicate")) == dups + 1  # the same wire id as before
+    finally:
+        aloop.run(ccs.close())
+    after = _ro(state / "met1" / "hermes.db", "SELECT high_water FROM hermes_nonces")
+    assert after[0][0] > marks[0][0]  # the nonce counter resumed above its reservation
+
+    files = [p.read_bytes() for p in state.rglob("*") if p.is_file()]
+    for form in (s1, s1.hex().encode(), base64.b64encode(s1)):
+        assert not any(form in f for f in files)  # sealed: hermes.db, logs, WAL, everywhere
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie of ours: reaped, gone
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
 
 
 def test_detached_hermes_cluster_survives_kill_9_of_its_key_group_manager(
@@ -235,6 +341,42 @@ def test_detached_hermes_cluster_survives_kill_9_of_its_key_group_manager(
     unauthorised = [p.read_bytes() for p in (state / "ccs1").rglob("*") if p.is_file()]
     unauthorised += [p.read_bytes() for p in kgm_dir(state).rglob("*") if p.is_file()]
     assert not any(CANARY.encode() in f for f in unauthorised)  # ccs1 may not read location
+
+
+def test_a_revoked_broker_stays_out_after_cluster_down_and_a_re_issue(
+    aloop: LoopThread, state: Path
+) -> None:
+    """The owner's revocation outlives ``cluster down`` / ``up``, which issues every broker
+    new capabilities: the signed list keeps ccs1 out of the new hermes.json, the manager
+    refuses its join even with a capability the owner signed after, and status shows it."""
+    out = run("hermes", "revoke", "--state", str(state), "--broker", "ccs1").output
+    assert "revoked ccs1" in out and "stays out after a re-issue" in out
+    run("cluster", "down", "--state", str(state))
+    config = state.parent / "cluster.toml"
+    assert (
+        "2 brokers up"
+        in run("cluster", "up", "--config", str(config), "--state", str(state)).output
+    )
+
+    stype = SecureEventType.from_json(json.loads((kgm_dir(state) / "type.json").read_text()))
+    written = json.loads((state / "ccs1" / "hermes.json").read_text())
+    assert written["capabilities"] == [] and written["type"] is None  # nothing re-issued
+    assert json.loads((state / "met1" / "hermes.json").read_text())["capabilities"]
+    view = kgm_view(state)["profiles"][PROFILE]
+    assert view["revoked"] == ["ccs1"] and view["groups"]["numberplate"]["members"] == ["met1"]
+    assert "revoked by the type owner" in run("cluster", "status", "--state", str(state)).output
+
+    # a capability the owner signs now (a new serial) does not readmit it at the manager
+    fresh = cap("ccs1", "subscribe", ("numberplate",), stype)
+    ep = json.loads((kgm_dir(state) / "endpoint.json").read_text())
+    ident = ClusterPki(state / "pki").identity("ccs1")
+    ctx = client_ssl_context(
+        ident.cert_path, ident.key_path, ident.ca_path, password=tls_password()
+    )
+    with KeyServiceClient(ep["host"], int(ep["port"]), ctx, server_role="kdc") as kc:
+        with pytest.raises(PubguardError) as refused:
+            kc.call("hermes_join", profile=PROFILE, cap=fresh.to_wire())
+    assert "revoked" in str(refused.value)
 
 
 async def _counter(state: Path, broker: str, name: str, at_least: int | None = None) -> Any:

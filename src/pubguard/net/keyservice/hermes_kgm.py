@@ -19,7 +19,11 @@ its certificate's common name, never a request field. Ops:
   their capabilities themselves in their link ``hello`` (§3.4's handshake,
   ``pubguard.net.server.hermes_node``) and each broker verifies them against the owner's key.
 - ``hermes_revoke``: the type owner (the caller named as the type's owner) revokes a
-  capability serial; holders are evicted and their groups refreshed at once.
+  capability serial, or a ``holder`` (every capability naming it, also ones issued later);
+  holders are evicted and their groups refreshed at once. The owner's signed
+  :class:`~pubguard.schemes.hermes.capability.RevocationList` is applied at start
+  (:meth:`HermesKgmCore.apply_revocations`), so a revocation outlives a restart and a
+  re-issue of the capabilities.
 - ``hermes_status``: for ``admin`` and the type owner: per profile the groups (an attribute's
   name, or ``*`` for the type's), their members, current epoch (traffic key version), last
   broadcast and the last one each member said it applied (its latest poll).
@@ -47,6 +51,7 @@ from pubguard.keys.oft import Rekey
 from pubguard.net.keyservice.hermes_kgm_store import KgmStore
 from pubguard.net.keyservice.protocol import Caller, Refused, field
 from pubguard.schemes.hermes import Capability, KeyGroupManager, SecureEventType
+from pubguard.schemes.hermes.capability import RevocationList
 from pubguard.schemes.hermes.kgm_wire import rekey_to_wire, welcome_to_wire
 
 __all__ = ["REKEY_LOG_MAX", "STATUS_CALLERS", "HermesKgmCore"]
@@ -223,6 +228,14 @@ class HermesKgmCore:
         profile, mgr = self._manager(req)
         if caller.name != mgr.stype.owner:
             raise Refused("unauthorised", "only the type owner revokes its capabilities")
+        if "holder" in req:  # every capability of a holder (the owner's RevocationList)
+            holder = field(req, "holder", str)
+            rekeys = mgr.revoke_holder(holder, now=now, rng=rng)
+            self._record(profile, rekeys)
+            log.info(
+                "hermes kgm: the owner revoked %s in %s (%d rekeys)", holder, profile, len(rekeys)
+            )
+            return {"rekeys": len(rekeys)}
         serial = field(req, "serial", int)
         rekeys = mgr.revoke(serial, now=now, rng=rng)
         self._record(profile, rekeys)
@@ -231,6 +244,27 @@ class HermesKgmCore:
             "hermes kgm: the owner revoked a capability of %s (%d rekeys)", profile, len(rekeys)
         )
         return {"rekeys": len(rekeys)}
+
+    def apply_revocations(
+        self, rl: RevocationList, *, now: float, rng: _random.Random | None = None
+    ) -> int:
+        """At start: the owner's revocation list (its signature verified by the caller) in
+        every profile: listed serials and holders are refused from now on, listed members
+        evicted at once; saved like any change. Returns the rekeys it caused."""
+        n = 0
+        for profile, mgr in self.managers.items():
+            for serial in rl.serials:
+                if serial not in mgr.revoked:
+                    rekeys = mgr.revoke(serial, now=now, rng=rng)
+                    self._record(profile, rekeys)
+                    self._revoked.setdefault(profile, []).append(serial)
+                    n += len(rekeys)
+            for holder in rl.holders:
+                rekeys = mgr.revoke_holder(holder, now=now, rng=rng)
+                self._record(profile, rekeys)
+                n += len(rekeys)
+        self._save()
+        return n
 
     def _status(self, caller: Caller) -> dict[str, Any]:
         """Per profile: each group (attribute name, ``*`` for the type's), its members and
@@ -253,6 +287,7 @@ class HermesKgmCore:
                     groups[g]["acked"][b] = self._acked.get((profile, g), {}).get(b)
             out[profile] = {
                 "members": mgr.members(),
+                "revoked": sorted(mgr.revoked.holders),
                 "groups": {names.get(g, g[:16]): v for g, v in groups.items()},
             }
         return {"type": self.stype.name, "owner": self.stype.owner, "profiles": out}

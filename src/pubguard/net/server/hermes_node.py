@@ -26,7 +26,9 @@ the peer's name already checked against its certificate); what they grant decide
 plaintext cache carries on that hop. Each poll re-checks them (validity) and withdraws the
 cache from a neighbour the manager no longer admits (revoked or expired). The nonce
 counter lives in ``<state_dir>/hermes.db`` (SQLite), so sealing never repeats a nonce after a
-restart (§3.5).
+restart (§3.5), and so does the wire-id secret ``S``, sealed under a key derived from the
+broker's TLS identity key (:func:`wire_secret_storage_key`,
+:mod:`pubguard.schemes.hermes.wire_secret`), so an event keeps its wire id across a restart.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from pubguard.crypto import SecretBytes, hkdf
+from pubguard.crypto.keyfile import load_signing_key
 from pubguard.crypto.x509 import client_ssl_context
 from pubguard.errors import ConfigError, PubguardError, ValidationError
 from pubguard.net.keyservice.client import KeyServiceClient
@@ -53,6 +57,7 @@ from pubguard.schemes.hermes import (
     SecureEventType,
 )
 from pubguard.schemes.hermes.kgm_wire import rekey_from_wire, welcome_from_wire
+from pubguard.schemes.hermes.wire_secret import load_wire_secret
 from pubguard.store import Database
 
 __all__ = [
@@ -62,6 +67,7 @@ __all__ = [
     "hermes_greeted",
     "hermes_greeting",
     "hermes_pollers",
+    "wire_secret_storage_key",
     "write_hermes_file",
 ]
 
@@ -70,6 +76,7 @@ HERMES_PROFILES: Final = (HERMES_EVENT, HERMES_ATTRIBUTE)
 DEFAULT_POLL: Final = 1.0  # seconds between two asks to the key-group manager
 #: seconds ``HermesPoller.stop`` waits for a poll in flight (a call to the manager) to end
 STOP_WAIT: Final = 5.0
+_WIRE_STORAGE_INFO: Final = b"pubguard/hermes/wire-id-storage/"
 
 log = logging.getLogger("pubguard.hermes")
 
@@ -240,6 +247,17 @@ class HermesPoller:
             self.client.close()
 
 
+def wire_secret_storage_key(tls_key: Path, name: str) -> SecretBytes:
+    """The key sealing this broker's wire-id secret ``S`` in ``hermes.db``
+    (:mod:`pubguard.schemes.hermes.wire_secret`): ``HKDF-SHA256(TLS identity key,
+    "pubguard/hermes/wire-id-storage/" || name)``. The identity key is read as every TLS
+    context here reads it (PKCS#8, encrypted with ``PUBGUARD_TLS_PASSPHRASE`` when set), so
+    ``S`` at rest is exactly as protected as the broker's identity. ConfigError (one line) if
+    the key cannot be opened or is not Ed25519 (the cluster's identities are)."""
+    sk = load_signing_key(tls_key, tls_password())
+    return SecretBytes(hkdf(sk.private_bytes(), info=_WIRE_STORAGE_INFO + name.encode()))
+
+
 def hermes_pollers(
     profiles: tuple[str, ...],
     *,
@@ -259,6 +277,17 @@ def hermes_pollers(
     state_dir.mkdir(parents=True, exist_ok=True)
     db = Database(state_dir / "hermes.db")
     counter = NonceCounter(name, db)
+    wire_secret, how = load_wire_secret(
+        db, name, wire_secret_storage_key(Path(tls.key), name), now=time.time()
+    )
+    if how == "replaced":
+        log.warning(
+            "hermes: %s's kept wire-id secret does not open under its TLS identity key (the"
+            " identity was re-issued): a new one is in use, so wire ids change once",
+            name,
+        )
+    else:
+        log.info("hermes: %s wire-id secret %s (sealed in hermes.db)", name, how)
     out = []
     for profile in wanted:
         scheme = HermesBroker(
@@ -268,6 +297,7 @@ def hermes_pollers(
             capabilities=caps,
             keyring=BrokerKeyring(name),
             counter=counter,
+            wire_id_key=wire_secret,
         )
         ctx = client_ssl_context(
             tls.cert, tls.key, tls.ca, crl_path=tls.crl, password=tls_password()

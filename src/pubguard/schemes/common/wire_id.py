@@ -4,9 +4,13 @@ in their place.
 Theory of operation
 -------------------
 Every broker needs an identifier per publication: the core's duplicate window
-(eventguard.txt §4.7, "the identifiers seen in the last max_delay time units", kept in SQLite
-across a restart), the hop acks of the reliable link, catch-up routing and the durable
-subscribers' queues all key on it, and the secure profiles sign it. None of them needs the
+(eventguard.txt §4.7, "the identifiers seen in the last max_delay time units"; in memory, so
+it is the *downstream* brokers' windows that catch a copy re-sent after a broker restarted),
+the hop acks of the reliable link, catch-up routing and the durable subscribers' queues all
+key on it, and the secure profiles sign it. So the key of a wire id must outlive the
+publisher's process: here it derives from the publisher's signing key; Hermes, whose PHB
+computes wire ids for key-less clients, keeps its secret sealed on the broker
+(:mod:`pubguard.schemes.hermes.wire_secret`). None of them needs the
 *application's* identifier: a hospital that numbers its events by medical record number would
 otherwise hand every broker the very value its secret attribute encrypts. So the wire carries
 

@@ -32,8 +32,11 @@ for an unauthorised one), and a broker that receives a cache from a neighbour us
 entries that neighbour was authorised to read instead of decrypting them again.
 
 Hook use (``pubguard.schemes.base``): ``decode_event`` / ``decode_filter`` parse (the core
-calls them first), ``broker_check`` applies the guards with the link in hand, the matcher
-opens lazily, and ``outgoing`` seals, caches, strips and decrypts per link. The event the
+calls them first; a sealed event's opaque part is parsed only by a broker that opens or
+filters it), ``broker_check`` applies the guards with the link in hand, the matcher opens
+lazily, and ``outgoing`` seals, caches, strips and decrypts per link; ``outgoing_run`` does a
+micro-batch's sealing or opening in one call, and ``passes_through`` names, per neighbour
+pair, the hops between equals that need no ``outgoing`` at all (§3.4). The event the
 core decoded last is remembered by identity (one entry), so ``broker_check``, the matcher
 and every ``outgoing`` of one publication share one opening.
 """
@@ -51,7 +54,7 @@ from pubguard.crypto import SecretBytes
 from pubguard.errors import DropError, DropReason, InvalidToken, ValidationError
 from pubguard.model.codec import constraint_from_json
 from pubguard.model.filters import Filter
-from pubguard.schemes.base import BrokerScheme, CheckContext, LinkKind, Matcher
+from pubguard.schemes.base import BrokerScheme, CheckContext, LinkInfo, LinkKind, Matcher
 from pubguard.schemes.hermes.capability import (
     ALL,
     Capability,
@@ -62,9 +65,9 @@ from pubguard.schemes.hermes.capability import (
 from pubguard.schemes.hermes.content import (
     Crypter,
     OpenedFilter,
+    Sealed,
     TypeView,
     pack_cache,
-    unpack_attrs,
     unpack_cache,
 )
 from pubguard.schemes.hermes.keygroups import BrokerKeyring, group_names
@@ -109,8 +112,9 @@ class HermesEvent:
         "cache_in",
         "cache_raw",
         "local",
+        "by_attr",
         "opened",
-        "pairs",
+        "parsed",
         "plain",
         "present",
         "routing",
@@ -139,14 +143,15 @@ class HermesEvent:
         self.sealed = sealed  # False: a client's plaintext publication at its PHB
         self.local = not sealed  # published here: this broker is its PHB (and seals it)
         self.present = present  # attribute names the event carries (None: unknown, or not
-        # yet read from ``pairs``: ``_present``)
+        # yet read from its sealed part: ``_present``)
         self.cache_raw = cache_raw  # the incoming cache, packed and untrusted (§3.4)
         self.cache: Mapping[str, Any] = _NONE  # its entries the sender may read (``_vet``)
         self.cache_in: frozenset[str] = _NO_NAMES  # the names the incoming cache carried
         self.vetted = cache_raw is None
         self.src: str | None = None  # the sending neighbour (its TLS identity)
         self.opened = not sealed
-        self.pairs: list[tuple[bytes, bytes]] | None = None  # attribute tuples, unpacked
+        self.by_attr = False  # attribute mode (its sealed part carries attribute tuples)
+        self.parsed: Sealed | None = None  # the sealed part, parsed when first read
         self.app_id: str | None = None  # the application's id, once read (sealed or cached)
         self.wire_id: str | None = None  # the id it carries between brokers (set by its PHB)
 
@@ -207,12 +212,30 @@ def _publish(event_id: str, profile: str, routing: Mapping[str, Any], body: byte
     return pub if pub is not None else Publish(event_id, profile, routing, body, {})
 
 
+def _parsed(pe: HermesEvent) -> Sealed | None:
+    """The event's sealed part, parsed once (None: malformed, or not sealed elsewhere). Only
+    a broker that opens or filters an event reads it; one that forwards never does."""
+    p = pe.parsed
+    if p is None and pe.sealed and not pe.local:
+        try:
+            p = pe.parsed = Sealed.parse(pe.routing["s"])
+        except ValidationError:
+            _log.info("malformed sealed event from %s: nothing of it is read", pe.src)
+    return p
+
+
 def _present(pe: HermesEvent) -> frozenset[str] | None:
     """The attribute names a sealed event carries, read from its tuples once (attribute
-    mode; None in event mode, or for a type this broker does not know)."""
-    if pe.present is None and pe.pairs is not None and pe.view is not None:
-        names = pe.view.names
-        pe.present = frozenset(names[a] for a, _ in pe.pairs if a in names)
+    mode; None in event mode, for a type this broker does not know, or if malformed)."""
+    if pe.present is None and pe.by_attr and pe.view is not None:
+        p = _parsed(pe)
+        if p is not None:
+            try:
+                pairs = p.pairs()
+            except ValidationError:
+                return None
+            names = pe.view.names
+            pe.present = frozenset(names[a] for a, _ in pairs if a in names)
     return pe.present
 
 
@@ -292,6 +315,8 @@ class HermesBroker(BrokerScheme):
             wire_id_key,
         )
         self._views: dict[bytes, TypeView] = {}
+        # neighbour -> (until, the neighbours its publications pass on to unchanged)
+        self._through: dict[str, tuple[float, frozenset[str]]] = {}
         self._by_name: dict[str, TypeView] = {}
         for t in types:
             self.add_type(t)
@@ -319,6 +344,7 @@ class HermesBroker(BrokerScheme):
         stype.verify()
         v = TypeView.of(stype)
         self._views[v.type_id] = v
+        self._through.clear()
         self._by_name[stype.name] = v
 
     def view(self, type_id: bytes) -> TypeView | None:
@@ -327,6 +353,7 @@ class HermesBroker(BrokerScheme):
     def add_capability(self, cap: Capability) -> None:
         self._caps[(cap.type_id, cap.action)] = cap
         self._own.pop(cap.type_id, None)  # what its neighbours may now be told it reads
+        self._through.clear()
 
     def credentials(self) -> list[Capability]:
         """What this broker presents to its neighbours in the handshake (§3.4)."""
@@ -358,6 +385,7 @@ class HermesBroker(BrokerScheme):
                 v.ids if ALL in c.attributes else c.granted(v.ids)
             )
         self._neighbours[peer] = {t: frozenset(a) for t, a in grants.items()}
+        self._through.clear()  # the pairs' pass-through is decided again (``passes_through``)
         return sum(len(a) > 0 for a in grants.values())
 
     def _own_grants(self, type_id: bytes, now: float) -> frozenset[str]:
@@ -408,25 +436,17 @@ class HermesBroker(BrokerScheme):
             attrs = {k: v for k, v in routing.items() if k != TYPE_KEY}
             view.type_check(attrs)  # §2.1: type-checked at the PHB
             pe = HermesEvent(view.type_id, view, routing, attrs, False, None, None)
-        else:
+        else:  # sealed: the type id routes it, the sealed part is read only to open or filter
             tid = routing["t"]
             if type(tid) is not bytes or len(tid) != 32:
                 raise ValidationError("hermes type id must be 32 bytes")
-            if type(routing["ts"]) is not int or type(routing["n"]) is not int:
-                raise ValidationError("hermes 'ts' and 'n' must be integers")
-            if type(routing["b"]) is not str:
-                raise ValidationError("hermes 'b' must be the PHB id")
-            view = self._views.get(tid)
-            pairs = None
-            if "a" in routing:
-                pairs = unpack_attrs(routing["a"])
-            elif type(routing.get("c")) is not bytes:
-                raise ValidationError("hermes event needs 'c' or 'a'")
+            if type(routing["s"]) is not bytes:
+                raise ValidationError("hermes sealed part must be bytes")
             raw = routing.get("k")
             if raw is not None and type(raw) is not bytes:
                 raise ValidationError("hermes cache must be bytes")
-            pe = HermesEvent(tid, view, routing, {}, True, None, raw)
-            pe.pairs = pairs
+            pe = HermesEvent(tid, self._views.get(tid), routing, {}, True, None, raw)
+            pe.by_attr = self.mode == "attribute"
         return pe
 
     def _vet(self, pe: HermesEvent) -> None:
@@ -464,7 +484,10 @@ class HermesBroker(BrokerScheme):
         skip = frozenset(pe.cache)
         if self.mode == "event" and skip:
             return
-        values, app_id = self.crypter.open_sealed(pe.view, pe.routing, skip, pe.pairs)
+        sealed = _parsed(pe)
+        if sealed is None:
+            return
+        ((values, app_id),) = self.crypter.open_events([(pe.view, sealed, skip)])
         pe.plain.update(values)
         if pe.app_id is None:
             pe.app_id = app_id
@@ -485,8 +508,11 @@ class HermesBroker(BrokerScheme):
             skip = frozenset(pe.cache)
             if self.mode == "event" and skip:
                 continue
+            sealed = _parsed(pe)
+            if sealed is None:
+                continue
             todo.append(pe)
-            jobs.append((pe.view, pe.routing, skip, pe.pairs))
+            jobs.append((pe.view, sealed, skip))
         if not jobs:
             return
         for pe, (values, app_id) in zip(todo, self.crypter.open_events(jobs), strict=True):
@@ -718,6 +744,28 @@ class HermesBroker(BrokerScheme):
             return False
         return self._own_grants(type_id, now) <= grants
 
+    def passes_through(self, link: LinkInfo, now: float) -> frozenset[str]:
+        """The neighbours a publication from ``link`` passes on to as it came, whatever its
+        type (§3.4, Fig. 3: ``_between_equals`` for every type this broker knows; an event
+        of a type it does not know leaves unchanged anyway): decided per neighbour pair from
+        the credential handshake, kept until this broker's own grants may change (at most a
+        second, ``_own_grants``) or a neighbour or capability is learnt, so ``handle_batch``
+        hands a run none of these messages (no per-message hook)."""
+        src = link.peer
+        if link.kind is LinkKind.CLIENT or src is None or src not in self._neighbours:
+            return frozenset()
+        hit = self._through.get(src)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        peers = frozenset(
+            p
+            for p in self._neighbours
+            if p != src and all(self._between_equals(src, p, t, now) for t in self._views)
+        )
+        until = min((self._own[t][0] for t in self._views if t in self._own), default=now + 1.0)
+        self._through[src] = (until, peers)
+        return peers
+
     def _outgoing(self, message: Any, pe: HermesEvent | None, ctx: CheckContext) -> Any | None:
         op = message.op
         to_client = ctx.link.kind is LinkKind.CLIENT
@@ -807,7 +855,11 @@ class HermesBroker(BrokerScheme):
         if own is None or not own.valid_at(ctx.now) or own.serial in self.revoked:
             return None  # so does the hosting broker's own (it proxies for the client)
         self.open(pe)
-        attrs = {k: v for k, v in pe.plain.items() if cap.grants(k)}
+        plain = pe.plain
+        if ALL in cap.attributes:  # <T, subscribe, *>: every attribute read here
+            attrs = dict(plain)
+        else:
+            attrs = {k: v for k, v in plain.items() if k in cap.attributes}
         if not attrs:
             return None
         routing = {TYPE_KEY: pe.view.stype.name, **attrs}

@@ -18,7 +18,8 @@ The same capability authorises three things (§4):
 
 Validity and revocation: a capability is valid in ``[not_before, not_after)`` and until its
 serial appears in the owner's :class:`RevocationSet` (the "on-line checks back towards the
-issuer" of §4.2). Every failed check raises :class:`~pubguard.errors.DropError` with a
+issuer" of §4.2), or its holder does: the owner's signed :class:`RevocationList` names the
+holders it revoked, so a later re-issue of their capabilities does not readmit them. Every failed check raises :class:`~pubguard.errors.DropError` with a
 machine-readable reason (``unauthorised``, ``stale``, ``revoked``, ``forged``) and no secret.
 """
 
@@ -40,6 +41,8 @@ __all__ = [
     "ALL",
     "VERIFIED_MAX",
     "Capability",
+    "REVOCATIONS_MAX",
+    "RevocationList",
     "RevocationSet",
     "VerifiedCapabilities",
     "check_capability",
@@ -48,6 +51,8 @@ __all__ = [
 ALL: Final = "*"
 VERIFIED_MAX: Final = 4096  # verified capabilities a broker remembers
 ACTIONS: Final = ("publish", "subscribe")
+#: entries (holders and serials) of one revocation list: a bounded file to parse and verify
+REVOCATIONS_MAX: Final = 65536
 
 
 def _body(c: Capability) -> bytes:
@@ -200,21 +205,121 @@ class VerifiedCapabilities:
 
 
 class RevocationSet:
-    """The type owner's revoked capability serials (§4.2's on-line check back to the issuer)."""
+    """The type owner's revoked capability serials (§4.2's on-line check back to the issuer)
+    and revoked *holders*: a holder's revocation covers every capability naming it, also ones
+    issued after it (a re-issue does not readmit; :class:`RevocationList`)."""
 
-    __slots__ = ("_serials",)
+    __slots__ = ("_holders", "_serials")
 
-    def __init__(self, serials: Iterable[int] = ()) -> None:
+    def __init__(self, serials: Iterable[int] = (), holders: Iterable[str] = ()) -> None:
         self._serials: set[int] = set(serials)
+        self._holders: set[str] = set(holders)
 
     def revoke(self, serial: int) -> None:
         self._serials.add(serial)
+
+    def revoke_holder(self, holder: str) -> None:
+        self._holders.add(holder)
+
+    def holder_revoked(self, holder: str) -> bool:
+        return holder in self._holders
+
+    @property
+    def holders(self) -> frozenset[str]:
+        return frozenset(self._holders)
 
     def __contains__(self, serial: object) -> bool:
         return serial in self._serials
 
     def __len__(self) -> int:
         return len(self._serials)
+
+
+def _list_body(
+    type_id: bytes, holders: tuple[str, ...], serials: tuple[int, ...], issued: float
+) -> bytes:
+    d: dict[str, Any] = {
+        "type_id": type_id.hex(),
+        "holders": list(holders),
+        "serials": list(serials),
+    }
+    d["issued"] = issued
+    return b"pubguard-hermes-revocations\x00" + json.dumps(d, sort_keys=True).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class RevocationList:
+    """The type owner's signed revocation list (§4.2): the holders it revoked and the serials.
+    It outlives a re-issue of the capabilities (``cluster up`` issues none to a listed holder,
+    the key-group manager refuses a listed holder's join whatever its capability), and only
+    the owner can extend or shorten it: :meth:`verify` checks its Ed25519 signature."""
+
+    type_id: bytes
+    holders: tuple[str, ...]
+    serials: tuple[int, ...]
+    issued: float
+    signature: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.type_id) != 32:
+            raise ValidationError("revocation list type id must be 32 bytes")
+        if len(self.holders) + len(self.serials) > REVOCATIONS_MAX:
+            raise ValidationError(f"a revocation list holds at most {REVOCATIONS_MAX} entries")
+        if any(not isinstance(h, str) or not h for h in self.holders):
+            raise ValidationError("revoked holders are non-empty names")
+        object.__setattr__(self, "holders", tuple(sorted(set(self.holders))))
+        object.__setattr__(self, "serials", tuple(sorted(set(self.serials))))
+
+    @classmethod
+    def issue(
+        cls,
+        owner: SigningKey,
+        *,
+        type_id: bytes,
+        holders: Iterable[str] = (),
+        serials: Iterable[int] = (),
+        issued: float,
+    ) -> RevocationList:
+        """The type owner signs the list."""
+        u = cls(type_id, tuple(holders), tuple(int(x) for x in serials), float(issued))
+        sig = owner.sign(_list_body(u.type_id, u.holders, u.serials, u.issued))
+        return cls(u.type_id, u.holders, u.serials, u.issued, sig)
+
+    def verify(self, owner_key: VerifyKey, type_id: bytes) -> None:
+        """InvalidToken unless the owner of ``type_id`` signed this list for that type."""
+        if self.type_id != type_id:
+            raise InvalidToken()
+        owner_key.verify(
+            self.signature, _list_body(self.type_id, self.holders, self.serials, self.issued)
+        )
+
+    def revocation_set(self) -> RevocationSet:
+        return RevocationSet(self.serials, self.holders)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type_id": self.type_id.hex(),
+            "holders": list(self.holders),
+            "serials": list(self.serials),
+            "issued": self.issued,
+            "sig": self.signature.hex(),
+        }
+
+    @classmethod
+    def from_json(cls, d: Any) -> RevocationList:
+        """Parse (not verify); ValidationError if malformed."""
+        try:
+            return cls(
+                bytes.fromhex(d["type_id"]),
+                tuple(str(h) for h in d["holders"]),
+                tuple(int(x) for x in d["serials"]),
+                float(d["issued"]),
+                bytes.fromhex(d["sig"]),
+            )
+        except ValidationError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ValidationError("malformed revocation list") from None
 
 
 def check_capability(
@@ -250,3 +355,5 @@ def check_capability(
         raise refuse(DropReason.STALE, "outside its validity period")
     if revoked is not None and cap.serial in revoked:
         raise refuse(DropReason.REVOKED, "revoked by the type owner")
+    if revoked is not None and revoked.holder_revoked(cap.holder):
+        raise refuse(DropReason.REVOKED, "its holder was revoked by the type owner")

@@ -6,12 +6,18 @@ Brokers, never clients, encrypt (§3): the publisher hosting broker (PHB) seals,
 hold the key open. Two modes, one per profile:
 
 - ``hermes-event`` (§3.1): all attributes are one plaintext, sealed under the type's key:
-  ``<type_id, timestamp, cipher_text, authentication_tag>`` on the wire as
-  ``{"t": type_id, "ts": ms, "b": PHB, "n": counter, "c": ciphertext||tag}``;
+  ``<type_id, timestamp, cipher_text, authentication_tag>``;
 - ``hermes-attribute`` (§3.2): each attribute sealed alone under its attribute's key:
-  ``<type_id, timestamp, attributes>`` with ``<attr_id, ciphertext, tag>`` tuples, on the wire
-  ``{"t", "ts", "b", "n", "a": attr_id || len || ciphertext||tag || ...}`` (one bytes field, so
-  the routing map stays flat and cheap to decode); attribute ``i`` uses counter ``n + i``.
+  ``<type_id, timestamp, attributes>`` with ``<attr_id, ciphertext, tag>`` tuples; attribute
+  ``i`` uses counter ``n + i``.
+
+On the wire a sealed event's routing is ``{"t": type_id, "s": sealed}`` (and ``"k"``, the
+plaintext cache of §3.4, between brokers that may read it): ``sealed`` is one opaque bytes
+field, ``ts (8) || n (8) || len(PHB) (2) || PHB || body`` (:class:`Sealed`), the body being
+``ciphertext||tag`` (event mode) or the tuples ``attr_id (32) || len (4) || ciphertext||tag``
+(attribute mode, :func:`pack_attrs`). Routing needs the type id only (§3.3: unauthorised
+brokers route by type), so a broker that only forwards never parses ``sealed``; one that
+opens or filters reads it once (:meth:`Sealed.parse`, its tuples when it needs them).
 
 AEAD (AES-256-GCM, :mod:`pubguard.crypto.counter_aead`) binds the type id, and in attribute
 mode the attribute id, as associated data (§3.5 binds the type id), together with the
@@ -35,12 +41,20 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import msgpack
 
+from pubguard import native as nb
 from pubguard.crypto import KeyedHash, SecretBytes, hkdf, random_bytes
-from pubguard.crypto.counter_aead import CounterAead, broker_subkey, open_batch, seal_batch
+from pubguard.crypto.counter_aead import (
+    CounterAead,
+    broker_subkey,
+    open_batch,
+    open_each,
+    seal_batch,
+    seal_each,
+)
 from pubguard.errors import InvalidToken, ValidationError
 from pubguard.model.codec import constraint_from_json
 from pubguard.model.constraints import Constraint
@@ -53,9 +67,13 @@ __all__ = [
     "CIPHER_CACHE_MAX",
     "Crypter",
     "OpenedFilter",
+    "Sealed",
     "TypeView",
+    "open_attribute_run",
     "pack_attrs",
     "pack_cache",
+    "pack_sealed",
+    "seal_attribute_run",
     "unpack_attrs",
     "unpack_cache",
 ]
@@ -94,6 +112,135 @@ def unpack_attrs(blob: bytes) -> list[tuple[bytes, bytes]]:
             raise ValidationError("malformed hermes attribute tuple")
         out.append((aid, blob[i + 36 : j]))
         i = j
+    return out
+
+
+#: ``seal_attribute_run``'s job: type id, ts (ms), first counter, PHB id, the application's
+#: id, the attributes, and attribute name -> (attribute id, cipher) of the keys in force
+_SealJob: TypeAlias = tuple[
+    bytes, int, int, bytes, str, Mapping[str, Any], Mapping[str, tuple[bytes, CounterAead]]
+]
+#: ``open_attribute_run``'s job: type id, ts (ms), first counter, the attribute tuples, and
+#: attribute id -> (attribute name, cipher) of the attributes to open
+_OpenJob: TypeAlias = tuple[bytes, int, int, bytes, Mapping[bytes, tuple[str, CounterAead]]]
+
+#: a sealed part's header: timestamp (ms), first counter, length of the PHB id (§3.5)
+_HDR: Final = struct.Struct(">qQH")
+MAX_PHB_BYTES: Final = 1024
+
+
+def pack_sealed(ts_ms: int, n: int, phb: bytes, body: bytes) -> bytes:
+    """A sealed event's one opaque routing field: ``ts || n || len(PHB) || PHB || body``."""
+    try:
+        return _HDR.pack(ts_ms, n, len(phb)) + phb + body
+    except struct.error:
+        raise ValidationError("hermes timestamp or counter out of range") from None
+
+
+class Sealed:
+    """A sealed event's routing field, parsed (:func:`pack_sealed`). Only a broker that opens
+    or filters parses it; the attribute tuples are unpacked when first needed."""
+
+    __slots__ = ("_pairs", "body", "n", "phb", "ts")
+
+    def __init__(self, ts: int, n: int, phb: str, body: bytes) -> None:
+        self.ts = ts
+        self.n = n
+        self.phb = phb
+        self.body = body
+        self._pairs: list[tuple[bytes, bytes]] | None = None
+
+    @classmethod
+    def parse(cls, blob: Any) -> Sealed:
+        """ValidationError for anything but a well-formed header."""
+        if type(blob) is not bytes or len(blob) < _HDR.size:
+            raise ValidationError("malformed hermes sealed event")
+        ts, n, ln = _HDR.unpack_from(blob)
+        end = _HDR.size + ln
+        if not 0 < ln <= MAX_PHB_BYTES or len(blob) < end:
+            raise ValidationError("malformed hermes sealed event")
+        try:
+            phb = blob[_HDR.size : end].decode()
+        except UnicodeDecodeError:
+            raise ValidationError("malformed hermes sealed event") from None
+        return cls(ts, n, phb, blob[end:])
+
+    def pairs(self) -> list[tuple[bytes, bytes]]:
+        """The attribute tuples (attribute mode; ValidationError if malformed)."""
+        if self._pairs is None:
+            self._pairs = unpack_attrs(self.body)
+        return self._pairs
+
+
+def seal_attribute_run(jobs: list[_SealJob]) -> list[bytes]:
+    """Every event of a micro-batch sealed per attribute (§3.2, §3.5), as its routing field
+    (:func:`pack_sealed`): ``jobs`` are ``(type_id, ts_ms, n, PHB, app_id, attrs, keys)``, ``keys``
+    the attribute name -> ``(attr_id, CounterAead)`` of the keys in force. Attribute ``i``'s
+    plaintext is msgpack ``[app_id, value]``, its associated data ``"hermes-a\\0" || type id
+    || attr id || ts``, its nonce counter ``n + i``. One native call when the extension is
+    built (``native/src/hermes.rs``), this loop otherwise; the two give the same bytes."""
+    nat = nb.NATIVE
+    if nat is not None and jobs:
+        try:
+            return nat.hermes_seal_run(jobs)  # type: ignore[no-any-return]
+        except (TypeError, ValueError, AttributeError, OverflowError, KeyError):
+            pass  # something the extension does not take: the reference decides (and words it)
+    return _seal_attribute_run(jobs)
+
+
+def _seal_attribute_run(jobs: list[_SealJob]) -> list[bytes]:
+    out = []
+    packer = msgpack.Packer(use_bin_type=True)
+    pack = packer.pack
+    for tid, ts, n, phb, app_id, attrs, keys in jobs:
+        head = _AAD_ATTR + tid
+        tail = _TS.pack(ts)
+        pt0 = b"\x92" + pack(app_id)  # a 2-array's head, then its items
+        items = []
+        aids = []
+        for name, v in attrs.items():
+            aid, c = keys[name]
+            aids.append(aid)
+            items.append((c, pt0 + pack(v), head + aid + tail))
+        sealed = seal_each(n, items)
+        body = pack_attrs(list(zip(aids, sealed, strict=True)))
+        out.append(pack_sealed(ts, n, phb, body))
+    return out
+
+
+def open_attribute_run(jobs: list[_OpenJob]) -> list[tuple[dict[str, Any], str | None] | None]:
+    """Open every event of a run per attribute: ``jobs`` are ``(type_id, ts_ms, n, body,
+    keys)`` with
+    ``body`` the attribute tuples (:meth:`Sealed.body`) and ``keys`` attribute id -> ``(name,
+    CounterAead)`` for the attributes to open. Per event: attribute name -> value for every
+    tuple that authenticates and unpacks, and the application's id sealed with them; None
+    for a malformed body. Native when built (``native/src/hermes.rs``), the same results."""
+    nat = nb.NATIVE
+    if nat is not None and jobs:
+        try:
+            return nat.hermes_open_run(jobs)  # type: ignore[no-any-return]
+        except (TypeError, ValueError, AttributeError, OverflowError, KeyError):
+            pass  # an input, or a plaintext, the extension does not take: the reference
+    return _open_attribute_run(jobs)
+
+
+def _open_attribute_run(jobs: list[_OpenJob]) -> list[tuple[dict[str, Any], str | None] | None]:
+    out: list[tuple[dict[str, Any], str | None] | None] = []
+    for tid, ts, n, body, keys in jobs:
+        head = _AAD_ATTR + tid
+        try:
+            pairs = unpack_attrs(body)
+        except ValidationError:
+            out.append(None)
+            continue
+        tail = _TS.pack(ts)
+        names: list[str | None] = []
+        items: list[tuple[CounterAead, bytes, bytes] | None] = []
+        for aid, blob in pairs:
+            hit = keys.get(aid)
+            names.append(None if hit is None else hit[0])
+            items.append(None if hit is None else (hit[1], blob, head + aid + tail))
+        out.append(_finish_open(names, open_each(n, items)))
     return out
 
 
@@ -167,15 +314,9 @@ class TypeView:
                 raise ValidationError(f"attribute {k!r} must be a finite number")
 
 
-def _finish_seal(
-    head: dict[str, Any], aids: list[bytes] | None, sealed: list[bytes]
-) -> dict[str, Any]:
-    """An event's sealed routing: ``head`` with its ciphertext(s) (``Crypter._plan_seal``)."""
-    if aids is None:
-        head["c"] = sealed[0]
-    else:
-        head["a"] = pack_attrs(list(zip(aids, sealed, strict=True)))
-    return head
+def _finish_event_seal(tid: bytes, ts: int, n: int, phb: bytes, sealed: bytes) -> dict[str, Any]:
+    """An event-mode sealed routing (``Crypter.seal_events``)."""
+    return {"t": tid, "s": pack_sealed(ts, n, phb, sealed)}
 
 
 def _finish_open(
@@ -236,13 +377,22 @@ class OpenedFilter:
         return self.readable is None
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One (type, PHB)'s attribute ciphers in force (``Crypter._plan``)."""
+
+    stamp: int  # the keyring's stamp when made
+    since: int  # in force from (ms)
+    by_name: Mapping[str, tuple[bytes, CounterAead]]
+    by_aid: Mapping[bytes, tuple[str, CounterAead]]
+
+
 class Crypter:
     """One broker's sealing and opening, over its keyring and nonce counter."""
 
     __slots__ = (
         "_ciphers",
         "_id_hash",
-        "_packer",
         "_plans",
         "broker",
         "counter",
@@ -267,9 +417,8 @@ class Crypter:
         self.keyring = keyring
         self.counter = counter
         self._ciphers: dict[tuple[str, int, str], CounterAead] = {}
-        # (type id, PHB) -> (keyring stamp, in force from (ms), attribute id -> cipher)
-        self._plans: dict[tuple[bytes, str], tuple[int, int, dict[bytes, CounterAead]]] = {}
-        self._packer = msgpack.Packer(use_bin_type=True)
+        # (type id, PHB) -> the attribute ciphers in force (``_plan``)
+        self._plans: dict[tuple[bytes, str], _Plan] = {}
         # the wire-id key: this PHB's own, not a group key, so it survives every refresh
         info = _WIRE_ID_INFO + mode.encode() + b"\x00" + broker.encode()
         self._id_hash = KeyedHash(hkdf(wire_id_key, info=info))
@@ -290,33 +439,37 @@ class Crypter:
             c = self._ciphers[ck] = CounterAead(broker_subkey(key.key, phb))
         return c
 
-    def _attr_ciphers(self, view: TypeView, ts_ms: int, phb: str) -> dict[bytes, CounterAead]:
-        """Attribute id -> the cipher of every attribute key this broker holds in force at
-        ``ts_ms`` (§4.2) for PHB ``phb``: one look-up per event instead of one per attribute,
-        kept while the keyring is unchanged and the event is not older than its keys."""
+    def _plan(self, view: TypeView, ts_ms: int, phb: str) -> _Plan:
+        """The ciphers of every attribute key this broker holds in force at ``ts_ms`` (§4.2)
+        for PHB ``phb``, by name (sealing) and by attribute id (opening): one look-up per
+        event instead of one per attribute, kept while the keyring is unchanged and the event
+        is not older than its keys."""
         pk = (view.type_id, phb)
         plan = self._plans.get(pk)
         stamp = self.keyring.stamp
-        if plan is not None and plan[0] == stamp and ts_ms >= plan[1]:
-            return plan[2]
-        out: dict[bytes, CounterAead] = {}
+        if plan is not None and plan.stamp == stamp and ts_ms >= plan.since:
+            return plan
+        by_name: dict[str, tuple[bytes, CounterAead]] = {}
+        by_aid: dict[bytes, tuple[str, CounterAead]] = {}
         since = 0
         current = True
-        for aid in view.names:
+        for aid, name in view.names.items():
             g = aid.hex()
             c = self._cipher(g, ts_ms, phb)
             if c is None:
                 continue
-            out[aid] = c
+            by_name[name] = (aid, c)
+            by_aid[aid] = (name, c)
             cur = self.keyring.current(g)
             if cur is None or cur.valid_from > ts_ms / 1000.0:
                 current = False  # an older key (grace period): not a plan for later events
             else:
                 since = max(since, math.ceil(cur.valid_from * 1000))
+        out = _Plan(stamp, since, by_name, by_aid)
         if current:
             if len(self._plans) >= CIPHER_CACHE_MAX:
                 self._plans.clear()
-            self._plans[pk] = (stamp, since, out)
+            self._plans[pk] = out
         return out
 
     def can_read(self, group: str, ts_ms: int) -> bool:
@@ -326,144 +479,110 @@ class Crypter:
     def seal_event(
         self, view: TypeView, attrs: Mapping[str, Any], ts_ms: int, app_id: str = ""
     ) -> dict[str, Any]:
-        """The PHB's sealing of one event (``StateError``-free: raises ValidationError for an
-        attribute outside the type, :class:`InvalidToken` when it holds no key). ``app_id``,
-        the application's event id, is sealed with the content: with the whole event, or
-        beside every attribute (each plaintext is ``[app_id, value]``), so whoever may read
-        any of it gets the id back and no other broker sees it."""
-        head, aids, items = self._plan_seal(view, attrs, ts_ms, app_id)
-        return _finish_seal(head, aids, seal_batch(items))
+        """The PHB's sealing of one event: its routing ``{"t": type id, "s": sealed}``.
+        ValidationError for an attribute outside the type, :class:`InvalidToken` when it holds
+        no key. ``app_id``, the application's event id, is sealed with the content: with the
+        whole event, or beside every attribute (each plaintext is ``[app_id, value]``), so
+        whoever may read any of it gets the id back and no other broker sees it."""
+        out = self.seal_events([(view, attrs, ts_ms, app_id)], strict=True)[0]
+        assert out is not None
+        return out
 
     def seal_events(
-        self, jobs: list[tuple[TypeView, Mapping[str, Any], int, str]]
+        self, jobs: list[tuple[TypeView, Mapping[str, Any], int, str]], *, strict: bool = False
     ) -> list[dict[str, Any] | None]:
-        """:meth:`seal_event` of each ``(view, attrs, ts_ms, app_id)`` in order, the AEAD
-        calls of the whole run in one batch (:func:`seal_batch`: a micro-batch's events, every
-        attribute under its own key). A job :meth:`seal_event` would refuse is None here and,
-        as there, takes no counter values, so every event gets the nonces it gets alone."""
-        plans: list[tuple[dict[str, Any], list[bytes] | None, int, int] | None] = []
-        items: list[tuple[CounterAead, int, bytes, bytes]] = []
-        for view, attrs, ts_ms, app_id in jobs:
-            try:
-                head, aids, its = self._plan_seal(view, attrs, ts_ms, app_id)
-            except (InvalidToken, ValidationError):
-                plans.append(None)
-                continue
-            plans.append((head, aids, len(items), len(its)))
-            items += its
-        sealed = seal_batch(items)
-        return [
-            None if p is None else _finish_seal(p[0], p[1], sealed[p[2] : p[2] + p[3]])
-            for p in plans
-        ]
-
-    def _plan_seal(
-        self, view: TypeView, attrs: Mapping[str, Any], ts_ms: int, app_id: str
-    ) -> tuple[dict[str, Any], list[bytes] | None, list[tuple[CounterAead, int, bytes, bytes]]]:
-        """The routing head, the attribute ids (None: event mode) and the AEAD jobs of one
-        event; the counter values are taken last, once nothing can refuse it."""
-        tid = view.type_id
+        """:meth:`seal_event` of each ``(view, attrs, ts_ms, app_id)`` in order, a micro-batch
+        in one call: attribute mode in one :func:`seal_attribute_run` (packing, associated
+        data and AEAD of every attribute of every event), event mode in one
+        :func:`seal_batch`. A job :meth:`seal_event` would refuse is None here (``strict``:
+        raised) and takes no counter values, so every event gets the nonces it gets alone."""
+        phb = self.broker.encode()
         if self.mode == "event":
-            c = self._cipher(view.type_group, ts_ms, self.broker)
-            if c is None:
-                raise InvalidToken("this broker holds no key for the type")
-            n = self.counter.take(1)
-            head = {"t": tid, "ts": ts_ms, "b": self.broker, "n": n}
-            return head, None, [(c, n, _pack([app_id, dict(attrs)]), _aad_event(tid, ts_ms))]
-        # §3.2 with one key look-up per event (``_attr_ciphers``)
-        ciphers = self._attr_ciphers(view, ts_ms, self.broker)
-        ids = view.ids
-        try:
-            aids = [ids[name] for name in attrs]
-            cs = [ciphers[aid] for aid in aids]
-        except KeyError:
-            for name in attrs:  # which refusal (nothing taken yet)
-                if name not in ids:
-                    raise ValidationError(
-                        f"type {view.stype.name!r} has no attribute {name!r}"
-                    ) from None
-            raise InvalidToken("this broker holds no key for an attribute") from None
-        n = self.counter.take(max(1, len(cs)))
-        pack = self._packer.pack
-        # each plaintext is msgpack ``[app_id, value]``: a 2-array's head, then its items
-        pt0 = b"\x92" + pack(app_id)
-        heads = view.aad_heads
-        tail = _TS.pack(ts_ms)
-        items = [
-            (c, n + i, pt0 + pack(v), heads[name] + tail)
-            for i, (c, (name, v)) in enumerate(zip(cs, attrs.items(), strict=True))
-        ]
-        return {"t": tid, "ts": ts_ms, "b": self.broker, "n": n}, aids, items
+            plans: list[tuple[bytes, int, int] | None] = []
+            items: list[tuple[CounterAead, int, bytes, bytes]] = []
+            for view, attrs, ts_ms, app_id in jobs:
+                c = self._cipher(view.type_group, ts_ms, self.broker)
+                if c is None:
+                    if strict:
+                        raise InvalidToken("this broker holds no key for the type")
+                    plans.append(None)
+                    continue
+                n = self.counter.take(1)
+                tid = view.type_id
+                plans.append((tid, ts_ms, n))
+                items.append((c, n, _pack([app_id, dict(attrs)]), _aad_event(tid, ts_ms)))
+            sealed = iter(seal_batch(items))
+            return [
+                None if p is None else _finish_event_seal(p[0], p[1], p[2], phb, next(sealed))
+                for p in plans
+            ]
+        ok: list[bool] = []
+        run: list[_SealJob] = []
+        for view, attrs, ts_ms, app_id in jobs:
+            keys = self._plan(view, ts_ms, self.broker).by_name
+            if not keys.keys() >= attrs.keys():  # which refusal (nothing taken yet)
+                try:
+                    for name in attrs:
+                        if name not in view.ids:
+                            raise ValidationError(
+                                f"type {view.stype.name!r} has no attribute {name!r}"
+                            )
+                    raise InvalidToken("this broker holds no key for an attribute")
+                except (ValidationError, InvalidToken):
+                    if strict:
+                        raise
+                    ok.append(False)
+                    continue
+            n = self.counter.take(max(1, len(attrs)))
+            run.append((view.type_id, ts_ms, n, phb, app_id, attrs, keys))
+            ok.append(True)
+        blobs = iter(seal_attribute_run(run))
+        it = iter(run)
+        return [{"t": next(it)[0], "s": next(blobs)} if y else None for y in ok]
 
     def open_event(
-        self,
-        view: TypeView,
-        routing: Mapping[str, Any],
-        skip: frozenset[str] = frozenset(),
-        pairs: list[tuple[bytes, bytes]] | None = None,
+        self, view: TypeView, routing: Mapping[str, Any], skip: frozenset[str] = frozenset()
     ) -> dict[str, Any]:
         """Attribute name -> value for every attribute this broker can open (names in
-        ``skip`` are not opened: the caller has them from a plaintext cache; ``pairs``: the
-        attribute tuples if the caller unpacked them already). Ciphertexts it has no key for,
-        or that fail to authenticate, are left out."""
-        return self.open_sealed(view, routing, skip, pairs)[0]
+        ``skip`` are not opened: the caller has them from a plaintext cache). Ciphertexts it
+        has no key for, or that fail to authenticate, are left out."""
+        return self.open_sealed(view, routing, skip)[0]
 
     def open_sealed(
-        self,
-        view: TypeView,
-        routing: Mapping[str, Any],
-        skip: frozenset[str] = frozenset(),
-        pairs: list[tuple[bytes, bytes]] | None = None,
+        self, view: TypeView, routing: Mapping[str, Any], skip: frozenset[str] = frozenset()
     ) -> tuple[dict[str, Any], str | None]:
         """:meth:`open_event` and the application's event id sealed with it (None when this
-        broker opened nothing)."""
-        return self.open_events([(view, routing, skip, pairs)])[0]
+        broker opened nothing); nothing for a malformed routing."""
+        try:
+            sealed = Sealed.parse(routing.get("s"))
+        except ValidationError:
+            return {}, None
+        return self.open_events([(view, sealed, skip)])[0]
 
     def open_events(
-        self,
-        jobs: list[
-            tuple[TypeView, Mapping[str, Any], frozenset[str], list[tuple[bytes, bytes]] | None]
-        ],
+        self, jobs: list[tuple[TypeView, Sealed, frozenset[str]]]
     ) -> list[tuple[dict[str, Any], str | None]]:
-        """:meth:`open_sealed` of each ``(view, routing, skip, pairs)``, the AEAD calls of the
-        whole run in one batch (:func:`open_batch`)."""
-        plans: list[tuple[list[str | None] | None, int, int]] = []
-        items: list[tuple[CounterAead, int, bytes, bytes] | None] = []
-        for view, routing, skip, pairs in jobs:
-            names, its = self._plan_open(view, routing, skip, pairs)
-            plans.append((names, len(items), len(its)))
-            items += its
-        opened = open_batch(items)
-        return [_finish_open(names, opened[at : at + k]) for names, at, k in plans]
-
-    def _plan_open(
-        self,
-        view: TypeView,
-        routing: Mapping[str, Any],
-        skip: frozenset[str],
-        pairs: list[tuple[bytes, bytes]] | None,
-    ) -> tuple[list[str | None] | None, list[tuple[CounterAead, int, bytes, bytes] | None]]:
-        """The attribute names (None: event mode) and the AEAD jobs of opening one event."""
-        tid, ts, phb, n = view.type_id, routing["ts"], routing["b"], routing["n"]
-        if type(ts) is not int or type(n) is not int:
-            return [], []
+        """:meth:`open_sealed` of each ``(view, sealed, skip)``, a run in one call
+        (:func:`open_attribute_run`, or one :func:`open_batch` in event mode). A malformed
+        attribute section opens to nothing."""
         if self.mode == "event":
-            c = None if skip else self._cipher(view.type_group, ts, phb)
-            if c is None:
-                return [], []
-            return None, [(c, n, routing["c"], _aad_event(tid, ts))]
-        ciphers = self._attr_ciphers(view, ts, phb)  # one key look-up per event
-        names = view.names
-        aad0 = _AAD_ATTR + tid  # (an attribute id this broker does not know has no name)
-        tail = _TS.pack(ts)
-        got: list[str | None] = []
-        items: list[tuple[CounterAead, int, bytes, bytes] | None] = []
-        for i, (aid, blob) in enumerate(pairs if pairs is not None else unpack_attrs(routing["a"])):
-            name = names.get(aid)
-            c = ciphers.get(aid) if name is not None and name not in skip else None
-            got.append(name)
-            items.append(None if c is None else (c, n + i, blob, aad0 + aid + tail))
-        return got, items
+            at: list[int | None] = []
+            items: list[tuple[CounterAead, int, bytes, bytes] | None] = []
+            for view, sealed, skip in jobs:
+                c = None if skip else self._cipher(view.type_group, sealed.ts, sealed.phb)
+                at.append(None if c is None else len(items))
+                if c is not None:
+                    items.append((c, sealed.n, sealed.body, _aad_event(view.type_id, sealed.ts)))
+            opened = open_batch(items) if items else []
+            return [({}, None) if i is None else _finish_open(None, [opened[i]]) for i in at]
+        run: list[_OpenJob] = []
+        for view, sealed, skip in jobs:
+            keys = self._plan(view, sealed.ts, sealed.phb).by_aid
+            if skip:
+                keys = {a: v for a, v in keys.items() if v[0] not in skip}
+            run.append((view.type_id, sealed.ts, sealed.n, sealed.body, keys))
+        got = open_attribute_run(run)
+        return [({}, None) if r is None else r for r in got]
 
     def wire_id(self, view: TypeView, app_id: str) -> str:
         """The id an event sealed here carries between brokers instead of ``app_id``:

@@ -17,7 +17,8 @@ secrecy); the group's *traffic key* is refreshed at once unless the lazy rules o
 (a joiner whose capability was already valid at the last refresh gets the current key; a
 leaver's capability is cached and the key refreshed when it expires). :meth:`tick` applies
 the timer refresh (``refresh_every``), the lazy refreshes that fell due, and evicts members
-whose capability expired; :meth:`revoke` evicts at once with an immediate refresh. Keys are
+whose capability expired; :meth:`revoke` (a serial) and :meth:`revoke_holder` (a holder of the
+owner's revocation list) evict at once with an immediate refresh. Keys are
 tagged with the refresh timestamp; old ones are kept for ``grace`` seconds (clock drift).
 
 A broker's side is a :class:`BrokerKeyring`: one :class:`~pubguard.keys.oft.OFTMember` per
@@ -170,6 +171,14 @@ class KeyGroupManager:
         for broker in [b for b, (c, _) in self._members.items() if c.serial == serial]:
             out += self.leave(broker, now=now, rng=rng, at_once=True)
         return out
+
+    def revoke_holder(
+        self, holder: str, *, now: float, rng: _random.Random | None = None
+    ) -> list[Rekey]:
+        """The owner revoked a holder (its :class:`RevocationList`): it is evicted and
+        refreshed at once, and refused at every later join, whatever capability it shows."""
+        self.revoked.revoke_holder(holder)
+        return self.leave(holder, now=now, rng=rng, at_once=True) if holder in self._members else []
 
     def tick(self, *, now: float, rng: _random.Random | None = None) -> list[Rekey]:
         """Periodic upkeep: evict members whose capability ran out (refreshing at once),

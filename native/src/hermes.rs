@@ -1,0 +1,399 @@
+//! Hermes attribute encryption for a whole micro-batch (hermes-encrypted-access-control.txt
+//! §3.2, §3.5): the twin of `pubguard.schemes.hermes.content._seal_attribute_run` /
+//! `_open_attribute_run`, which stay the reference (tests/schemes/hermes/test_hermes_native.py
+//! compares the two on the same keys and counters).
+//!
+//! The publisher hosting broker seals every attribute of every event of a micro-batch: the
+//! plaintext is msgpack `[app_id, value]`, the associated data `"hermes-a\0" || type id ||
+//! attribute id || ts` (big-endian i64), the nonce `0x00000000 || n + i` for attribute `i`
+//! under the attribute's per-PHB key (`counter_aead.broker_subkey`). The result is the
+//! event's one opaque routing field, `ts (8) || n (8) || len(PHB) (2) || PHB || tuples`, a
+//! tuple being `attr_id || len (4) || ciphertext || tag`. The subscriber hosting broker
+//! parses the tuples, opens the attributes it holds keys for and unpacks each value.
+//!
+//! One call per micro-batch: the per-attribute work (packing, associated data, the cipher
+//! call, splitting, unpacking) never goes through Python. Values are the model's (str, int,
+//! float, bool); the msgpack subset here is exactly what `msgpack.Packer(use_bin_type=True)`
+//! writes for them. Anything outside it (another value type, a counter out of range, a
+//! plaintext this decoder does not take) raises `ValueError`/`TypeError`/`KeyError` and the
+//! Python wrapper runs the reference, which decides and words the error.
+
+use aes_gcm::aead::AeadInPlace;
+use aes_gcm::{Nonce, Tag};
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::aead::{nonce, GcmKey};
+
+const AAD_ATTR: &[u8] = b"hermes-a\x00";
+const TAG_BYTES: usize = 16;
+/// content.py MAX_ATTRS: attribute tuples one event may carry
+const MAX_ATTRS: usize = 1024;
+
+fn refuse(why: &'static str) -> PyErr {
+    PyValueError::new_err(why)
+}
+
+fn pack_str(out: &mut Vec<u8>, s: &str) {
+    let b = s.as_bytes();
+    let n = b.len();
+    if n < 32 {
+        out.push(0xa0 | n as u8);
+    } else if n < 256 {
+        out.push(0xd9);
+        out.push(n as u8);
+    } else if n < 65_536 {
+        out.push(0xda);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        out.push(0xdb);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+    out.extend_from_slice(b);
+}
+
+/// msgpack's smallest form of a signed integer (msgpack-c `pack_real_int64`).
+fn pack_i64(out: &mut Vec<u8>, d: i64) {
+    if d < -(1 << 5) {
+        if d < -(1 << 15) {
+            if d < -(1 << 31) {
+                out.push(0xd3);
+                out.extend_from_slice(&d.to_be_bytes());
+            } else {
+                out.push(0xd2);
+                out.extend_from_slice(&(d as i32).to_be_bytes());
+            }
+        } else if d < -(1 << 7) {
+            out.push(0xd1);
+            out.extend_from_slice(&(d as i16).to_be_bytes());
+        } else {
+            out.push(0xd0);
+            out.push(d as i8 as u8);
+        }
+    } else if d < (1 << 7) {
+        out.push(d as i8 as u8); // positive or negative fixint
+    } else {
+        pack_u64(out, d as u64);
+    }
+}
+
+fn pack_u64(out: &mut Vec<u8>, d: u64) {
+    if d < (1 << 7) {
+        out.push(d as u8);
+    } else if d < (1 << 8) {
+        out.push(0xcc);
+        out.push(d as u8);
+    } else if d < (1 << 16) {
+        out.push(0xcd);
+        out.extend_from_slice(&(d as u16).to_be_bytes());
+    } else if d < (1 << 32) {
+        out.push(0xce);
+        out.extend_from_slice(&(d as u32).to_be_bytes());
+    } else {
+        out.push(0xcf);
+        out.extend_from_slice(&d.to_be_bytes());
+    }
+}
+
+/// One attribute value, exact types only (the PHB type-checked it: `TypeView.type_check`).
+fn pack_value(out: &mut Vec<u8>, v: &Bound<'_, PyAny>) -> PyResult<()> {
+    if v.is_exact_instance_of::<PyString>() {
+        pack_str(out, v.downcast::<PyString>()?.to_str()?);
+    } else if v.is_exact_instance_of::<PyBool>() {
+        out.push(if v.is_truthy()? { 0xc3 } else { 0xc2 });
+    } else if v.is_exact_instance_of::<PyInt>() {
+        if let Ok(d) = v.extract::<i64>() {
+            pack_i64(out, d);
+        } else {
+            pack_u64(out, v.extract::<u64>()?);
+        }
+    } else if let Ok(f) = v.downcast_exact::<PyFloat>() {
+        out.push(0xcb);
+        out.extend_from_slice(&f.value().to_be_bytes());
+    } else {
+        return Err(refuse("a value type the native packer does not take"));
+    }
+    Ok(())
+}
+
+fn exact_i64(ob: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if !ob.is_exact_instance_of::<PyInt>() {
+        return Err(refuse("not an int"));
+    }
+    ob.extract::<i64>()
+}
+
+fn exact_u64(ob: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if !ob.is_exact_instance_of::<PyInt>() {
+        return Err(refuse("not an int"));
+    }
+    ob.extract::<u64>()
+}
+
+/// `(attr_id, cipher)` or `(name, cipher)`: the first item and the cipher's native key.
+fn key_entry<'py>(hit: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, GcmKey>)> {
+    let t = hit.downcast::<PyTuple>()?;
+    if t.len() != 2 {
+        return Err(refuse("a key entry is a pair"));
+    }
+    let gcm = t.get_item(1)?.getattr(intern!(hit.py(), "gcm"))?;
+    Ok((t.get_item(0)?, gcm.downcast::<GcmKey>()?.clone()))
+}
+
+/// `_seal_attribute_run(jobs)`: each job `(type_id, ts_ms, n, phb, app_id, attrs, keys)`
+/// sealed to its routing field.
+#[pyfunction]
+fn hermes_seal_run<'py>(
+    py: Python<'py>,
+    jobs: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let mut aad: Vec<u8> = Vec::with_capacity(96);
+    let mut pt: Vec<u8> = Vec::with_capacity(128);
+    let mut head: Vec<u8> = Vec::with_capacity(64);
+    for job in jobs.iter() {
+        let t = job.downcast::<PyTuple>()?;
+        if t.len() != 7 {
+            return Err(refuse("a seal job has seven fields"));
+        }
+        let tid_ob = t.get_item(0)?;
+        let tid = tid_ob.downcast::<PyBytes>()?.as_bytes();
+        let ts = exact_i64(&t.get_item(1)?)?;
+        let n = exact_u64(&t.get_item(2)?)?;
+        let phb_ob = t.get_item(3)?;
+        let phb = phb_ob.downcast::<PyBytes>()?.as_bytes();
+        let app_ob = t.get_item(4)?;
+        let app_id = app_ob.downcast_exact::<PyString>()?.to_str()?;
+        let attrs_ob = t.get_item(5)?;
+        let attrs = attrs_ob.downcast::<PyDict>()?;
+        let keys_ob = t.get_item(6)?;
+        let keys = keys_ob.downcast::<PyDict>()?;
+        if phb.len() > u16::MAX as usize {
+            return Err(refuse("PHB id too long"));
+        }
+        if !attrs.is_empty() && n.checked_add(attrs.len() as u64 - 1).is_none() {
+            return Err(refuse("nonce counter out of range"));
+        }
+        let mut blob = Vec::with_capacity(18 + phb.len() + attrs.len() * 128);
+        blob.extend_from_slice(&ts.to_be_bytes());
+        blob.extend_from_slice(&n.to_be_bytes());
+        blob.extend_from_slice(&(phb.len() as u16).to_be_bytes());
+        blob.extend_from_slice(phb);
+        head.clear();
+        head.push(0x92); // [app_id, value]
+        pack_str(&mut head, app_id);
+        let tail = ts.to_be_bytes();
+        for (i, (name, v)) in attrs.iter().enumerate() {
+            let Some(hit) = keys.get_item(&name)? else {
+                return Err(PyKeyError::new_err("no key for an attribute"));
+            };
+            let (aid_ob, key) = key_entry(&hit)?;
+            let aid = aid_ob.downcast::<PyBytes>()?.as_bytes();
+            pt.clear();
+            pt.extend_from_slice(&head);
+            pack_value(&mut pt, &v)?;
+            aad.clear();
+            aad.extend_from_slice(AAD_ATTR);
+            aad.extend_from_slice(tid);
+            aad.extend_from_slice(aid);
+            aad.extend_from_slice(&tail);
+            let tag = key
+                .get()
+                .cipher
+                .encrypt_in_place_detached(Nonce::from_slice(&nonce(n + i as u64)), &aad, &mut pt)
+                .map_err(|_| refuse("AES-GCM refused the input"))?;
+            let len = u32::try_from(pt.len() + TAG_BYTES).map_err(|_| refuse("value too long"))?;
+            blob.extend_from_slice(aid);
+            blob.extend_from_slice(&len.to_be_bytes());
+            blob.extend_from_slice(&pt);
+            blob.extend_from_slice(&tag);
+        }
+        out.append(PyBytes::new(py, &blob))?;
+    }
+    Ok(out)
+}
+
+/// A msgpack reader over one plaintext, for the subset `pack_value` writes (and nil).
+struct Reader<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+enum Val<'a> {
+    Nil,
+    Bool(bool),
+    I(i64),
+    U(u64),
+    F(f64),
+    S(&'a str),
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, k: usize) -> Option<&'a [u8]> {
+        let end = self.i.checked_add(k)?;
+        let s = self.b.get(self.i..end)?;
+        self.i = end;
+        Some(s)
+    }
+
+    fn be<const K: usize>(&mut self) -> Option<[u8; K]> {
+        self.take(K)?.try_into().ok()
+    }
+
+    fn str_of(&mut self, k: usize) -> Option<Val<'a>> {
+        Some(Val::S(std::str::from_utf8(self.take(k)?).ok()?))
+    }
+
+    fn value(&mut self) -> Option<Val<'a>> {
+        let tag = *self.take(1)?.first()?;
+        Some(match tag {
+            0x00..=0x7f => Val::I(tag as i64),
+            0xe0..=0xff => Val::I(tag as i8 as i64),
+            0xa0..=0xbf => return self.str_of((tag & 0x1f) as usize),
+            0xd9 => {
+                let k = self.be::<1>()?[0] as usize;
+                return self.str_of(k);
+            }
+            0xda => {
+                let k = u16::from_be_bytes(self.be()?) as usize;
+                return self.str_of(k);
+            }
+            0xdb => {
+                let k = u32::from_be_bytes(self.be()?) as usize;
+                return self.str_of(k);
+            }
+            0xc0 => Val::Nil,
+            0xc2 => Val::Bool(false),
+            0xc3 => Val::Bool(true),
+            0xcc => Val::U(self.be::<1>()?[0] as u64),
+            0xcd => Val::U(u16::from_be_bytes(self.be()?) as u64),
+            0xce => Val::U(u32::from_be_bytes(self.be()?) as u64),
+            0xcf => Val::U(u64::from_be_bytes(self.be()?)),
+            0xd0 => Val::I(self.be::<1>()?[0] as i8 as i64),
+            0xd1 => Val::I(i16::from_be_bytes(self.be()?) as i64),
+            0xd2 => Val::I(i32::from_be_bytes(self.be()?) as i64),
+            0xd3 => Val::I(i64::from_be_bytes(self.be()?)),
+            0xcb => Val::F(f64::from_be_bytes(self.be()?)),
+            _ => return None,
+        })
+    }
+}
+
+fn to_py<'py>(py: Python<'py>, v: &Val<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match *v {
+        Val::Nil => py.None().into_bound(py),
+        Val::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+        Val::I(d) => d.into_pyobject(py)?.into_any(),
+        Val::U(d) => d.into_pyobject(py)?.into_any(),
+        Val::F(f) => PyFloat::new(py, f).into_any(),
+        Val::S(s) => PyString::new(py, s).into_any(),
+    })
+}
+
+/// The attribute tuples of a body, or None when malformed (`content.unpack_attrs`).
+fn tuples(body: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < body.len() {
+        if body.len() - i < 36 || out.len() >= MAX_ATTRS {
+            return None;
+        }
+        let aid = &body[i..i + 32];
+        let ln = u32::from_be_bytes(body[i + 32..i + 36].try_into().ok()?) as usize;
+        let j = (i + 36).checked_add(ln)?;
+        if j > body.len() {
+            return None;
+        }
+        out.push((aid, &body[i + 36..j]));
+        i = j;
+    }
+    Some(out)
+}
+
+/// `_open_attribute_run(jobs)`: each job `(type_id, ts_ms, n, body, keys)` opened to
+/// `(name -> value, app_id | None)`, or None for a malformed body.
+#[pyfunction]
+fn hermes_open_run<'py>(
+    py: Python<'py>,
+    jobs: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let mut aad: Vec<u8> = Vec::with_capacity(96);
+    let mut buf: Vec<u8> = Vec::with_capacity(128);
+    for job in jobs.iter() {
+        let t = job.downcast::<PyTuple>()?;
+        if t.len() != 5 {
+            return Err(refuse("an open job has five fields"));
+        }
+        let tid_ob = t.get_item(0)?;
+        let tid = tid_ob.downcast::<PyBytes>()?.as_bytes();
+        let ts = exact_i64(&t.get_item(1)?)?;
+        let n = exact_u64(&t.get_item(2)?)?;
+        let body_ob = t.get_item(3)?;
+        let body = body_ob.downcast::<PyBytes>()?.as_bytes();
+        let keys_ob = t.get_item(4)?;
+        let keys = keys_ob.downcast::<PyDict>()?;
+        let Some(pairs) = tuples(body) else {
+            out.append(py.None())?;
+            continue;
+        };
+        let values = PyDict::new(py);
+        let mut app_id: Option<Bound<'py, PyAny>> = None;
+        // open_each: a run whose counters would overflow opens to nothing
+        let in_range = pairs.is_empty() || n.checked_add(pairs.len() as u64 - 1).is_some();
+        let tail = ts.to_be_bytes();
+        for (i, (aid, ct)) in pairs.iter().enumerate() {
+            if !in_range || ct.len() < TAG_BYTES {
+                continue;
+            }
+            let Some(hit) = keys.get_item(PyBytes::new(py, aid))? else {
+                continue; // no key here, or a name this broker does not know
+            };
+            let (name, key) = key_entry(&hit)?;
+            aad.clear();
+            aad.extend_from_slice(AAD_ATTR);
+            aad.extend_from_slice(tid);
+            aad.extend_from_slice(aid);
+            aad.extend_from_slice(&tail);
+            let (c, tag) = ct.split_at(ct.len() - TAG_BYTES);
+            buf.clear();
+            buf.extend_from_slice(c);
+            let ok = key.get().cipher.decrypt_in_place_detached(
+                Nonce::from_slice(&nonce(n + i as u64)),
+                &aad,
+                &mut buf,
+                Tag::from_slice(tag),
+            );
+            if ok.is_err() {
+                continue; // fails to authenticate: left out
+            }
+            let mut r = Reader { b: &buf, i: 0 };
+            if r.take(1) != Some(&[0x92][..]) {
+                return Err(refuse("a plaintext the native reader does not take"));
+            }
+            let (Some(app), Some(v)) = (r.value(), r.value()) else {
+                return Err(refuse("a plaintext the native reader does not take"));
+            };
+            if r.i != buf.len() || !matches!(app, Val::S(_) | Val::Nil) {
+                return Err(refuse("a plaintext the native reader does not take"));
+            }
+            values.set_item(&name, to_py(py, &v)?)?;
+            if let (None, Val::S(s)) = (&app_id, &app) {
+                if !s.is_empty() {
+                    app_id = Some(PyString::new(py, s).into_any());
+                }
+            }
+        }
+        let app = app_id.unwrap_or_else(|| py.None().into_bound(py));
+        out.append(PyTuple::new(py, [values.into_any(), app])?)?;
+    }
+    Ok(out)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(hermes_seal_run, m)?)?;
+    m.add_function(wrap_pyfunction!(hermes_open_run, m)?)?;
+    Ok(())
+}
