@@ -3,6 +3,7 @@
 //! EventGuard's and the default profile's guards), `guard/psguard.rs` (PSGuard's) and
 //! `guard/narada.rs` (narada's token, window, signature and replay checks); their PyO3 glue
 //! in `guard/py.rs`, `guard/psguard_py.rs` and `guard/narada_py.rs`.
+mod batch;
 pub mod core;
 mod narada;
 mod narada_py;

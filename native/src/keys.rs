@@ -15,7 +15,7 @@ use hmac::{Hmac, Mac};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBytes, PyDict, PyString, PyType};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
 use sha2::{Digest, Sha256};
 
 /// A 32-byte tree key (every derived key is one SHA-256 output).
@@ -91,10 +91,11 @@ pub fn chain_bytes(key: &Key, labels: &[u8]) -> Key {
 /// Python's `SecretBytes` class and the two C-level callables that make one without running
 /// its Python `__init__`: `object.__new__(SecretBytes)`, then the `_b` slot's own setter (what
 /// `SecretBytes.__init__` does on its fast path, `pubguard.crypto.secret._set_b`). Looked up
-/// once per process.
+/// once per process, with `object.__new__`'s argument tuple `(SecretBytes,)` built once too.
 struct SecretType {
     cls: Py<PyType>,
     new: Py<PyAny>,
+    new_args: Py<PyTuple>,
     set: Py<PyAny>,
 }
 
@@ -107,7 +108,9 @@ fn secret_type(py: Python<'_>) -> PyResult<&SecretType> {
             .getattr("SecretBytes")?
             .downcast_into::<PyType>()?;
         let slot = cls.getattr("__dict__")?.get_item("_b")?;
+        let new_args = PyTuple::new(py, [&cls])?.unbind();
         Ok(SecretType {
+            new_args,
             new: py
                 .import("builtins")?
                 .getattr("object")?
@@ -127,7 +130,7 @@ pub fn is_secret_class(ob: &Bound<'_, PyAny>) -> PyResult<bool> {
 /// A new `SecretBytes` holding `k` (see `SecretType`).
 pub fn secret_new<'py>(py: Python<'py>, k: &[u8]) -> PyResult<Bound<'py, PyAny>> {
     let t = secret_type(py)?;
-    let ob = t.new.bind(py).call1((t.cls.bind(py),))?;
+    let ob = t.new.bind(py).call1(t.new_args.bind(py))?;
     t.set.bind(py).call1((&ob, PyBytes::new(py, k)))?;
     Ok(ob)
 }
@@ -182,21 +185,59 @@ fn as_key(root: &[u8]) -> PyResult<Key> {
         .map_err(|_| PyValueError::new_err("a tree key is 32 bytes"))
 }
 
-/// `H(k || b)` for a NAKT bit `b` (the ASCII byte `"0"` or `"1"`): one fixed block.
-#[inline]
-fn step_bit(k: &Key, b: u64) -> Key {
-    let mut block = Block::default();
-    block[..32].copy_from_slice(k);
-    block[32] = if b & 1 == 1 { b'1' } else { b'0' };
-    block[33] = 0x80;
-    block[56..].copy_from_slice(&(33u64 * 8).to_be_bytes());
-    let mut st = H0;
-    sha2::compress256(&mut st, std::slice::from_ref(&block));
-    let mut out = [0u8; 32];
-    for (o, w) in out.chunks_exact_mut(4).zip(st) {
-        o.copy_from_slice(&w.to_be_bytes());
+/// A position in a NAKT walk: one block holding the current key, a bit's slot and the
+/// padding of a 33-byte message (FIPS 180-4 §5.1.1), set once. `down` writes the child's key
+/// straight back over the key part (as `chain_bytes` does), `child` hashes a copy, so a step
+/// rebuilds no block and moves no key between buffers.
+#[derive(Clone, Copy)]
+struct Walker {
+    block: Block,
+}
+
+impl Walker {
+    fn new(k: &Key) -> Self {
+        let mut block = Block::default();
+        block[..32].copy_from_slice(k);
+        block[33] = 0x80;
+        block[56..].copy_from_slice(&(33u64 * 8).to_be_bytes());
+        Walker { block }
     }
-    out
+
+    fn key(&self) -> Key {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(&self.block[..32]);
+        out
+    }
+
+    /// The state after `H(K || b)` on this block with bit `b` (psguard.txt §3.1).
+    #[inline]
+    fn hash(block: &mut Block, b: u64) -> [u32; 8] {
+        block[32] = if b & 1 == 1 { b'1' } else { b'0' };
+        let mut st = H0;
+        sha2::compress256(&mut st, std::slice::from_ref(block));
+        st
+    }
+
+    /// Move to child `b`: `K <- H(K || b)`.
+    #[inline]
+    fn down(&mut self, b: u64) {
+        let st = Self::hash(&mut self.block, b);
+        for (o, w) in self.block[..32].chunks_exact_mut(4).zip(st) {
+            o.copy_from_slice(&w.to_be_bytes());
+        }
+    }
+
+    /// The key of child `b`, staying here.
+    #[inline]
+    fn child(&self, b: u64) -> Key {
+        let mut block = self.block;
+        let st = Self::hash(&mut block, b);
+        let mut out = [0u8; 32];
+        for (o, w) in out.chunks_exact_mut(4).zip(st) {
+            o.copy_from_slice(&w.to_be_bytes());
+        }
+        out
+    }
 }
 
 /// The minimal cover of leaf interval `[lo, hi]` with its keys, left to right, in one
@@ -206,53 +247,55 @@ fn step_bit(k: &Key, b: u64) -> Key {
 /// the left boundary's nodes are then reversed in place and the right's appended.
 pub fn cover_keys(root: &Key, lo: u64, hi: u64, m: u32) -> Vec<(u64, Key)> {
     let mask_of = |rem: u32| (1u64 << rem) - 1;
-    let (mut k, mut node, mut d) = (*root, 1u64, 0u32);
+    let (mut w, mut node, mut d) = (Walker::new(root), 1u64, 0u32);
     loop {
         let rem = m - d;
         let mask = mask_of(rem);
         if lo & mask == 0 && hi & mask == mask {
-            return vec![(node, k)];
+            return vec![(node, w.key())];
         }
         let bl = (lo >> (rem - 1)) & 1;
         if bl != (hi >> (rem - 1)) & 1 {
             break;
         }
-        k = step_bit(&k, bl);
+        w.down(bl);
         node = 2 * node + bl;
         d += 1;
     }
     let mut left: Vec<(u64, Key)> = Vec::with_capacity(2 * (m - d) as usize);
     let mut right: Vec<(u64, Key)> = Vec::with_capacity((m - d) as usize);
-    let (mut lcur, mut lk) = (2 * node, step_bit(&k, 0));
-    let (mut rcur, mut rk) = (2 * node + 1, step_bit(&k, 1));
+    let (mut lcur, mut lw) = (2 * node, w);
+    let (mut rcur, mut rw) = (2 * node + 1, w);
+    lw.down(0);
+    rw.down(1);
     let (mut ldone, mut rdone) = (false, false);
     for depth in d + 1..=m {
         let rem = m - depth;
         let mask = mask_of(rem);
         if !ldone {
             if lo & mask == 0 {
-                left.push((lcur, lk));
+                left.push((lcur, lw.key()));
                 ldone = true;
             } else if (lo >> (rem - 1)) & 1 == 1 {
                 lcur = 2 * lcur + 1;
-                lk = step_bit(&lk, 1);
+                lw.down(1);
             } else {
-                left.push((2 * lcur + 1, step_bit(&lk, 1)));
+                left.push((2 * lcur + 1, lw.child(1)));
                 lcur *= 2;
-                lk = step_bit(&lk, 0);
+                lw.down(0);
             }
         }
         if !rdone {
             if hi & mask == mask {
-                right.push((rcur, rk));
+                right.push((rcur, rw.key()));
                 rdone = true;
             } else if (hi >> (rem - 1)) & 1 == 1 {
-                right.push((2 * rcur, step_bit(&rk, 0)));
+                right.push((2 * rcur, rw.child(0)));
                 rcur = 2 * rcur + 1;
-                rk = step_bit(&rk, 1);
+                rw.down(1);
             } else {
                 rcur *= 2;
-                rk = step_bit(&rk, 0);
+                rw.down(0);
             }
         }
         if ldone && rdone {
@@ -351,6 +394,63 @@ fn derive_secret<'py>(
         },
     };
     secret_new(py, &out).map(Some)
+}
+
+/// What `derive_from_api` hands back to: the Python reference `pubguard.keys.nakt._derive_from`
+/// and the module whose `NATIVE` names the active backend (`pubguard.native`). Set once, by
+/// `bind_derive_from` when `pubguard.keys.nakt` is imported.
+struct DeriveRef {
+    reference: PyObject,
+    /// `pubguard.native.__dict__` (a dict lookup per call is cheaper than an attribute read)
+    backend: Py<PyDict>,
+}
+
+static DERIVE_REF: GILOnceCell<DeriveRef> = GILOnceCell::new();
+
+/// Bind `derive_from_api`'s reference (the first binding stays: a module reloaded keeps
+/// calling the reference it was first given, which computes the same keys).
+#[pyfunction]
+fn bind_derive_from(py: Python<'_>, reference: PyObject) -> PyResult<()> {
+    if !reference.bind(py).is_callable() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "the derive_from reference must be callable",
+        ));
+    }
+    let backend = py.import("pubguard.native")?.dict().unbind();
+    let _ = DERIVE_REF.set(py, DeriveRef { reference, backend });
+    Ok(())
+}
+
+/// `pubguard.keys.nakt.derive_from` as a user calls it on the native backend: one native call
+/// (a builtin function, no Python frame around it). While the backend is native
+/// (`pubguard.native.NATIVE`, read per call, so `pubguard.native.use` switches it) it runs
+/// `derive_secret`; the Python backend, and every input the fast path declines, go to the
+/// bound reference, which derives on the reference path or raises the typed error.
+#[pyfunction]
+fn derive_from_api<'py>(
+    py: Python<'py>,
+    auth_ktid: &Bound<'py, PyAny>,
+    auth_key: &Bound<'py, PyAny>,
+    target_ktid: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let Some(r) = DERIVE_REF.get(py) else {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "derive_from_api is not bound (import pubguard.keys.nakt)",
+        ));
+    };
+    let native = r
+        .backend
+        .bind(py)
+        .get_item(pyo3::intern!(py, "NATIVE"))?
+        .is_some_and(|n| !n.is_none());
+    if native {
+        if let Some(k) = derive_secret(py, auth_ktid, auth_key, target_ktid)? {
+            return Ok(k);
+        }
+    }
+    r.reference
+        .bind(py)
+        .call1((auth_ktid, auth_key, target_ktid))
 }
 
 /// `[(heap index, key)]` of the minimal cover of `[lo, hi]` (leaf units, depth `m`).
@@ -724,6 +824,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memo_node, m)?)?;
     m.add_function(wrap_pyfunction!(kh, m)?)?;
     m.add_class::<KeyedHash>()?;
+    m.add_function(wrap_pyfunction!(bind_derive_from, m)?)?;
+    m.add_function(wrap_pyfunction!(derive_from_api, m)?)?;
     m.add_class::<AuthKeys>()?;
     // a read-only mapping to Python's eyes too: isinstance(x, collections.abc.Mapping)
     m.py()

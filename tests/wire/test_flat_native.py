@@ -77,3 +77,24 @@ def test_the_item_limit_is_the_same(n: int) -> None:
     d = {str(i): i for i in range(n)}
     assert native.NATIVE is not None
     assert native.NATIVE.flat_ok(d) is messages._flat_ok(d)
+
+
+def _publish(backend: str, routing: dict[Any, Any], meta: dict[Any, Any]) -> Any:
+    with native.use(backend):
+        try:
+            return messages.publish_wire("e1", "p", routing, b"b", meta)
+        except ValidationError as exc:
+            return str(exc)
+
+
+@given(
+    st.dictionaries(KEYS, VALUES, max_size=6),
+    st.dictionaries(st.text(max_size=4), VALUES, max_size=12),
+)
+@settings(max_examples=30, deadline=None)
+def test_publish_wire_is_the_same_on_both_backends(
+    routing: dict[Any, Any], meta: dict[Any, Any]
+) -> None:
+    """A publisher's wire dict (its flat check runs natively when the backend is on) is
+    the same dict, or the same refusal, as on the Python reference."""
+    assert _publish("native", routing, meta) == _publish("python", routing, meta)

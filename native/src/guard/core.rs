@@ -193,6 +193,15 @@ pub fn climb(
     }
 }
 
+/// A signature a guard would verify: the key, the signature and the signed bytes (the batch
+/// pre-pass's item, `super::batch`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SigItem {
+    pub pk: Vec<u8>,
+    pub sig: Vec<u8>,
+    pub msg: Vec<u8>,
+}
+
 /// merkle.py `signed_root`: `tag || n || root`.
 pub fn signed_root(tag: &[u8], root: &[u8; 32], size: i64) -> Vec<u8> {
     [tag, &(size as u32).to_be_bytes(), root].concat()
@@ -236,6 +245,11 @@ impl<K: std::hash::Hash + Eq + Clone, V> TtlLru<K, V> {
         let e = self.map.get_mut(key).expect("present");
         e.2 = c;
         Some(&e.1)
+    }
+    /// The live value of `key` without touching the LRU order or dropping an expired entry
+    /// (the batch pre-pass reads state; it never changes it).
+    pub fn peek(&self, key: &K, now: f64) -> Option<&V> {
+        self.map.get(key).filter(|e| now <= e.0).map(|e| &e.1)
     }
     pub fn put(&mut self, key: K, value: V, expires: f64) {
         self.clock += 1;
@@ -305,6 +319,17 @@ impl RootVerifier {
 
     pub fn cached_roots(&self) -> usize {
         self.cache.len()
+    }
+
+    /// Whether `verify` would check the signature `sig` of `pk` on a tree whose root is
+    /// `root`: no live verified tree of `(pk, sig)` and no live verified root of `pk` under
+    /// this signature. Reads only (the batch pre-pass).
+    pub fn needs_signature(&self, pk: &[u8], sig: &[u8], root: &[u8; 32], now: f64) -> bool {
+        let tk = (pk.to_vec(), sig.to_vec());
+        if self.trees.get(&tk).is_some_and(|t| now <= t.expires) {
+            return false;
+        }
+        !matches!(self.cache.peek(&(tk.0, *root), now), Some(s) if s[..] == *sig)
     }
 
     fn drop_tree(&mut self, tk: &(Vec<u8>, Vec<u8>)) {
@@ -640,6 +665,48 @@ impl EgGuard {
         }
     }
 
+    /// The signature `check` would verify on this publication, with the key and the signed
+    /// root it would verify it on, when that is known without asking the owner: a
+    /// single-signature publication (Merkle size 1, eventguard.txt §4.4 without batching)
+    /// inside the window whose permits were verified before and whose signature no verified
+    /// root covers. Reads only: the batch pre-pass (`super::batch`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_item(
+        &self,
+        roots: &RootVerifier,
+        event_id: &str,
+        profile: &str,
+        tokens_blob: &[u8],
+        body: &[u8],
+        meta: &EgMeta<'_>,
+        now: f64,
+    ) -> Option<SigItem> {
+        let tokens = parse_tokens(tokens_blob)?;
+        let f = parse_meta(meta, tokens.len()).ok()?;
+        if f.size != 1 || (now - f.ts).abs() > self.max_delay {
+            return None;
+        }
+        let mut pk: Option<&Vec<u8>> = None;
+        for (tok, blob) in tokens.iter().zip(f.permits.iter()) {
+            let p = self.hot.get(*blob)?.as_ref()?;
+            if p.token[..] != **tok {
+                return None;
+            }
+            pk = Some(&p.publisher_key);
+        }
+        let pk = pk?;
+        let leaf = eg_leaf(&self.leaf_tag, event_id, profile, &f, &tokens, body);
+        let (root, _, _) = climb(&leaf, f.index, f.size, f.path, None).ok()?;
+        if !roots.needs_signature(pk, f.sig, &root, now) {
+            return None;
+        }
+        Some(SigItem {
+            pk: pk.clone(),
+            sig: f.sig.to_vec(),
+            msg: signed_root(&roots.tag, &root, f.size),
+        })
+    }
+
     /// eventguard/broker.py `_check_publish`, for a publication whose routing part's
     /// `tokens` value is `tokens_blob`.
     #[allow(clippy::too_many_arguments)]
@@ -917,6 +984,51 @@ impl DfGuard {
             max_delay,
             hot: HashMap::new(),
         }
+    }
+
+    /// The signature `check` would verify on this publication, as `EgGuard::batch_item`
+    /// (a single-signature publication whose permit was verified before). Reads only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_item(
+        &self,
+        roots: &RootVerifier,
+        event_id: &str,
+        mode: &str,
+        nonce: &[u8],
+        toks: Val<'_>,
+        body: &[u8],
+        m: &DfMeta<'_>,
+        now: f64,
+    ) -> Option<SigItem> {
+        if any_fallback(&m.rec.all()) || any_fallback(&[toks, m.pm, m.q, m.mi, m.mn, m.mp]) {
+            return None;
+        }
+        let (Val::Bytes(blob), Val::Int(seq), Val::Missing | Val::Int(1)) = (m.pm, m.q, m.mn)
+        else {
+            return None;
+        };
+        let no_path = match m.mp {
+            Val::Missing => true,
+            Val::Bytes(b) => b.is_empty(),
+            _ => false,
+        };
+        if !no_path || !matches!(m.mi, Val::Missing | Val::Int(0)) {
+            return None;
+        }
+        let p = self.hot.get(blob)?;
+        let rec = m.rec.record(event_id, mode, nonce, toks, body)?;
+        if seq < 0 || (now - rec.ts as f64 / 1000.0).abs() > self.max_delay {
+            return None;
+        }
+        let root = leaf_hash(&df_leaf(&rec.signed, seq, &p.digest), 0, 1); // climb of size 1
+        if !roots.needs_signature(&p.key, rec.sig, &root, now) {
+            return None;
+        }
+        Some(SigItem {
+            pk: p.key.clone(),
+            sig: rec.sig.to_vec(),
+            msg: signed_root(&roots.tag, &root, 1),
+        })
     }
 
     /// default/broker.py `_check_publish` for a publication whose routing part decoded to

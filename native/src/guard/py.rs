@@ -3,16 +3,18 @@
 //! `InvalidToken`, a malformed one's `ValidationError`) pass through unchanged, exactly as
 //! the Python guard raises them to `guard_check.checked`.
 
+use super::batch::SigBatches;
 use super::core::{
     AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, RecordMeta, RootVerifier,
-    Val, VerifyError, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_NODES, DIGEST, HOT_CAPACITY, MAX_PATH,
+    SigItem, Val, VerifyError, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_NODES, DIGEST, HOT_CAPACITY,
+    MAX_PATH,
 };
 use pyo3::exceptions::PyKeyError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString, PyTuple};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 static INVALID_TOKEN: GILOnceCell<PyObject> = GILOnceCell::new();
 
@@ -381,6 +383,7 @@ struct PyEnv<'a, 'py> {
     revoked: &'a Bound<'py, PyAny>,
     key_of: &'a Bound<'py, PyAny>,
     keys: &'a mut HashMap<Vec<u8>, PyObject>,
+    batches: &'a SigBatches,
 }
 
 impl PyEnv<'_, '_> {
@@ -428,6 +431,9 @@ impl EgEnv for PyEnv<'_, '_> {
 
     fn verify(&mut self, pk: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
         let k = self.key_obj(pk)?;
+        if self.batches.verified(pk, sig, message) {
+            return Ok(()); // verified in its run's batch (batch.rs)
+        }
         k.bind(self.py).call_method1(
             "verify",
             (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)),
@@ -447,9 +453,106 @@ pub struct PyEgGuard {
     key_of: PyObject,
     keys: HashMap<Vec<u8>, PyObject>,
     missing: PyObject,
+    batches: SigBatches,
+}
+
+/// An eventguard frame's `(event_id, profile, routing, body, meta)` read for the core, `f`
+/// run on `(event_id, profile, tokens blob, body, meta)`; None when the frame holds what the
+/// port hands back (`"fallback"`).
+fn with_eg_frame<R>(
+    py: Python<'_>,
+    missing: &Bound<'_, PyAny>,
+    items: &[Bound<'_, PyAny>],
+    f: impl FnOnce(&str, &str, &[u8], &[u8], &EgMeta<'_>) -> R,
+) -> Option<R> {
+    let [event_id, profile, routing, body, meta] = items else {
+        return None;
+    };
+    let (Some(event_id), Some(profile), Some(body)) =
+        (exact_str(event_id), exact_str(profile), exact_bytes(body))
+    else {
+        return None;
+    };
+    if routing.len().ok() != Some(1) {
+        return None;
+    }
+    let tokens_obj = routing.get_item(intern!(py, "tokens")).ok()?;
+    let tokens_blob = exact_bytes(&tokens_obj)?;
+    let keys = [
+        intern!(py, "p"),
+        intern!(py, "e"),
+        intern!(py, "ts"),
+        intern!(py, "sig"),
+        intern!(py, "mi"),
+        intern!(py, "mn"),
+        intern!(py, "mp"),
+        intern!(py, "wk"),
+        intern!(py, "ad"),
+    ];
+    let vals = meta_items(py, meta, &keys, missing)?;
+    let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
+    let m = EgMeta {
+        p: v[0],
+        e: v[1],
+        ts: v[2],
+        sig: v[3],
+        mi: v[4],
+        mn: v[5],
+        mp: v[6],
+        wk: v[7],
+        ad: v[8],
+    };
+    Some(f(event_id, profile, tokens_blob, body, &m))
+}
+
+/// A single-signature publication's `meta` (no Merkle size, or 1), looked up first so that
+/// the batch pre-pass costs one lookup on a Merkle-batched frame.
+fn single_signature(py: Python<'_>, meta: &Bound<'_, PyAny>, missing: &Bound<'_, PyAny>) -> bool {
+    match meta_items(py, meta, &[intern!(py, "mn")], missing) {
+        Some(v) => matches!(classify(&v[0], missing), Val::Missing | Val::Int(1)),
+        None => false,
+    }
+}
+
+/// The batch pre-pass over a run (`batch.rs`): `item(frame items)` is the signature a check
+/// would verify on that frame (reading only), each distinct untried signature of a
+/// single-signature frame is collected, and the run's batch is verified without the GIL.
+fn prepass<'py>(
+    py: Python<'py>,
+    batches: &mut SigBatches,
+    frames: &Bound<'py, PyAny>,
+    arity: usize,
+    meta_at: usize,
+    missing: &Bound<'py, PyAny>,
+    mut item: impl FnMut(&[Bound<'py, PyAny>]) -> Option<SigItem>,
+) -> PyResult<()> {
+    let mut items = Vec::new();
+    let mut seen = HashSet::new();
+    for f in frames.try_iter()? {
+        let Ok(t) = f?.downcast_into::<PyTuple>() else {
+            break;
+        };
+        if t.len() != arity {
+            break;
+        }
+        let parts: Vec<Bound<'py, PyAny>> = t.iter().collect();
+        if !single_signature(py, &parts[meta_at], missing) {
+            continue;
+        }
+        if let Some(it) = item(&parts) {
+            if batches.untried(&it.sig) && seen.insert(it.sig.clone()) {
+                items.push(it);
+            }
+        }
+    }
+    if items.len() >= super::batch::BATCH_MIN {
+        py.allow_threads(|| batches.run(items));
+    }
+    Ok(())
 }
 
 impl PyEgGuard {
+    #[allow(clippy::too_many_arguments)]
     fn check_one(
         &mut self,
         py: Python<'_>,
@@ -460,47 +563,14 @@ impl PyEgGuard {
         meta: &Bound<'_, PyAny>,
         now: f64,
     ) -> PyResult<&'static str> {
-        let (Some(event_id), Some(profile), Some(body)) =
-            (exact_str(event_id), exact_str(profile), exact_bytes(body))
-        else {
-            return Ok("fallback");
-        };
-        if routing.len().ok() != Some(1) {
-            return Ok("fallback");
-        }
-        let missing = self.missing.bind(py);
-        let Ok(tokens_obj) = routing.get_item(intern!(py, "tokens")) else {
-            return Ok("fallback");
-        };
-        let Some(tokens_blob) = exact_bytes(&tokens_obj) else {
-            return Ok("fallback");
-        };
-        let keys = [
-            intern!(py, "p"),
-            intern!(py, "e"),
-            intern!(py, "ts"),
-            intern!(py, "sig"),
-            intern!(py, "mi"),
-            intern!(py, "mn"),
-            intern!(py, "mp"),
-            intern!(py, "wk"),
-            intern!(py, "ad"),
+        let missing = self.missing.clone_ref(py).into_bound(py);
+        let items = [
+            event_id.clone(),
+            profile.clone(),
+            routing.clone(),
+            body.clone(),
+            meta.clone(),
         ];
-        let Some(vals) = meta_items(py, meta, &keys, missing) else {
-            return Ok("fallback");
-        };
-        let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
-        let m = EgMeta {
-            p: v[0],
-            e: v[1],
-            ts: v[2],
-            sig: v[3],
-            mi: v[4],
-            mn: v[5],
-            mp: v[6],
-            wk: v[7],
-            ad: v[8],
-        };
         let mut env = PyEnv {
             py,
             now,
@@ -508,19 +578,30 @@ impl PyEgGuard {
             revoked: self.revoked.bind(py),
             key_of: self.key_of.bind(py),
             keys: &mut self.keys,
+            batches: &self.batches,
         };
         let mut roots = self.roots.bind(py).borrow_mut();
-        let verdict = self.inner.check(
-            &mut roots.inner,
-            &mut env,
-            event_id,
-            profile,
-            tokens_blob,
-            body,
-            &m,
-            now,
-        )?;
-        Ok(verdict.as_str())
+        let inner = &mut self.inner;
+        let got = with_eg_frame(py, &missing, &items, |eid, prof, toks, body, m| {
+            inner.check(&mut roots.inner, &mut env, eid, prof, toks, body, m, now)
+        });
+        match got {
+            None => Ok("fallback"),
+            Some(v) => Ok(v?.as_str()),
+        }
+    }
+
+    /// The batch pre-pass over a run of frames (`batch.rs`).
+    fn batch(&mut self, py: Python<'_>, frames: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
+        let missing = self.missing.clone_ref(py).into_bound(py);
+        let roots = self.roots.bind(py).borrow();
+        let inner = &self.inner;
+        prepass(py, &mut self.batches, frames, 5, 4, &missing, |items| {
+            with_eg_frame(py, &missing, items, |eid, prof, toks, body, m| {
+                inner.batch_item(&roots.inner, eid, prof, toks, body, m, now)
+            })
+            .flatten()
+        })
     }
 }
 
@@ -531,7 +612,8 @@ impl PyEgGuard {
     /// scheme's `permit`; `revoked`: the scheme's set of revoked keys (read live); `key_of(pk)`:
     /// the publisher's `VerifyKey`.
     #[new]
-    #[pyo3(signature = (roots, *, max_delay, leaf_tag, permit_fields, revoked, key_of))]
+    /// `batch_verify`: try a run's single signatures as one Ed25519 batch (`batch.rs`).
+    #[pyo3(signature = (roots, *, max_delay, leaf_tag, permit_fields, revoked, key_of, batch_verify = true))]
     fn new(
         py: Python<'_>,
         roots: Py<PyRootVerifier>,
@@ -540,6 +622,7 @@ impl PyEgGuard {
         permit_fields: PyObject,
         revoked: PyObject,
         key_of: PyObject,
+        batch_verify: bool,
     ) -> PyResult<Self> {
         let missing = missing_marker(py)?;
         Ok(PyEgGuard {
@@ -550,7 +633,14 @@ impl PyEgGuard {
             key_of,
             keys: HashMap::new(),
             missing,
+            batches: SigBatches::new(batch_verify),
         })
+    }
+
+    /// Signatures verified in Ed25519 batches (the rest were checked alone).
+    #[getter]
+    fn batch_verified(&self) -> u64 {
+        self.batches.verified
     }
 
     /// The scheme's verifier this guard shares.
@@ -602,6 +692,9 @@ impl PyEgGuard {
         now: f64,
         stop_on_strike: bool,
     ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+        if self.batches.enabled {
+            self.batch(py, frames, now)?;
+        }
         run_frames(py, frames, 5, stop_on_strike, |t| {
             self.check_one(py, &t[0], &t[1], &t[2], &t[3], &t[4], now)
         })
@@ -616,9 +709,13 @@ struct PyDfEnv<'a, 'py> {
     permit_fields: &'a Bound<'py, PyAny>,
     revoked: &'a Bound<'py, PyAny>,
     replay: &'a Bound<'py, PyAny>,
-    /// permit blob -> (the Python permit, its parsed key)
-    objs: &'a mut HashMap<Vec<u8>, (PyObject, PyObject)>,
+    /// permit blob -> (the Python permit, its parsed key, its raw key)
+    objs: &'a mut HashMap<Vec<u8>, DfObjs>,
+    batches: &'a SigBatches,
 }
+
+/// A verified permit's Python objects: the permit, its parsed key, and the key's bytes.
+type DfObjs = (PyObject, PyObject, Vec<u8>);
 
 impl DfEnv for PyDfEnv<'_, '_> {
     type Err = PyErr;
@@ -642,7 +739,11 @@ impl DfEnv for PyDfEnv<'_, '_> {
         }
         self.objs.insert(
             blob.to_vec(),
-            (t.get_item(7)?.unbind(), t.get_item(8)?.unbind()),
+            (
+                t.get_item(7)?.unbind(),
+                t.get_item(8)?.unbind(),
+                p.key.clone(),
+            ),
         );
         Ok(p)
     }
@@ -653,7 +754,10 @@ impl DfEnv for PyDfEnv<'_, '_> {
     }
 
     fn verify(&mut self, blob: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
-        let k = self.obj(blob)?.1;
+        let (_, k, raw) = self.obj(blob)?;
+        if self.batches.verified(&raw, sig, message) {
+            return Ok(()); // verified in its run's batch (batch.rs)
+        }
         k.bind(self.py).call_method1(
             intern!(self.py, "verify"),
             (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)),
@@ -670,14 +774,13 @@ impl DfEnv for PyDfEnv<'_, '_> {
 }
 
 impl PyDfEnv<'_, '_> {
-    fn obj(&mut self, blob: &[u8]) -> PyResult<(PyObject, PyObject)> {
-        if let Some((p, k)) = self.objs.get(blob) {
-            return Ok((p.clone_ref(self.py), k.clone_ref(self.py)));
+    fn obj(&mut self, blob: &[u8]) -> PyResult<DfObjs> {
+        if !self.objs.contains_key(blob) {
+            // dropped with the bounded map: ask again (the scheme's cache answers)
+            self.permit(blob)?;
         }
-        // dropped with the bounded map: ask again (the scheme's cache answers)
-        self.permit(blob)?;
-        let (p, k) = &self.objs[blob];
-        Ok((p.clone_ref(self.py), k.clone_ref(self.py)))
+        let (p, k, raw) = &self.objs[blob];
+        Ok((p.clone_ref(self.py), k.clone_ref(self.py), raw.clone()))
     }
 }
 
@@ -690,8 +793,9 @@ pub struct PyDfGuard {
     permit_fields: PyObject,
     revoked: PyObject,
     replay: PyObject,
-    objs: HashMap<Vec<u8>, (PyObject, PyObject)>,
+    objs: HashMap<Vec<u8>, DfObjs>,
     missing: PyObject,
+    batches: SigBatches,
 }
 
 #[pymethods]
@@ -701,7 +805,8 @@ impl PyDfGuard {
     /// `permit`; `revoked(permit)`: whether its key or certificate is revoked now;
     /// `replay(broker_id, key, ts, seq)`: the replay state's `check_and_accept`.
     #[new]
-    #[pyo3(signature = (roots, *, max_delay, permit_fields, revoked, replay))]
+    /// `batch_verify`: try a run's single signatures as one Ed25519 batch (`batch.rs`).
+    #[pyo3(signature = (roots, *, max_delay, permit_fields, revoked, replay, batch_verify = true))]
     fn new(
         py: Python<'_>,
         roots: Py<PyRootVerifier>,
@@ -709,6 +814,7 @@ impl PyDfGuard {
         permit_fields: PyObject,
         revoked: PyObject,
         replay: PyObject,
+        batch_verify: bool,
     ) -> PyResult<Self> {
         let missing = missing_marker(py)?;
         Ok(PyDfGuard {
@@ -719,12 +825,19 @@ impl PyDfGuard {
             replay,
             objs: HashMap::new(),
             missing,
+            batches: SigBatches::new(batch_verify),
         })
     }
 
     #[getter]
     fn roots(&self, py: Python<'_>) -> Py<PyRootVerifier> {
         self.roots.clone_ref(py)
+    }
+
+    /// Signatures verified in Ed25519 batches (the rest were checked alone).
+    #[getter]
+    fn batch_verified(&self) -> u64 {
+        self.batches.verified
     }
 
     /// The verdict on one publication whose routing part decoded to `(mode, nonce)` with
@@ -761,10 +874,43 @@ impl PyDfGuard {
         broker_id: &Bound<'_, PyAny>,
         stop_on_strike: bool,
     ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+        if self.batches.enabled {
+            self.batch(py, frames, now)?;
+        }
         run_frames(py, frames, 6, stop_on_strike, |t| {
             self.check_frame(py, t, now, broker_id)
         })
     }
+}
+
+/// A default frame `(event_id, mode, nonce, toks, body, meta)` read for the core, `f` run on
+/// it; None when the frame holds what the port hands back (`"fallback"`).
+fn with_df_frame<R>(
+    py: Python<'_>,
+    missing: &Bound<'_, PyAny>,
+    items: &[Bound<'_, PyAny>],
+    f: impl FnOnce(&TokenFrame<'_>, &DfMeta<'_>) -> R,
+) -> Option<R> {
+    let more = [
+        intern!(py, "pm"),
+        intern!(py, "q"),
+        intern!(py, "mi"),
+        intern!(py, "mn"),
+        intern!(py, "mp"),
+    ];
+    let keys = record_keys(py, &more);
+    let keys: Vec<&Bound<'_, PyString>> = keys.iter().collect();
+    let vals = meta_items(py, items.get(5)?, &keys, missing)?;
+    let fr = token_frame(items, &vals, missing)?;
+    let m = DfMeta {
+        rec: fr.rec,
+        pm: fr.more[0],
+        q: fr.more[1],
+        mi: fr.more[2],
+        mn: fr.more[3],
+        mp: fr.more[4],
+    };
+    Some(f(&fr, &m))
 }
 
 impl PyDfGuard {
@@ -776,30 +922,7 @@ impl PyDfGuard {
         now: f64,
         broker_id: &Bound<'_, PyAny>,
     ) -> PyResult<&'static str> {
-        let missing = self.missing.bind(py);
-        let more = [
-            intern!(py, "pm"),
-            intern!(py, "q"),
-            intern!(py, "mi"),
-            intern!(py, "mn"),
-            intern!(py, "mp"),
-        ];
-        let keys = record_keys(py, &more);
-        let keys: Vec<&Bound<'_, PyString>> = keys.iter().collect();
-        let Some(vals) = meta_items(py, &items[5], &keys, missing) else {
-            return Ok("fallback");
-        };
-        let Some(f) = token_frame(items, &vals, missing) else {
-            return Ok("fallback");
-        };
-        let m = DfMeta {
-            rec: f.rec,
-            pm: f.more[0],
-            q: f.more[1],
-            mi: f.more[2],
-            mn: f.more[3],
-            mp: f.more[4],
-        };
+        let missing = self.missing.clone_ref(py).into_bound(py);
         let mut env = PyDfEnv {
             py,
             now,
@@ -808,20 +931,42 @@ impl PyDfGuard {
             revoked: self.revoked.bind(py),
             replay: self.replay.bind(py),
             objs: &mut self.objs,
+            batches: &self.batches,
         };
         let mut roots = self.roots.bind(py).borrow_mut();
-        let verdict = self.inner.check(
-            &mut roots.inner,
-            &mut env,
-            f.event_id,
-            f.mode,
-            f.nonce,
-            f.toks,
-            f.body,
-            &m,
-            now,
-        )?;
-        Ok(verdict.as_str())
+        let inner = &mut self.inner;
+        let got = with_df_frame(py, &missing, items, |f, m| {
+            let (eid, mode, nonce, toks, body) = (f.event_id, f.mode, f.nonce, f.toks, f.body);
+            inner.check(
+                &mut roots.inner,
+                &mut env,
+                eid,
+                mode,
+                nonce,
+                toks,
+                body,
+                m,
+                now,
+            )
+        });
+        match got {
+            None => Ok("fallback"),
+            Some(v) => Ok(v?.as_str()),
+        }
+    }
+
+    /// The batch pre-pass over a run of frames (`batch.rs`).
+    fn batch(&mut self, py: Python<'_>, frames: &Bound<'_, PyAny>, now: f64) -> PyResult<()> {
+        let missing = self.missing.clone_ref(py).into_bound(py);
+        let roots = self.roots.bind(py).borrow();
+        let inner = &self.inner;
+        prepass(py, &mut self.batches, frames, 6, 5, &missing, |items| {
+            with_df_frame(py, &missing, items, |f, m| {
+                let (eid, mode, nonce, toks, body) = (f.event_id, f.mode, f.nonce, f.toks, f.body);
+                inner.batch_item(&roots.inner, eid, mode, nonce, toks, body, m, now)
+            })
+            .flatten()
+        })
     }
 }
 

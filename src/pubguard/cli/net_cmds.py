@@ -693,6 +693,13 @@ def register(cli: click.Group) -> None:
                 "client work per event (CPU, in process): "
                 + ", ".join(f"{k} {x} us" for k, x in v.items())
             )
+        so = results[0].get("subscriber_process_open")
+        if so:
+            console.print(
+                f"opening in one process of {so['subscribers']} subscribers, Merkle "
+                f"{so['merkle_batch']}: {so['open_us']} us a delivery, "
+                f"{so['signature_checks_per_batch']} signature checks a batch (shared cache)"
+            )
         console.print(f"[dim]{results[0]['machine']}[/dim]")
 
 

@@ -27,7 +27,7 @@ parameters and :class:`~pubguard.errors.KeyError_` for refused derivations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pubguard import native as nb
 from pubguard.crypto import SecretBytes
@@ -250,7 +250,7 @@ def derive_path(key: bytes | SecretBytes, labels: Sequence[str]) -> bytes:
     return k
 
 
-def derive_from(auth_ktid: str, auth_key: bytes | SecretBytes, target_ktid: str) -> SecretBytes:
+def _derive_from(auth_ktid: str, auth_key: bytes | SecretBytes, target_ktid: str) -> SecretBytes:
     """Derive the key of ``target_ktid`` from the authorisation key of ``auth_ktid``.
 
     psguard.txt §3.1 "Matching Publications with Subscriptions": allowed only when
@@ -274,3 +274,14 @@ def derive_from(auth_ktid: str, auth_key: bytes | SecretBytes, target_ktid: str)
     for c in target_ktid[len(auth_ktid) :]:
         k = h(k + bit[c]).digest()
     return SecretBytes(k)
+
+
+#: :func:`_derive_from` as users call it. With the extension built it is the native
+#: ``derive_from_api``: one native call with no Python frame around it, which runs the native
+#: walk while :data:`pubguard.native.NATIVE` is set (read per call, so
+#: :func:`pubguard.native.use` still switches it) and calls :func:`_derive_from` for anything
+#: else (the Python backend, and every input the fast path declines: the reference raises).
+derive_from: Callable[[str, bytes | SecretBytes, str], SecretBytes] = _derive_from
+if nb.NATIVE is not None:
+    nb.NATIVE.bind_derive_from(_derive_from)
+    derive_from = nb.NATIVE.derive_from_api

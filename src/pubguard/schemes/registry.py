@@ -190,10 +190,13 @@ def make_broker_scheme(
     now: float,
     db: Database | None = None,
     deferred: bool = False,
+    batch_verify: bool = True,
 ) -> BrokerScheme:
     """The broker face of ``profile``. ``db``: where replay state lives (narada, default), so a
     restarted broker keeps refusing replays; None keeps it in memory. ``deferred``: ``db`` is
-    the broker's own state database, written in its batch transactions (``ReplayState``)."""
+    the broker's own state database, written in its batch transactions (``ReplayState``).
+    ``batch_verify``: eventguard, narada and default native guards try a run's signatures as
+    one Ed25519 batch (off: one verification per signature)."""
     match _check(profile):
         case "plain":
             return PlainScheme()
@@ -211,7 +214,12 @@ def make_broker_scheme(
         case "eventguard":
             if keys.ms_key is None:
                 raise ConfigError("eventguard brokers need the MS public key", key="ms_key")
-            return EventGuardBroker(keys.ms_key, max_delay=keys.max_delay, revoked=keys.revoked)
+            return EventGuardBroker(
+                keys.ms_key,
+                max_delay=keys.max_delay,
+                revoked=keys.revoked,
+                batch_verify=batch_verify,
+            )
         case "narada":
             if keys.ca_cert is None:
                 raise ConfigError("narada brokers need the CA certificate", key="ca_cert")
@@ -222,6 +230,7 @@ def make_broker_scheme(
                 crl=keys.crl,
                 max_delay=keys.max_delay,
                 replay=ReplayState(db, deferred=deferred),
+                batch_verify=batch_verify,
             )
         case _:
             if keys.authority_key is None:
@@ -234,6 +243,7 @@ def make_broker_scheme(
                 crl=keys.crl if keys.ca_cert else None,
                 now=now,
                 replay=ReplayState(db, deferred=deferred),
+                batch_verify=batch_verify,
             )
 
 

@@ -580,7 +580,10 @@ def publish_wire(
     ):
         r = dict(routing)
         m = dict(meta) if meta else None
-        if _flat_ok(r) and (m is None or _flat_ok(m)):
+        # the check ``_freeze_flat`` runs at every hop (natively when that backend is on)
+        fast = native.NATIVE
+        ok = fast.flat_ok if fast is not None else _flat_ok
+        if ok(r) and (m is None or ok(m)):
             d: dict[str, Any] = {
                 "op": MsgOp.PUBLISH.value,
                 "event_id": event_id,

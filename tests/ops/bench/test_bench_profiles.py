@@ -252,3 +252,12 @@ def test_bench_network_on_numeric_ranges_delivers_and_says_so() -> None:
     assert obj["max_throughput_eps"] > 0 and obj["latency_samples"] > 0
     assert obj["baseline_max_throughput_eps"] > 0
     assert {"merkle_16", "merkle_64"} <= set(obj["broker_core_us"])
+
+
+def test_subscribers_of_one_process_verify_a_batch_root_once() -> None:
+    """``subscriber_process_open``: four subscribers in one process, two Merkle batches of
+    eight spread over them: one root verify per batch and the publish permit once."""
+    from pubguard.ops.bench.costs import shared_open_cost
+
+    c = shared_open_cost("default", 4, batch=8, batches=2)
+    assert c["signature_checks_per_batch"] == 1.5 and c["open_us"] > 0

@@ -116,3 +116,63 @@ def test_narada_cached_token_still_checked_for_duration(tmp_path: Path) -> None:
     later = now + 31 * 86_400.0  # past the token's not_after (30 days)
     with pytest.raises(InvalidToken):
         _open(sub, pe, later)
+
+
+@pytest.mark.parametrize("profile", ["default", "eventguard"])
+def test_subscribers_of_one_process_share_verified_roots_and_permits(
+    tmp_path: Path, profile: str
+) -> None:
+    """Many subscribers in one process: a batch's root and the publisher's credential are
+    verified by whichever subscriber meets them first, once for the process; every other
+    subscriber still recomputes its leaf's path and refuses a tampered delivery."""
+    now = time.time()
+    bundle = KeyBundle(
+        tmp_path, now=now, types=(HOSPITAL,), identities=(PUB,), rng=random.Random(7)
+    )
+    f = Filter.parse('topic = "onco"')
+    subs = [bundle.client(profile, f"sub{i}", topics=("onco",), now=now) for i in range(4)]
+    for s in subs:
+        s.protect_filter(f, now=now)
+    pub = bundle.client(profile, PUB, topics=("onco",), now=now)
+    if profile == "eventguard":
+        pub.protect_advertisement(f, now=now)
+    pes = pub.protect_events(_events(N), now=now)
+    # fan-out one: delivery i goes to subscriber i mod 4 (each meets the batch anew)
+    opened = [_open(subs[i % 4], pe, now) for i, pe in enumerate(pes)]
+    assert [e.attrs["patientRecord"] for e in opened] == [f"r{i}" for i in range(N)]
+    checks = [s.signature_checks for s in subs]
+    assert sum(checks) == 2  # the root and the credential, once for the process
+    assert checks[0] == 2 and checks[1:] == [0, 0, 0]
+    bad = pes[6]
+    for s in subs:  # the shared root does not vouch for a leaf that does not lead to it
+        with pytest.raises(InvalidToken):
+            _open(s, dataclasses.replace(bad, body=_flip(bad.body)), now)
+        with pytest.raises(InvalidToken):
+            _open(s, dataclasses.replace(bad, meta={**bad.meta, "mp": _flip(bad.meta["mp"])}), now)
+    # a subscriber without the keys of the event's topic still cannot open it
+    other = bundle.client(profile, "sub-x", topics=("cardio",), now=now)
+    other.protect_filter(Filter.parse('topic = "cardio"'), now=now)
+    with pytest.raises(InvalidToken):
+        _open(other, pes[0], now)
+
+
+def test_shared_roots_are_safe_across_threads(tmp_path: Path) -> None:
+    """Openings in worker threads (a client opens some deliveries off its loop) share the
+    process-wide caches under their lock: every delivery opens, the root is verified once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    now = time.time()
+    bundle = KeyBundle(
+        tmp_path, now=now, types=(HOSPITAL,), identities=(PUB,), rng=random.Random(9)
+    )
+    f = Filter.parse('topic = "onco"')
+    subs = [bundle.client("default", f"sub{i}", topics=("onco",), now=now) for i in range(4)]
+    for s in subs:
+        s.protect_filter(f, now=now)
+    pes = bundle.client("default", PUB, topics=("onco",), now=now).protect_events(
+        _events(32), now=now
+    )
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda ip: _open(subs[ip[0] % 4], ip[1], now), enumerate(pes)))
+    assert [e.id for e in got] == [f"e{i}" for i in range(32)]
+    assert sum(s.signature_checks for s in subs) == 2

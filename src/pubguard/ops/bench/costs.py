@@ -34,6 +34,7 @@ __all__ = [
     "bench_type",
     "client_costs",
     "core_cost",
+    "shared_open_cost",
     "core_costs",
     "validation_cost",
     "validation_costs",
@@ -236,9 +237,11 @@ def _core_setup(
     subscribers: int = 32,
     seed: int = 1,
     attribute: str = "topic",
+    batch_verify: bool = True,
 ) -> Iterator[tuple[Any, list[dict[str, Any]]]]:
     """A broker core serving ``profile`` with ``subscribers`` subscriptions and ``n``
-    publications as wire dicts (for :func:`core_cost` and profiling)."""
+    publications as wire dicts (for :func:`core_cost` and profiling). ``batch_verify``: the
+    native guard's Ed25519 batch of a run's signatures (``make_broker_scheme``)."""
     import tempfile as _tf
 
     from pubguard.broker import Broker
@@ -267,7 +270,10 @@ def _core_setup(
                 for j, t in enumerate(topics)
             ]
             scheme = make_broker_scheme(
-                profile, bundle.broker_keys(narada=profile == "narada"), now=now
+                profile,
+                bundle.broker_keys(narada=profile == "narada"),
+                now=now,
+                batch_verify=batch_verify,
             )
         core = Broker("b0", [scheme])
         core.add_link("c:" + PUBLISHER, LinkKind.CLIENT, PUBLISHER)
@@ -330,6 +336,63 @@ def client_costs(
     return {"protect": round((t1 - t0) / n * 1e6, 1), "open": round((t2 - t1) / n * 1e6, 1)}
 
 
+#: profiles whose subscribers share one process-wide cache of verified roots and credentials
+SHARED_OPEN_PROFILES: Final = ("default", "eventguard")
+
+
+def shared_open_cost(
+    profile: str,
+    subscribers: int = 32,
+    *,
+    batch: int = MERKLE_BATCH,
+    batches: int = 4,
+    seed: int = 1,
+    attribute: str = "topic",
+) -> dict[str, float]:
+    """What a process hosting ``subscribers`` subscribers (the bench's subscriber process)
+    spends opening deliveries of Merkle-batched publications with fan-out one: ``open_us``,
+    CPU microseconds per delivery, and ``signature_checks_per_batch``, the Ed25519 verifies
+    the process made per batch of ``batch`` (one root, plus the publisher's credential once:
+    the subscribers share one process-wide cache, ``schemes/common/verified.py``; with a
+    cache per subscriber a batch cost one verify per subscriber it reached)."""
+    import tempfile as _tf
+
+    now = time.time()
+    with _tf.TemporaryDirectory(prefix="pubguard-open-") as tmp:
+        bundle = KeyBundle(
+            tmp,
+            now=now,
+            types=(bench_type(attribute),),
+            identities=(PUBLISHER,),
+            rng=random.Random(seed),
+        )
+        topics = tuple(f"s{j}" for j in range(subscribers))
+        subs: list[Any] = []  # DefaultClient / EventGuardClient: they count signature_checks
+        for j in range(subscribers):
+            sub = bundle.client(profile, f"bench-sub{j}", topics=(topics[j],), now=now)
+            sub.protect_filter(Filter.parse(bench_filter(attribute, j)), now=now)
+            subs.append(sub)
+        pub = bundle.client(profile, PUBLISHER, topics=topics, now=now)
+        if profile == "eventguard":
+            for t in topics:
+                pub.protect_advertisement(Filter.parse(f'topic = "{t}"'), now=now)
+        rng = random.Random(seed)
+        todo: list[tuple[int, Any]] = []
+        for _ in range(batches):
+            js = [rng.randrange(subscribers) for _ in range(batch)]
+            evs = [bench_event(attribute, j, rng, 16) for j in js]
+            todo += zip(js, pub.protect_events(evs, now=now), strict=True)
+        t0 = time.process_time()
+        for j, pe in todo:
+            subs[j].open_event(pe.event_id, pe.routing, pe.body, pe.meta, now=now)
+        t1 = time.process_time()
+    checks = sum(s.signature_checks for s in subs)
+    return {
+        "open_us": round((t1 - t0) / len(todo) * 1e6, 1),
+        "signature_checks_per_batch": round(checks / batches, 2),
+    }
+
+
 def validation_costs(
     profile: str,
     n: int = 300,
@@ -375,7 +438,9 @@ def core_costs(
     slices: int = 8,
     attribute: str = "topic",
 ) -> dict[str, float]:
-    """:func:`core_cost` of plain, ``profile`` (one signature per publication), psguard's
+    """:func:`core_cost` of plain, ``profile`` (one signature per publication; on the native
+    backend a run's signatures are verified as one Ed25519 batch), the same without the
+    batch (``<profile>_no_batch_verify``, :data:`BATCH_VERIFY_PROFILES`), psguard's
     paper configuration (for psguard) and each Merkle batch size of a signing profile
     (``merkle_<b>``): the broker core's whole CPU cost per publication (decode, guards,
     matching against 32 subscriptions, routing), ``run`` publications per ``handle_batch``
@@ -389,6 +454,8 @@ def core_costs(
     plan: list[tuple[str, str, int]] = [("plain", "plain", 1)]
     if profile != "plain":
         plan.append((profile, profile, 1))
+    if profile in BATCH_VERIFY_PROFILES:  # one signature per publication, checked one by one
+        plan.append((profile, profile + NO_BATCH_VERIFY, 1))
     if profile == "psguard":
         plan.append(("psguard-paper", "psguard-paper", 1))
     if profile in SIGNING_PROFILES:
@@ -400,7 +467,13 @@ def core_costs(
         for prof, key, b in plan:
             per = _whole(max(1, n // 3), b)  # one slice: whole batches
             core, wires = stack.enter_context(
-                _core_setup(prof, per * slices, batch=b, attribute=attribute)
+                _core_setup(
+                    prof,
+                    per * slices,
+                    batch=b,
+                    attribute=attribute,
+                    batch_verify=not key.endswith(NO_BATCH_VERIFY),
+                )
             )
             cores.append((key, core, wires, per))
         now = time.time()
@@ -418,6 +491,13 @@ def core_costs(
                     raise RuntimeError(f"{key}: not every publication was delivered once")
                 out[key] = min(out.get(key, float("inf")), round(dt / len(part) * 1e6, 1))
     return out
+
+
+#: profiles whose native guard verifies a run's single signatures as one Ed25519 batch
+#: (RFC 8032 §5.1.7): :func:`core_costs` also times ``<profile>_no_batch_verify``, the same
+#: one-signature-per-publication core with the batch off (the Python backend has no batch)
+BATCH_VERIFY_PROFILES: Final = frozenset({"eventguard", "default", "narada"})
+NO_BATCH_VERIFY: Final = "_no_batch_verify"
 
 
 def _whole(n: int, batch: int) -> int:

@@ -95,11 +95,13 @@ from pubguard.ops.bench.costs import (
     MERKLE_BATCHES,
     NUMERIC_PROFILES,
     PUBLISHER,
+    SHARED_OPEN_PROFILES,
     bench_event,
     bench_filter,
     bench_type,
     client_costs,
     core_costs,
+    shared_open_cost,
     validation_cost,
     validation_costs,
 )
@@ -610,6 +612,7 @@ async def run_network_bench(
         on_searches(done, searches)
     valid: dict[str, Any] = {}
     clients: dict[str, Any] = {}
+    shared: dict[str, float] = {}
     if profile != "plain":
         say(f"{profile}: broker validation and client costs per message")
         batches = tuple(sorted({*MERKLE_BATCHES, merkle_batch}))
@@ -624,6 +627,15 @@ async def run_network_bench(
             profile, 48 if quick else 768, merkle_batches=batches, attribute=attribute
         )
         clients = client_costs(profile, 30 if quick else 200, attribute=attribute)
+        if profile in SHARED_OPEN_PROFILES:
+            say(f"{profile}: opening in one process of {subscribers} subscribers")
+            shared = shared_open_cost(
+                profile,
+                subscribers,
+                batch=merkle_batch,
+                batches=1 if quick else 4,
+                attribute=attribute,
+            )
     knobs: dict[str, Any] = (
         {"max_rate": 2000, "run_s": 0.3, "bisections": 1, "cpu_rate": None} if quick else {}
     )
@@ -662,6 +674,12 @@ async def run_network_bench(
                         k: _ratio(v, core["plain"]) for k, v in core.items() if k != "plain"
                     }
                     r["client_cost_us"] = clients
+                    if shared:
+                        r["subscriber_process_open"] = {
+                            "subscribers": subscribers,
+                            "merkle_batch": merkle_batch,
+                            **shared,
+                        }
                 r.update(PAPER[profile])
                 r["goals"] = goal_verdicts(profile, r)
                 r["machine"] = SHARED_MACHINE

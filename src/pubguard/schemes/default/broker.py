@@ -336,7 +336,9 @@ class DefaultBroker(TokenRouting):
     :meth:`revoke`); ``ca_cert`` + ``crl``: the CA's revocation list, checked against the
     permit's certificate serial. ``replay`` / ``db``: the per-publisher replay state (in memory,
     or persisted). ``strikes`` / ``strike_window`` / ``ban`` / ``ban_brokers``: flood
-    containment as in :class:`~pubguard.schemes.eventguard.broker.EventGuardBroker`."""
+    containment as in :class:`~pubguard.schemes.eventguard.broker.EventGuardBroker`.
+    ``batch_verify``: on the native backend, the signatures of a run's single-signature
+    publications are tried as one Ed25519 batch first (``fast.py``)."""
 
     profile = DEFAULT
 
@@ -355,6 +357,7 @@ class DefaultBroker(TokenRouting):
         strike_window: float = DEFAULT_STRIKE_WINDOW,
         ban: float = DEFAULT_BAN,
         ban_brokers: bool = True,
+        batch_verify: bool = True,
     ) -> None:
         if not isinstance(authority_key, VerifyKey):
             raise ValidationError("authority_key must be the authority's VerifyKey")
@@ -387,6 +390,7 @@ class DefaultBroker(TokenRouting):
             key_of=self._key,
             revoked=lambda p: p.key in self.revoked or p.serial in self._revoked_serials,
             replay=self.replay.check_and_accept,
+            batch_verify=batch_verify,
         )
 
     revokes_publishers = True

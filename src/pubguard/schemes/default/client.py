@@ -37,10 +37,10 @@ from pubguard.errors import DropError, DropReason, InvalidToken, KeyError_, Vali
 from pubguard.keys.kdc import KDC
 from pubguard.model import Event, Filter
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
-from pubguard.schemes.common.guards import DEFAULT_MAX_DELAY, SignedRootVerifier
+from pubguard.schemes.common.guards import DEFAULT_MAX_DELAY
 from pubguard.schemes.common.merkle import merkle_batch, signed_root
 from pubguard.schemes.common.revocation_list import SignedRevocations
-from pubguard.schemes.common.verified import VerifiedCredentials
+from pubguard.schemes.common.verified import SharedCredentials, SharedRoots
 from pubguard.schemes.common.wire_id import WireIds
 from pubguard.schemes.default.broker import (
     DEFAULT,
@@ -219,10 +219,12 @@ class DefaultClient(ClientScheme):
         #: epoch and signed in the next carries the permit of its own epoch
         self._pms: dict[int, tuple[AuthorityPermit, bytes]] = {}
         self._last = (-1, -1)
-        self._roots = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
-        #: publish permits verified once per (authority key, permit) (schemes/common/verified.py)
-        self._permits: VerifiedCredentials[AuthorityPermit] = VerifiedCredentials(
-            lambda p: p.not_after
+        #: batch roots and publish permits verified once per process, whichever subscriber
+        #: meets them first (schemes/common/verified.py: a verification is a pure function of
+        #: public inputs, so every subscriber of the process may reuse it)
+        self._roots = SharedRoots(ROOT_TAG, ttl=3600.0)
+        self._permits: SharedCredentials[AuthorityPermit] = SharedCredentials(
+            "default/publish-permit", _permit_end
         )
 
     def __repr__(self) -> str:
@@ -247,8 +249,8 @@ class DefaultClient(ClientScheme):
 
     @property
     def signature_checks(self) -> int:
-        """Ed25519 verifications this client performed on receipt (credentials and
-        publications; cached roots and credentials cost none)."""
+        """Ed25519 verifications made for this client on receipt (credentials and
+        publications; roots and credentials already verified in this process cost none)."""
         return self._roots.verifications + self._permits.verifications
 
     def _stamp(self, now: float) -> tuple[int, int]:
@@ -434,6 +436,10 @@ class DefaultClient(ClientScheme):
             path=pub.path,
         )
         return self._ps.open_record(pub.rec, now=now)
+
+
+def _permit_end(p: AuthorityPermit) -> float:
+    return p.not_after
 
 
 def _verified_permit(blob: bytes, authority: VerifyKey) -> AuthorityPermit:

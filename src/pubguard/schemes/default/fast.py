@@ -28,11 +28,15 @@ def publication_guard(
     key_of: Callable[[bytes], VerifyKey],
     revoked: Callable[[Any], bool],
     replay: Callable[[str, bytes, int, int], Any],
+    batch_verify: bool = True,
 ) -> Any | None:
     """The native guard for a scheme's publications, or None on the Python backend (or when
     ``roots`` is not the native verifier). ``permit(blob, now)``: the verified permit (raising
     as the scheme does); ``key_of(raw)``: its parsed key; ``revoked(permit)``: whether its key
-    or certificate is revoked now; ``replay(broker_id, key, ts, seq)``: check-and-accept."""
+    or certificate is revoked now; ``replay(broker_id, key, ts, seq)``: check-and-accept;
+    ``batch_verify``: a run's single-signature publications have their signatures verified
+    as one Ed25519 batch first (RFC 8032 §5.1.7; ``native/src/guard/batch.rs``), with the
+    verdicts and state of one check per frame."""
     mod = native.NATIVE
     if mod is None or not is_native(roots):
         return None
@@ -47,5 +51,10 @@ def publication_guard(
         )
 
     return mod.DefaultPublicationGuard(
-        roots, max_delay=max_delay, permit_fields=fields, revoked=revoked, replay=replay
+        roots,
+        max_delay=max_delay,
+        permit_fields=fields,
+        revoked=revoked,
+        replay=replay,
+        batch_verify=batch_verify,
     )

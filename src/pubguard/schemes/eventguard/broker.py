@@ -106,6 +106,8 @@ class EventGuardBroker(BrokerScheme):
     contained by the per-message checks alone). STALE drops never count (clock skew is not
     malice). ``revoked``: publisher public keys (raw 32
     bytes) refused with REVOKED; more can be added with :meth:`revoke`.
+    ``batch_verify``: on the native backend, the signatures of a run's single-signature
+    publications (``broker_check_run``) are tried as one Ed25519 batch first (``fast.py``).
     """
 
     profile = EVENTGUARD
@@ -128,6 +130,7 @@ class EventGuardBroker(BrokerScheme):
         ban: float = DEFAULT_BAN,
         ban_brokers: bool = True,
         revoked: Iterable[bytes] = (),
+        batch_verify: bool = True,
     ) -> None:
         if not isinstance(ms_key, VerifyKey):
             raise ValidationError("ms_key must be the MS VerifyKey")
@@ -143,7 +146,11 @@ class EventGuardBroker(BrokerScheme):
         self._state: dict[str, _PerBroker] = {}
         # the native port of _check_publish (sharing roots, permits, revoked), or None
         self._fast = publication_guard(
-            self.roots, max_delay=max_delay, permit=self.permit, revoked=self.revoked
+            self.roots,
+            max_delay=max_delay,
+            permit=self.permit,
+            revoked=self.revoked,
+            batch_verify=batch_verify,
         )
 
     revokes_publishers = True

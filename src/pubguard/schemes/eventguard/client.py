@@ -46,9 +46,8 @@ from pubguard.model.constraints import Op
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.schemes.base import ClientScheme, ProtectedEvent, ProtectedFilter
-from pubguard.schemes.common.guards import SignedRootVerifier
 from pubguard.schemes.common.merkle import merkle_batch, pack_path, signed_root
-from pubguard.schemes.common.verified import VerifiedCredentials
+from pubguard.schemes.common.verified import SharedCredentials, SharedRoots
 from pubguard.schemes.common.wire_id import WireIds
 from pubguard.schemes.eventguard.wire import (
     EVENTGUARD,
@@ -122,9 +121,13 @@ class EventGuardClient(ClientScheme):
         # from a remote MS in a worker thread (net/client/withdrawal.py) while its loop renews
         self._grants = threading.Lock()
         self._ads: dict[str, list[AdvertisementGrant]] = {}  # live advertisements per topic
-        self._verifier = SignedRootVerifier(ROOT_TAG, ttl=3600.0)
-        #: MS permits verified once per (MS key, permit) (schemes/common/verified.py)
-        self._permits: VerifiedCredentials[Any] = VerifiedCredentials(lambda p: p.expires_at)
+        #: batch roots and MS permits verified once per process, whichever subscriber meets
+        #: them first (schemes/common/verified.py: a verification is a pure function of
+        #: public inputs, so every subscriber of the process may reuse it)
+        self._verifier = SharedRoots(ROOT_TAG, ttl=3600.0)
+        self._permits: SharedCredentials[Any] = SharedCredentials(
+            "eventguard/advertisement-permit", _permit_end
+        )
 
     def __repr__(self) -> str:
         return f"EventGuardClient({self.name!r}, subs={len(self._subs)})"
@@ -135,8 +138,8 @@ class EventGuardClient(ClientScheme):
 
     @property
     def signature_checks(self) -> int:
-        """Ed25519 verifications this client performed on receipt (credentials and
-        publications; cached roots and credentials cost none)."""
+        """Ed25519 verifications made for this client on receipt (credentials and
+        publications; roots and credentials already verified in this process cost none)."""
         return self._verifier.verifications + self._permits.verifications
 
     #: §4.8: a subscribe permit lives one epoch and the MS grants only the current one, so a
@@ -439,6 +442,10 @@ class EventGuardClient(ClientScheme):
             except (KeyError, TypeError, ValueError):
                 raise InvalidToken() from None
         raise InvalidToken()  # no key for any of its topics in this epoch
+
+
+def _permit_end(p: Any) -> float:
+    return float(p.expires_at)
 
 
 def _verified_permit(blob: bytes, ms_key: VerifyKey) -> Any:

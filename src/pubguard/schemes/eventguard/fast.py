@@ -39,10 +39,14 @@ def publication_guard(
     max_delay: float,
     permit: Callable[[Any, float], Permit],
     revoked: set[bytes],
+    batch_verify: bool = True,
 ) -> Any | None:
     """The native guard for a scheme's publications, sharing its verifier ``roots``, its
     verified-permit lookup ``permit(blob, now)`` and its set of ``revoked`` keys (read live);
-    None on the Python backend (or when ``roots`` is not the native verifier)."""
+    None on the Python backend (or when ``roots`` is not the native verifier).
+    ``batch_verify``: a run's single-signature publications have their signatures verified
+    as one Ed25519 batch first (RFC 8032 §5.1.7; ``native/src/guard/batch.rs``), with the
+    verdicts and state of one check per frame."""
     mod = native.NATIVE
     if mod is None or not is_native(roots):
         return None
@@ -53,4 +57,5 @@ def publication_guard(
         permit_fields=_ad_fields(permit),
         revoked=revoked,
         key_of=VerifyKey.from_bytes,
+        batch_verify=batch_verify,
     )
