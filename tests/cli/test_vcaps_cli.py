@@ -24,6 +24,18 @@ def test_small_run_prints_every_profile_beside_the_paper(tmp_path: Path) -> None
     for r in w["profiles"].values():
         assert r["deliveries"] == w["reference_deliveries"]
     assert doc["paper"]["deliveries"] == {"smallest": 5459, "largest": 125_418}
+    steady = w["steady"]  # led by the steady broker figure: CPU time, interleaved repeats
+    assert steady["repeats"] == 5 and set(steady["broker_ms_median"]) == {
+        "plain",
+        "vcaps-rv",
+        "vcaps-srv-fast",
+    }
+    checks = list(doc["checks"])
+    assert checks.index("steady_fast_over_rv_broker_popular") < checks.index(
+        "fast_over_rv_broker_popular_wallclock_sums"
+    )
+    spread = doc["checks"]["steady_fast_over_rv_broker_popular"]
+    assert spread["min"] <= spread["q1"] <= spread["median"] <= spread["q3"] <= spread["max"]
     assert png.stat().st_size > 10_000
 
 

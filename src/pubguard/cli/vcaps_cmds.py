@@ -3,7 +3,9 @@
 Runs the 40-broker tree with the real v-CAPS cores (:mod:`pubguard.sim.vcaps_experiment`) for
 plain, RV, SRV and SRV-fast on the five §6.1 workloads (or ``--small``: the smallest, 60
 notifications), prints one table per figure with the paper's values beside ours, and writes
-JSON (``--json``) and a PNG (``--plot``). Above ``--srv-max-filters`` the faithful SRV is
+JSON (``--json``) and a PNG (``--plot``). It leads with the steady broker figure
+(:mod:`pubguard.sim.vcaps_steady`): thread CPU time of the broker cores per notification,
+``--repeats`` interleaved repetitions, ratios per notification. Above ``--srv-max-filters`` the faithful SRV is
 measured on ``--srv-sample`` notifications per class (marked sampled). ``--spark`` also runs
 the largest selected workload through the Spark pipeline (:mod:`pubguard.pipeline.vcaps_run`).
 """
@@ -21,6 +23,9 @@ from pubguard.cli.common import check_writable, console, err_console, get_group,
 from pubguard.errors import ValidationError
 
 __all__ = ["register"]
+
+
+CLASS_NAMES = ("popular", "moderate", "esoteric")
 
 
 def _workloads(small: bool, sizes: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -71,6 +76,14 @@ def _workloads(small: bool, sizes: tuple[int, ...]) -> list[tuple[int, int]]:
     help="SRV / SRV-fast brokers take the covering relation from the publisher's PFPoset "
     "(same posets and routing, minutes faster at 10,000 filters; no Fig. 6 broker column).",
 )
+@click.option(
+    "--repeats",
+    type=click.IntRange(0, 25),
+    default=5,
+    show_default=True,
+    help="Steady broker figure: each notification's broker work this many times, profiles "
+    "interleaved, thread CPU time, median kept (0: skip it).",
+)
 @click.option("--spark", is_flag=True, help="Also run the largest workload on the Spark pipeline.")
 @click.option("--spark-only", is_flag=True, help="Only the Spark run (no simulator).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master (--spark).")
@@ -85,6 +98,7 @@ def vcaps_experiment(
     srv_max_filters: int,
     srv_sample: int,
     poset_stage_ii: bool,
+    repeats: int,
     spark: bool,
     spark_only: bool,
     master: str,
@@ -118,6 +132,8 @@ def vcaps_experiment(
                 seed=seed,
                 srv_sampled=sample,
                 poset_stage_ii=poset_stage_ii,
+                steady_repeats=repeats,
+                cpu_clock=time.thread_time_ns,
             )
         )
     paper: dict[str, Any] = dict(PAPER)
@@ -145,6 +161,8 @@ def vcaps_experiment(
             "Fig. 3(b) subscriptions matched per notification: "
             + ", ".join(f"{lo}-{hi}: {n}" for lo, hi, n in histogram(pop) if n)
         )
+        if "steady" in w:
+            console.print(_steady_table(w["steady"]))
         console.print(_table(w))
         if "srv_sampled" in w:
             console.print(_srv_sampled_line(w["srv_sampled"], paper))
@@ -154,6 +172,38 @@ def vcaps_experiment(
         console.print(_spark_table(doc["spark"]))
     if "png" in doc:
         console.print(f"plot: {doc['png']}")
+
+
+def _steady_table(st: dict[str, Any]) -> Table:
+    """The steady broker figure first: CPU ms per notification and the per-notification
+    ratios (median [quartiles] min-max) beside the goals and the paper."""
+    t = Table(
+        "broker CPU per notification",
+        *(f"{c}" for c in ("popular", "moderate", "esoteric")),
+        "goal / paper",
+        title=f"Steady broker computation ({st['clock']}, median of {st['repeats']} "
+        "interleaved repeats per notification; ratios: median [IQR] min-max of per-notification "
+        "ratios)",
+    )
+    for p, row in st["broker_ms_median"].items():
+        t.add_row(f"{p} ms", *(f"{row.get(c, 0):.3f}" for c in CLASS_NAMES), "")
+    goals = {
+        "vcaps-srv-fast/vcaps-rv": "popular <= 2 (paper's SRV: ~500x)",
+        "vcaps-rv/plain": "<= 1.10 (paper: RV - baseline <= 3 ms)",
+    }
+    short = {"vcaps-srv-fast/vcaps-rv": "SRV-fast / RV", "vcaps-rv/plain": "RV / plain"}
+    for name, per in st["ratios"].items():
+        t.add_row(
+            short.get(name, name),
+            *(
+                f"{r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}] {r['min']:.2f}-{r['max']:.2f}"
+                if (r := per.get(c))
+                else "-"
+                for c in CLASS_NAMES
+            ),
+            goals.get(name, ""),
+        )
+    return t
 
 
 def _srv_sampled_line(r: dict[str, Any], paper: dict[str, Any]) -> str:
@@ -246,7 +296,8 @@ def _table(w: dict[str, Any]) -> Table:
                 f"{r['excess_ms_mean'].get(c, 0):.3f} ({r['excess_ms_max'].get(c, 0):.2f})",
                 str(r["header_bytes_per_subscriber"].get(c)),
                 (
-                    f"{nb[last[0]]:.3f} / {npub[last[1]] if last[1] else 0:.3f}"
+                    f"{nb[last[0]]:.3f}{' (sampled)' if r.get('new_filter_broker_sampled') else ''}"
+                    f" / {npub[last[1]] if last[1] else 0:.3f}"
                     if c == "popular" and last[0]
                     else ""
                 ),
@@ -262,10 +313,19 @@ def _checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "deliveries_equal_reference": all(r["equal_reference"] for r in p.values()),
         "workload": f"{w['filters']} filters / {w['subscriptions']} subscriptions",
     }
+    ratios = w.get("steady", {}).get("ratios", {})
+    if fast_rv := ratios.get("vcaps-srv-fast/vcaps-rv", {}).get("popular"):
+        out["steady_fast_over_rv_broker_popular"] = {
+            k: fast_rv[k] for k in ("median", "q1", "q3", "min", "max")
+        }
+    if rv_plain := ratios.get("vcaps-rv/plain", {}).get("all"):
+        out["steady_rv_over_plain_broker"] = {
+            k: rv_plain[k] for k in ("median", "q1", "q3", "min", "max")
+        }
     if "plain" in p and "vcaps-rv" in p:
         plain = sum(p["plain"]["broker_ms"].values())
         rv = sum(p["vcaps-rv"]["broker_ms"].values())
-        out["rv_over_plain_broker"] = round(rv / plain, 4) if plain else None
+        out["rv_over_plain_broker_wallclock_sums"] = round(rv / plain, 4) if plain else None
         out["rv_minus_plain_total_ms"] = {
             c: round(p["vcaps-rv"]["total_ms"][c] - p["plain"]["total_ms"][c], 4)
             for c in p["plain"]["total_ms"]
@@ -274,7 +334,7 @@ def _checks(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if "vcaps-rv" in p and "vcaps-srv-fast" in p:
         rv = p["vcaps-rv"]["broker_ms"].get("popular", 0)
         fast = p["vcaps-srv-fast"]["broker_ms"].get("popular", 0)
-        out["fast_over_rv_broker_popular"] = round(fast / rv, 2) if rv else None
+        out["fast_over_rv_broker_popular_wallclock_sums"] = round(fast / rv, 2) if rv else None
     if "srv_sampled" in w:  # the faithful SRV above --srv-max-filters, sampled
         sampled = w["srv_sampled"]
         out["deliveries_equal_reference"] &= sampled["equal_reference"]
@@ -298,7 +358,9 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
 
     from pubguard.sim.plotting import plain_log_ticks
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, all_axes = plt.subplots(1, 4, figsize=(20, 4.2))
+    _plot_steady(all_axes[0], rows[-1])
+    axes = all_axes[1:]
     xs = [w["subscriptions"] for w in rows]
     profiles = sorted({p for w in rows for p in w["profiles"]})
     ax = axes[0]
@@ -322,6 +384,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
     for p in profiles:
         for key, style in (("new_filter_broker_ms", "-"), ("new_filter_publisher_ms", "--")):
             d = w["profiles"].get(p, {}).get(key, {})
+            sampled = w["profiles"].get(p, {}).get("new_filter_broker_sampled")
             if d:
                 ks = sorted(d, key=int)
                 ax.plot(
@@ -329,7 +392,8 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
                     [d[k] for k in ks],
                     style,
                     marker=".",
-                    label=f"{p} {'broker' if 'broker' in key else 'publisher'}",
+                    label=f"{p} {'broker' if 'broker' in key else 'publisher'}"
+                    + (" (sampled)" if "broker" in key and sampled else ""),
                 )
     ax.set(
         yscale="log",
@@ -362,6 +426,45 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_steady(ax: Any, w: dict[str, Any]) -> None:
+    """The steady figure of the largest workload: per class, the per-notification ratios
+    (box: quartiles, whiskers: min-max, line: median) beside the goals."""
+    from pubguard.sim.plotting import plain_log_ticks
+
+    ratios = w.get("steady", {}).get("ratios", {})
+    stats: list[dict[str, Any]] = []
+    for name, per in ratios.items():
+        short = "SRV-fast/RV" if name.startswith("vcaps-srv-fast") else "RV/plain"
+        for c in CLASS_NAMES:
+            if r := per.get(c):
+                stats.append(
+                    {
+                        "med": r["median"],
+                        "q1": r["q1"],
+                        "q3": r["q3"],
+                        "whislo": r["min"],
+                        "whishi": r["max"],
+                        "label": f"{short}\n{c}",
+                    }
+                )
+    if not stats:
+        ax.set_axis_off()
+        return
+    ax.bxp(stats, showfliers=False)
+    if "vcaps-srv-fast/vcaps-rv" in ratios:
+        ax.axhline(2.0, color="tab:red", ls=":", label="goal SRV-fast/RV <= 2 (popular)")
+    if "vcaps-rv/plain" in ratios:
+        ax.axhline(1.1, color="tab:green", ls=":", label="goal RV/plain <= 1.1")
+    ax.set(
+        yscale="log",
+        ylabel="broker CPU ratio per notification",
+        title=f"Steady broker CPU ratios at {w['subscriptions']} subscriptions",
+    )
+    plain_log_ticks(ax, axis="y")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=7)
 
 
 def register(cli: click.Group) -> None:

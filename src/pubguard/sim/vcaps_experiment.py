@@ -11,10 +11,14 @@ drawing U[1, 200] of them, ``subscriptions / 100`` subscribers (1k ... 100k subs
 Every profile runs its real cores over the same tree (:class:`VcapsTree` of BFPosets, the
 matcher the broker core uses for v-CAPS; :class:`VcapsPublisher`); the baseline is Siena-style
 plain routing (per broker: a covering poset deciding what goes upstream and the project's
-indexed matcher over the filters it holds). Each broker's computation is measured with the
+indexed matcher over the filters it holds: :class:`~pubguard.sim.vcaps_plain.PlainTree`).
+Each broker's computation is measured with the
 injected ``timer`` around its match; the publisher's around match plus header (RV, 𝓔(RV), or
 nonce and codewords). Links have seeded one-way delays (``RTT`` below), so the end-to-end
 latency of a delivery is RTT plus the computation on its path (Fig. 4 plots that excess).
+Those per-broker timings are one wall-clock pass; the goals' ratios come from the steady figure
+(:mod:`pubguard.sim.vcaps_steady`): the broker cores' thread CPU time per
+notification, repeated with the profiles interleaved, compared per notification.
 
 Notification classes (Fig. 3(b)): notifications sorted by the number of subscriptions they
 match; the top third are *popular*, the middle third *moderate*, the bottom third *esoteric*.
@@ -30,11 +34,12 @@ from typing import Any, Final
 
 from pubguard.crypto import SigningKey
 from pubguard.matching.index import IndexedMatcher
-from pubguard.matching.poset import CoveringPoset
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
 from pubguard.schemes.vcaps import FAST, RV, SRV, VcapsKeyService, VcapsPublisher, VcapsTree
 from pubguard.schemes.vcaps.tokens import decode_routing, decode_token
+from pubguard.sim.vcaps_plain import PlainTree
+from pubguard.sim.vcaps_steady import steady_figure
 from pubguard.sim.workloads import VCAPS_MAX_SUBSCRIBER_FILTERS, vcaps_events, vcaps_filters
 
 __all__ = [
@@ -83,48 +88,6 @@ def tree_40(levels: int = 4, fanout: int = 3) -> dict[str, str | None]:
     return parent
 
 
-class PlainTree:
-    """The baseline (Siena): per broker a covering poset (forward roots only) and the
-    indexed matcher over its filters, keyed ``(recipient, filter id)``."""
-
-    def __init__(self, parent: Mapping[str, str | None]) -> None:
-        self.parent = dict(parent)
-        self.posets = {b: CoveringPoset() for b in parent}
-        self.matchers = {b: IndexedMatcher() for b in parent}
-        self.root = next(b for b, p in parent.items() if p is None)
-
-    def subscribe(
-        self, broker: str, recipient: str, fid: str, f: Filter, on_new: Callable[[str], None]
-    ) -> None:
-        at: str | None = broker
-        x = recipient
-        while at is not None:
-            key = (x, fid)
-            if key in self.posets[at]:
-                return
-            on_new(at)
-            root = self.posets[at].insert(key, f)
-            self.matchers[at].add(key, f)
-            if not root:
-                return
-            x, at = at, self.parent[at]
-
-    def route(self, event: Event, timer: Callable[[], float], costs: dict[str, float]) -> set[str]:
-        out: set[str] = set()
-        stack = [self.root]
-        while stack:
-            b = stack.pop()
-            t0 = timer()
-            rs: set[str] = {k[0] for k in self.matchers[b].match(event)}  # type: ignore[index]
-            costs[b] = costs.get(b, 0.0) + timer() - t0
-            for r in rs:
-                if r in self.posets:
-                    stack.append(r)
-                else:
-                    out.add(r)
-        return out
-
-
 @dataclass(slots=True)
 class Measured:
     """One profile on one workload."""
@@ -141,6 +104,10 @@ class Measured:
     new_filter_publisher_ms: dict[int, list[float]] = field(default_factory=dict)
     setup_s: float = 0.0
     stage_ii: str = "tokens"  # or "poset": run_profile's poset_stage_ii
+    new_filter_broker_sampled: int = 1  # 1 in this many new filters timed per broker (Fig. 6)
+    #: per notification, a closure routing it again through this profile's broker cores
+    #: (header decoded): the steady figure's repetitions (:mod:`pubguard.sim.vcaps_steady`)
+    routes: list[Callable[[], set[str]]] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, Any]:
         def mean(d: Mapping[Any, list[float]]) -> dict[str, float]:
@@ -169,6 +136,11 @@ class Measured:
             "excess_ms_max": {c: round(max(v), 4) for c, v in self.excess_ms.items() if v},
             "header_bytes_per_subscriber": per_sub,
             "new_filter_broker_ms": mean(self.new_filter_broker_ms),
+            "new_filter_broker_sampled": (
+                f"1 in {self.new_filter_broker_sampled} new filters per broker"
+                if self.new_filter_broker_sampled > 1
+                else False
+            ),
             "new_filter_publisher_ms": mean(self.new_filter_publisher_ms),
             "setup_s": round(self.setup_s, 2),
             "stage_ii": self.stage_ii,
@@ -246,6 +218,11 @@ def _bucket(n: int) -> int:
     return (n // BUCKET + 1) * BUCKET
 
 
+#: with ``poset_stage_ii``, every this-many-th new filter at a broker still runs Stage II's
+#: real token tests, timed for Fig. 6 (the rest take the PFPoset's relation, untimed)
+STAGE_II_SAMPLE: Final = 20
+
+
 def run_profile(
     profile: str,
     s: Setting,
@@ -262,10 +239,16 @@ def run_profile(
     publisher's PFPoset instead of testing the tokens (``BFPoset.insert``'s ``covering``):
     the same posets, so the same routing and per-notification costs, without Stage II's
     O(held filters) tests per new filter (minutes at 10,000 filters). Fig. 6's broker
-    column is then not measured for them."""
+    column is then sampled: every :data:`STAGE_II_SAMPLE`-th new filter at each broker runs
+    the real token tests, timed (the covering relation is the one the tokens encode, so the
+    poset is the same either way, and the scheduled keys are kept as a tested insertion
+    keeps them: ``BFPoset.stage_ii_upkeep``)."""
     me = Measured(profile)
     shortcut = poset_stage_ii and profile in (SRV, FAST)
     me.stage_ii = "poset" if shortcut else "tokens"
+    if shortcut:
+        me.new_filter_broker_sampled = STAGE_II_SAMPLE
+    new_at: dict[str, int] = {}  # broker -> new filters it took (poset_stage_ii's sampling)
     t_setup = timer()
     pairs = [(sub, i) for sub, fl in s.subs.items() for i in fl]
     random.Random(seed).shuffle(pairs)  # subscriptions arrive interleaved
@@ -280,6 +263,9 @@ def run_profile(
 
         def route(e: Event, hdr: Any, c: dict[str, float]) -> set[str]:
             return plain.route(e, timer, c)
+
+        def again(e: Event, hdr: Any) -> Callable[[], set[str]]:
+            return lambda: plain.route(e)
     else:
         pub = VcapsPublisher(
             "P",
@@ -315,10 +301,16 @@ def run_profile(
                 bf = tree.posets[at]
                 new = tok.handle not in bf.tokens
                 held = len(bf.tokens)
+                tested = not shortcut
+                if shortcut and new:
+                    new_at[at] = new_at.get(at, 0) + 1
+                    tested = new_at[at] % STAGE_II_SAMPLE == 0
+                    if not tested:
+                        bf.stage_ii_upkeep(tok)
                 t0 = timer()
-                fwd = bf.insert(tok, x, covering=covering if shortcut else None)
+                fwd = bf.insert(tok, x, covering=None if tested else covering)
                 dt = timer() - t0
-                if new and not shortcut:
+                if new and tested:
                     me.new_filter_broker_ms.setdefault(_bucket(held), []).append(dt * 1e3)
                 if not fwd:
                     break
@@ -331,8 +323,15 @@ def run_profile(
             hdr = pub.routing(pub.match(e))
             return timer() - t0, hdr
 
+        decoded: dict[int, Any] = {}  # id(hdr) -> its decoded header, for again()
+
         def route(e: Event, hdr: Any, c: dict[str, float]) -> set[str]:
-            return tree.route(decode_routing(profile, hdr), timer=timer, costs=c)
+            pe = decoded[id(hdr)] = decode_routing(profile, hdr)
+            return tree.route(pe, timer=timer, costs=c)
+
+        def again(e: Event, hdr: Any) -> Callable[[], set[str]]:
+            pe = decoded.pop(id(hdr))
+            return lambda: tree.route(pe)
 
     me.setup_s = timer() - t_setup
     for e in s.events:
@@ -342,6 +341,7 @@ def run_profile(
         pms = dt * 1e3
         costs: dict[str, float] = {}
         got = route(e, hdr, costs)
+        me.routes.append(again(e, hdr))
         if got != ref[eid]:
             me.equal_reference = False
         me.deliveries += len(got)
@@ -394,9 +394,13 @@ def run_workload(
     tree: dict[str, str | None] | None = None,
     srv_sampled: int = 0,
     poset_stage_ii: bool = False,
+    steady_repeats: int = 0,
+    cpu_clock: Callable[[], int] | None = None,
 ) -> dict[str, Any]:
     """All profiles on one workload; JSON-ready rows. ``srv_sampled``: also the faithful SRV
-    on that many notifications per class (:func:`run_srv_sampled`), as ``srv_sampled``."""
+    on that many notifications per class (:func:`run_srv_sampled`), as ``srv_sampled``.
+    ``steady_repeats`` with ``cpu_clock``: also the steady broker figure of plain, RV and
+    SRV-fast (:func:`~pubguard.sim.vcaps_steady.steady_figure`), as ``steady``."""
     s = make_setting(n_filters, n_subscribers, events, seed, tree or tree_40())
     cls, pop = classes(s)
     ref = reference(s)
@@ -420,12 +424,38 @@ def run_workload(
         },
         "profiles": {},
     }
+    kept: dict[str, Measured] = {}
     for p in profiles:
         m = run_profile(p, s, cls, ref, timer, seed=seed, poset_stage_ii=poset_stage_ii)
         out["profiles"][p] = m.summary()
+        if steady_repeats and p in STEADY_PROFILES:
+            kept[p] = m
+        m.routes = m.routes if p in kept else []  # the others' cores are freed now
+    if kept and cpu_clock is not None:
+        eids = [str(e.id) for e in s.events]
+        order = [p for p in STEADY_PROFILES if p in kept]
+        out["steady"], wrong = steady_figure(
+            {p: kept[p].routes for p in order},
+            [cls[e] for e in eids],
+            [ref[e] for e in eids],
+            classes_in_order=CLASSES,
+            ratios=STEADY_RATIOS,
+            repeats=steady_repeats,
+            clock=cpu_clock,
+        )
+        for p, m in kept.items():
+            out["profiles"][p]["equal_reference"] = m.equal_reference and p not in wrong
+            m.routes = []
     if srv_sampled:
         out["srv_sampled"] = run_srv_sampled(s, cls, ref, timer, per_class=srv_sampled, seed=seed)
     return out
+
+
+#: the profiles of the steady figure, in this order (the faithful SRV is reported as
+#: measured: seconds per notification at 10,000 filters, too slow to repeat)
+STEADY_PROFILES: Final = (RV, FAST, PLAIN)
+#: (numerator, denominator) of the steady ratios: the issue's two goals
+STEADY_RATIOS: Final = ((FAST, RV), (RV, PLAIN))
 
 
 def run_srv_sampled(
