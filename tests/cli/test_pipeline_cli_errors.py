@@ -116,7 +116,7 @@ def test_demo_refuses_a_bad_master_before_the_network_part() -> None:
 
 
 def test_bench_pipeline_refuses_empty_runs_before_spark() -> None:
-    for flag in ("--subscriptions", "--events", "--cores"):
+    for flag in ("--subscriptions", "--events", "--cores", "--repeat"):
         res = CliRunner().invoke(cli, ["bench", "pipeline", flag, "0"])
         assert res.exit_code == 2 and "Traceback" not in res.output
         assert f"Invalid value for '{flag}': 0 is not in the range x>=1." in res.stderr

@@ -265,6 +265,13 @@ def register(cli: click.Group) -> None:
         help="Also run a sweep and plot time vs matches to this PNG.",
     )
     @click.option("--seed", type=int, default=1, show_default=True)
+    @click.option(
+        "--repeat",
+        type=click.IntRange(min=1),
+        default=3,
+        show_default=True,
+        help="Timed rounds after a warm-up; ratios are medians of per-round ratios.",
+    )
     @click.option("--json", "as_json", is_flag=True)
     def bench_pipeline(
         subscriptions: int,
@@ -276,6 +283,7 @@ def register(cli: click.Group) -> None:
         no_scaling: bool,
         sweep_png: Path | None,
         seed: int,
+        repeat: int,
         as_json: bool,
     ) -> None:
         """Match-stage throughput of each profile vs the plaintext join on the same data."""
@@ -301,6 +309,7 @@ def register(cli: click.Group) -> None:
             scaling=not no_scaling,
             sweep_png=sweep_png,
             seed=seed,
+            repeat=repeat,
             progress=_progress(as_json),
         )
         if as_json:

@@ -8,8 +8,16 @@ the number of (subscriber, filter) pairs); the topic-based ``eventguard`` uses a
 workload (eventguard.txt §6.2.1 shape) of the same subscription count. Each profile protects
 the workload once per mode on the driver with its own scheme clients
 (:mod:`pubguard.pipeline.profiles`); the match stage is then timed on exactly the tables an
-executor gets, every run reading cached inputs, interleaved best-of-N after one warm-up. The
-validate stage (the broker's guards) is timed once per run and reported beside it.
+executor gets, every run reading cached inputs. The validate stage (the broker's guards) is
+timed once per run and reported beside it.
+
+The method. After one warm-up of every run, ``repeat`` rounds each time the plaintext join
+and every run once, back to back, the order reversed every other round. Each throughput ratio
+is computed *within* a round and the headline is the median of those per-round ratios, with
+their spread (min-max): on a shared machine a neighbour's burst slows one round's pair, which
+moves that round's ratio, where a best-of-N per run compares seconds taken minutes apart. The
+1-core rounds are summarised the same way, and ``scaling_vs_plain`` pairs round ``i`` of the
+1-core runs with round ``i`` of the N-core runs. Seconds are medians over the rounds.
 
 ``--master spark://...`` runs everything on that cluster; otherwise ``local[N]`` against
 ``local[1]`` gives the scaling ratio (the session is restarted for it), and the goal divides
@@ -27,11 +35,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pubguard.pipeline import stages as S
 from pubguard.pipeline.tables import EVENT_COLUMNS
@@ -42,6 +51,15 @@ PAPER = "psguard.txt §5.2.3: throughput 2.2% below Siena with key caching (brok
 GOALS = {"deterministic": 0.5, "randomized": 0.3, "eventguard": 0.9, "scaling_vs_plain": 0.95}
 #: profiles that route on topics only get a topic workload (and its own plaintext join)
 TOPIC_PROFILES = frozenset({"eventguard"})
+METHOD = (
+    "one warm-up, then rounds timing the plaintext join and each run back to back (order "
+    "alternating between rounds); each ratio computed within its round; median over rounds, "
+    "spread = min-max"
+)
+#: timed rounds per run after the warm-up (``--repeat``): at 100,000 subscriptions, on this
+#: 2-core machine shared with other jobs, ``--profile eventguard`` takes 4.5 minutes with 3
+#: (protect included) and ``--profile default,eventguard --mode both`` 8.5
+REPEAT: Final = 3
 
 
 def goal_for(run: str) -> float | None:
@@ -152,8 +170,12 @@ def _protected_run(built: Any, profile: str, mode: str, seed: int, plain: _Run) 
     )
 
 
-def _prepare(spark: Any, run: _Run) -> tuple[Callable[[], tuple[float, int]], Callable[[], float]]:
-    """Cache the inputs; return functions that time one match run and one validate run."""
+_Once = Callable[[], tuple[float, int, float]]
+
+
+def _prepare(spark: Any, run: _Run) -> tuple[_Once, Callable[[], float], Callable[[], None]]:
+    """Cache the inputs; return functions that time one match run and one validate run, and
+    one that releases the inputs."""
     from pyspark.sql import types as T
 
     from pubguard.pipeline.tables import events_schema, filters_schema, subscriptions_schema
@@ -181,9 +203,10 @@ def _prepare(spark: Any, run: _Run) -> tuple[Callable[[], tuple[float, int]], Ca
         df.count()
     prof = run.profile
 
-    def once() -> tuple[float, int]:
+    def once() -> tuple[float, int, float]:
         """The match stage as a run does it: the deliveries, then each delivered event's
-        publication once (the plaintext join attaches its event body the same way)."""
+        publication once (the plaintext join attaches its event body the same way). Returns
+        the seconds of both, the deliveries, and the seconds of the publications step."""
         t = time.perf_counter()
         if prof is None:
             out = S.match(events, filters, subs, mode="deterministic")
@@ -191,12 +214,13 @@ def _prepare(spark: Any, run: _Run) -> tuple[Callable[[], tuple[float, int]], Ca
             out = prof.match(events, filters, subs, mode=run.mode)
         out = out.cache()
         n = out.count()
+        t_pubs = time.perf_counter()
         pubs = S.publications(events, out, run.body).cache()
         pubs.count()
-        secs = time.perf_counter() - t
+        end = time.perf_counter()
         out.unpersist()
         pubs.unpersist()
-        return secs, n
+        return end - t, n, end - t_pubs
 
     def validate() -> float:
         if prof is None:
@@ -208,27 +232,73 @@ def _prepare(spark: Any, run: _Run) -> tuple[Callable[[], tuple[float, int]], Ca
             raise RuntimeError(f"bench validation dropped events: {by_reason}")
         return time.perf_counter() - t
 
-    return once, validate
+    def release() -> None:
+        for df in (events, filters, subs):
+            df.unpersist()
+
+    return once, validate, release
+
+
+@dataclass
+class _Timed:
+    """One run's timings: the match-stage seconds of each round (warm-up excluded), its
+    deliveries, and one validate time (0: not asked, or the plaintext join)."""
+
+    seconds: list[float]
+    deliveries: int
+    validate: float = 0.0
+    publications: list[float] = field(default_factory=list)  # the publications step alone
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def _round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
+    """The order of each round: as given, then reversed, alternating, so neither run of a
+    pair always comes first (a run can inherit a neighbour's garbage or warm caches)."""
+    return [list(names) if i % 2 == 0 else list(reversed(names)) for i in range(rounds)]
 
 
 def _time_all(
-    spark: Any, runs: dict[str, _Run], reps: int, validate: bool = False
-) -> dict[str, tuple[float, int, float]]:
-    """Warm up every run, then ``reps`` interleaved rounds; best match time per run (and one
-    validate time per protected run when asked)."""
+    spark: Any, runs: dict[str, _Run], rounds: int, validate: bool = False
+) -> dict[str, _Timed]:
+    """Warm up every run, then ``rounds`` rounds timing every run once, back to back, the
+    order alternating between rounds (:func:`_round_orders`); one validate time per
+    protected run when asked. A ratio is then computed within each round
+    (:func:`round_ratios`), so a neighbour's burst moves one round's pair, not one run."""
     prepared = {name: _prepare(spark, r) for name, r in runs.items()}
-    best: dict[str, tuple[float, int, float]] = {}
-    for i in range(reps + 1):
-        for name, (once, _) in prepared.items():
-            secs, n = once()
-            if i and (name not in best or secs < best[name][0]):
-                best[name] = (secs, n, 0.0)
+    counts: dict[str, int] = {}
+    for name, (once, _, _) in prepared.items():  # warm-up
+        counts[name] = once()[1]
+    timed = {name: _Timed([], n) for name, n in counts.items()}
+    for order in _round_orders(list(prepared), rounds):
+        for name in order:
+            t, n, t_pubs = prepared[name][0]()
+            if n != counts[name]:
+                raise RuntimeError(f"bench run {name} changed its deliveries: {counts[name]}, {n}")
+            timed[name].seconds.append(t)
+            timed[name].publications.append(t_pubs)
     if validate:
-        for name, (_, val) in prepared.items():
-            secs, n, _ = best[name]
-            best[name] = (secs, n, val())
-    spark.catalog.clearCache()
-    return best
+        for name, (_, val, _) in prepared.items():
+            timed[name].validate = val()
+    for _, _, release in prepared.values():
+        release()
+    return timed
+
+
+def round_ratios(base: Sequence[float], run: Sequence[float]) -> list[float]:
+    """Per-round throughput ratios ``base[i] / run[i]`` (seconds of the same round)."""
+    return [b / r for b, r in zip(base, run, strict=True)]
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """``median``, the per-round ``rounds`` and their ``spread`` ``[min, max]``."""
+    return {
+        "median": statistics.median(values),
+        "rounds": list(values),
+        "spread": [min(values), max(values)],
+    }
 
 
 def _session(cores: int, master: str | None = None) -> Any:
@@ -277,7 +347,7 @@ def bench_pipeline(
     scaling: bool = True,
     sweep_png: Path | None = None,
     seed: int = 1,
-    reps: int = 2,
+    repeat: int = REPEAT,
     progress: Progress = _noop,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
@@ -298,38 +368,20 @@ def bench_pipeline(
         "paper": PAPER,
         "goals": GOALS,
         "groups": {},
+        "repeat": repeat,
+        "method": METHOD,
         "loadavg": list(os.getloadavg()),
     }
     spark = _session(cores, master)
-    best = {k: _time_all(spark, runs, reps, validate=True) for k, runs in groups.items()}
+    timed = {k: _time_all(spark, runs, repeat, validate=True) for k, runs in groups.items()}
     scale = scaling and master is None
-    best1: dict[str, dict[str, tuple[float, int, float]]] = {}
+    timed1: dict[str, dict[str, _Timed]] = {}
     if scale:
         spark = _session(1)
-        best1 = {k: _time_all(spark, runs, reps) for k, runs in groups.items()}
+        timed1 = {k: _time_all(spark, runs, repeat) for k, runs in groups.items()}
         spark = _session(cores)
-    for kind, timed in best.items():
-        out: dict[str, dict[str, Any]] = {}
-        res["groups"][kind] = out
-        psecs = timed["plain"][0]
-        for name, (rsecs, rn, vsecs) in timed.items():
-            r: dict[str, Any] = {"seconds": rsecs, "deliveries": rn, "events_per_s": events / rsecs}
-            out[name] = r
-            r["deliveries_per_s"] = rn / rsecs
-            if name != "plain":
-                r["ratio_vs_plain"] = psecs / rsecs
-                r["validate_seconds"] = vsecs
-                r["goal"] = goal_for(name)
-            if scale:
-                r["seconds_1core"] = best1[kind][name][0]
-                r["scaling"] = r["seconds_1core"] / rsecs
-            msg = f"{kind} {name}: {rsecs:.2f}s, {rn} deliveries, {psecs / rsecs:.0%} of plaintext"
-            progress("match", msg + (f", {r['scaling']:.2f}x scaling" if scale else ""))
-        if scale:
-            plain_scaling = out["plain"]["scaling"]
-            for name, r in out.items():
-                if name != "plain":
-                    r["scaling_vs_plain"] = r["scaling"] / plain_scaling
+    for kind, runs_timed in timed.items():
+        res["groups"][kind] = _group_result(runs_timed, timed1.get(kind), events, kind, progress)
     if sweep_png is not None:
         vcaps_modes = [m for m in modes if "default" in profiles or "psguard" in profiles]
         prof = "default" if "default" in profiles else "psguard"
@@ -339,6 +391,59 @@ def bench_pipeline(
     res["total_seconds"] = time.perf_counter() - t0
     res["loadavg_end"] = list(os.getloadavg())  # a shared machine depresses the ratios
     return res
+
+
+def _group_result(
+    timed: dict[str, _Timed],
+    timed1: dict[str, _Timed] | None,
+    events: int,
+    kind: str,
+    progress: Progress,
+) -> dict[str, dict[str, Any]]:
+    """One workload's results. Every ratio is computed within a round (the plaintext join and
+    the run timed back to back) and summarised by its median and spread over the rounds; the
+    1-core rounds likewise; ``scaling_vs_plain`` pairs round ``i`` of the 1-core runs with
+    round ``i`` of the N-core runs: ``(ours_1 / ours_N) / (plain_1 / plain_N)``, which is the
+    N-core ratio of that round divided by the 1-core ratio of that round."""
+    plain = timed["plain"]
+    out: dict[str, dict[str, Any]] = {}
+    for name, t in timed.items():
+        secs = t.median
+        r: dict[str, Any] = {
+            "seconds": secs,
+            "seconds_rounds": list(t.seconds),
+            "publications_seconds": statistics.median(t.publications) if t.publications else None,
+            "deliveries": t.deliveries,
+            "events_per_s": events / secs,
+            "deliveries_per_s": t.deliveries / secs,
+        }
+        ratios = round_ratios(plain.seconds, t.seconds)
+        if name != "plain":
+            s = summary(ratios)
+            r |= {"ratio_vs_plain": s["median"], "ratio_rounds": s["rounds"]}
+            r |= {"ratio_spread": s["spread"], "validate_seconds": t.validate}
+            r["goal"] = goal_for(name)
+        msg = f"{kind} {name}: {secs:.2f}s (median), {t.deliveries} deliveries"
+        if timed1 is not None:
+            t1 = timed1[name]
+            r["seconds_1core"] = t1.median
+            r["seconds_1core_rounds"] = list(t1.seconds)
+            r["scaling"] = statistics.median(round_ratios(t1.seconds, t.seconds))
+            msg += f", {r['scaling']:.2f}x scaling"
+            if name != "plain":
+                ratios1 = round_ratios(timed1["plain"].seconds, t1.seconds)
+                s1 = summary(ratios1)
+                r |= {"ratio_vs_plain_1core": s1["median"], "ratio_1core_rounds": s1["rounds"]}
+                r["ratio_1core_spread"] = s1["spread"]
+                sc = summary(round_ratios(ratios, ratios1))
+                r |= {"scaling_vs_plain": sc["median"], "scaling_vs_plain_rounds": sc["rounds"]}
+                r["scaling_vs_plain_spread"] = sc["spread"]
+        if name != "plain":
+            lo, hi = r["ratio_spread"]
+            msg += f", {r['ratio_vs_plain']:.2f} of plaintext ({lo:.2f}-{hi:.2f})"
+        progress("match", msg)
+        out[name] = r
+    return out
 
 
 def _with_dead(built: Any, dead: int, seed: int) -> Any:
@@ -395,10 +500,10 @@ def _sweep(
         tables = {"plain": plain}
         for m in modes:
             tables[m] = _protected_run(built, profile, m, seed, plain)
-        best = _time_all(spark, tables, 1)
-        row["matches"] = best["plain"][1]
-        for name, (secs, _, _) in best.items():
-            row[name] = secs
+        timed = _time_all(spark, tables, 1)
+        row["matches"] = timed["plain"].deliveries
+        for name, t in timed.items():
+            row[name] = t.median
         points.append(row)
         progress(
             "sweep",
@@ -442,7 +547,7 @@ def _figure(points: list[dict[str, Any]], modes: Sequence[str]) -> Any:
     axes[1].set_xlabel("events x subscriptions (millions)")
     axes[1].set_title("against events x subscriptions")
     for ax in axes:
-        ax.set_ylabel("match stage time (s, best of 1 after warm-up)")
+        ax.set_ylabel("match stage time (s, 1 round after a warm-up)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7)
@@ -474,8 +579,16 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
         title=f"bench pipeline: {res['events']} events, {res['master']} "
         f"(subscriptions: {', '.join(f'{k} {v}' for k, v in res['subscriptions'].items())})"
     )
-    cols = ("workload", "run", "seconds", "events/s", "deliveries/s", "vs plaintext", "goal")
-    for col in (*cols, "validate s", "scaling", "scaling / plaintext's"):
+    cols = ("workload", "run", "seconds", "pubs s", "events/s", "deliveries/s", "vs plaintext")
+    for col in (
+        *cols,
+        "spread",
+        "goal",
+        "validate s",
+        "scaling",
+        "scaling / plaintext's",
+        "spread ",
+    ):
         t.add_column(col, justify="right")
     for kind, runs in res["groups"].items():
         for name, r in runs.items():
@@ -484,15 +597,25 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
                 kind,
                 name,
                 f"{r['seconds']:.2f}",
+                "-"
+                if r.get("publications_seconds") is None
+                else f"{r['publications_seconds']:.2f}",
                 f"{r['events_per_s']:.0f}",
                 f"{r['deliveries_per_s']:.0f}",
                 "1.00" if name == "plain" else f"{r['ratio_vs_plain']:.2f}",
+                _spread(r.get("ratio_spread")),
                 "-" if goal is None else f">= {goal:.2f}",
                 f"{r['validate_seconds']:.2f}" if "validate_seconds" in r else "-",
                 f"{r['scaling']:.2f}" if "scaling" in r else "-",
                 f"{r['scaling_vs_plain']:.2f}" if "scaling_vs_plain" in r else "-",
+                _spread(r.get("scaling_vs_plain_spread")),
             )
     console.print(t)
+    console.print(
+        f"seconds: median of {res.get('repeat', 1)} rounds (pubs s: of which the publications "
+        f"step); ratios: median of per-round ratios "
+        "(plaintext join and run back to back, order alternating), spread = min-max"
+    )
     console.print(
         f"paper: {res['paper']}; scaling goal: ours / plaintext join's >= "
         f"{GOALS['scaling_vs_plain']}"
@@ -505,3 +628,7 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
             + (f", at end {end[0]:.2f}" if end else "")
             + f" (machine has {os.cpu_count()} cores)"
         )
+
+
+def _spread(lo_hi: Sequence[float] | None) -> str:
+    return "-" if not lo_hi else f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f}"

@@ -1,0 +1,87 @@
+"""How ``bench pipeline`` measures: rounds in alternating order, ratios within a round,
+medians and spreads over rounds, and a tiny real run on the shared session whose two joins
+agree on the deliveries."""
+
+from __future__ import annotations
+
+import io
+import statistics
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pubguard.pipeline import bench as B
+
+SECS = st.floats(min_value=0.01, max_value=100.0, allow_nan=False)
+
+
+def test_rounds_alternate_their_order() -> None:
+    orders = B._round_orders(["plain", "eventguard/deterministic"], 4)
+    assert (
+        orders
+        == [
+            ["plain", "eventguard/deterministic"],
+            ["eventguard/deterministic", "plain"],
+        ]
+        * 2
+    )
+
+
+def test_ratio_is_the_median_of_per_round_ratios_not_a_ratio_of_bests() -> None:
+    # a neighbour's burst slows round 2 of the plaintext join and round 3 of the run
+    timed = {"plain": B._Timed([10.0, 20.0, 10.0], 7), "eg/d": B._Timed([10.0, 10.0, 20.0], 7)}
+    timed1 = {"plain": B._Timed([20.0, 20.0, 20.0], 7), "eg/d": B._Timed([25.0, 20.0, 20.0], 7)}
+    out = B._group_result(timed, timed1, 100, "topics", lambda *_: None)
+    r = out["eg/d"]
+    assert r["ratio_rounds"] == [1.0, 2.0, 0.5]
+    assert r["ratio_vs_plain"] == 1.0 and r["ratio_spread"] == [0.5, 2.0]
+    assert r["seconds"] == 10.0 and r["seconds_rounds"] == [10.0, 10.0, 20.0]
+    assert r["ratio_1core_rounds"] == [0.8, 1.0, 1.0]
+    # round i of 2 cores against round i of 1 core: (ours_1/ours_2) / (plain_1/plain_2)
+    assert r["scaling_vs_plain_rounds"] == pytest.approx([1.25, 2.0, 0.5])
+    assert r["scaling_vs_plain"] == pytest.approx(1.25)
+    assert r["scaling_vs_plain_spread"] == pytest.approx([0.5, 2.0])
+    assert out["plain"]["scaling"] == 2.0 and "ratio_vs_plain" not in out["plain"]
+
+
+@given(st.lists(st.tuples(SECS, SECS, SECS, SECS), min_size=1, max_size=7))
+def test_scaling_vs_plain_is_the_per_round_ratio_of_ratios(rounds: list[Any]) -> None:
+    p2, o2, p1, o1 = (list(c) for c in zip(*rounds, strict=True))
+    timed = {"plain": B._Timed(p2, 1), "x/d": B._Timed(o2, 1)}
+    timed1 = {"plain": B._Timed(p1, 1), "x/d": B._Timed(o1, 1)}
+    r = B._group_result(timed, timed1, 10, "k", lambda *_: None)["x/d"]
+    per_round = [(b / a) / (d / c) for a, b, c, d in zip(o2, o1, p2, p1, strict=True)]
+    assert r["scaling_vs_plain_rounds"] == pytest.approx(per_round)
+    assert r["scaling_vs_plain"] == pytest.approx(statistics.median(per_round))
+    lo, hi = r["ratio_spread"]
+    assert lo <= r["ratio_vs_plain"] <= hi
+
+
+def test_a_tiny_bench_on_the_shared_session(spark: Any) -> None:
+    """One round (after the warm-up) of the eventguard match stage beside the plaintext
+    join: the same deliveries, a time per round, the ratio and a table with its spread."""
+    from rich.console import Console
+
+    groups = B._groups(40, 12, ["eventguard"], ["deterministic"], seed=3)
+    timed = B._time_all(spark, groups["topics"], 1)
+    assert timed["plain"].deliveries == timed["eventguard/deterministic"].deliveries > 0
+    assert all(len(t.seconds) == len(t.publications) == 1 for t in timed.values())
+    assert all(0 < t.publications[0] < t.seconds[0] for t in timed.values())
+    out = B._group_result(timed, None, 12, "topics", lambda *_: None)
+    res = {
+        "events": 12,
+        "master": "local[2]",
+        "subscriptions": {"topics": 40},
+        "groups": {"topics": out},
+        "repeat": 1,
+        "paper": B.PAPER,
+    }
+    buf = io.StringIO()
+    B.print_bench(res, Console(file=buf, width=200))
+    r = out["eventguard/deterministic"]
+    ratio = timed["plain"].seconds[0] / timed["eventguard/deterministic"].seconds[0]
+    assert r["ratio_vs_plain"] == ratio and r["ratio_spread"] == [ratio, ratio]
+    assert f"{ratio:.2f}-{ratio:.2f}" in buf.getvalue()
+    assert "median of 1 rounds" in buf.getvalue()
