@@ -496,6 +496,8 @@ fn fuzz_default(rng: &mut Rng, count: u64) -> (u64, u64, u64) {
             for _ in 0..8 {
                 let (eid2, tags2, body2, f2) = mutated_record(rng, (&eid, &tags, &body, &fields));
                 let m = df_meta(&f2);
+                // the batch pre-pass reads the same frame first (no state change)
+                let _ = guard.batch_item(&roots, &eid2, "randomized", &[7u8; 16], Val::Bytes(&tags2), &body2, &m, NOW);
                 let v = guard.check(&mut roots, &mut w, &eid2, "randomized", &[7u8; 16], Val::Bytes(&tags2), &body2, &m, NOW);
                 done += 1;
                 if v == Ok(Verdict::Pass) {
@@ -745,6 +747,8 @@ fn main() {
                 mutate(&mut rng, &mut q);
                 let m = meta_of(&q);
                 let now = if rng.below(16) == 0 { NOW + rng.below(200) as f64 } else { NOW };
+                // the batch pre-pass reads the same frame first (no state change)
+                let _ = guard.batch_item(&roots, &q.event_id, "eventguard", &q.tokens, &q.body, &m, now);
                 let v = guard.check(&mut roots, &mut env, &q.event_id, "eventguard", &q.tokens, &q.body, &m, now);
                 done += 1;
                 match v {
