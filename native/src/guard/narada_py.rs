@@ -13,19 +13,14 @@
 //! The one way a batch judges differently from OpenSSL (a signature whose `R` carries a
 //! small-order component, which only the key's holder can make) is in `ed25519.rs`'s notes.
 
-use super::core::{Reason, Val, HOT_CAPACITY};
+use super::batch::SigBatches;
+use super::core::{Reason, SigItem, Val, HOT_CAPACITY};
 use super::narada::{check, is_service_topic, signed_digest, NdEnv, NdMeta, NdToken};
 use super::py::{classify, exact_bytes, exact_str, meta_items, missing_marker, run_frames};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
-use std::collections::{HashMap, HashSet};
-
-/// Signatures the batch verified: sig -> (entity key, digest).
-type Batched = HashMap<Vec<u8>, (Vec<u8>, Vec<u8>)>;
-
-/// The fewest signatures worth a batch.
-const BATCH_MIN: usize = 2;
+use std::collections::HashMap;
 
 /// The scheme's callbacks, seen by the core as an `NdEnv`; `key` is the entity key of the
 /// token last verified (the one whose signature is checked next).
@@ -38,7 +33,7 @@ struct PyNdEnv<'a, 'py> {
     key: Option<(Bound<'py, PyAny>, Vec<u8>)>,
     /// token bytes -> the entity key it named when verified (the batch pre-pass's guess)
     learned: &'a mut HashMap<Vec<u8>, Vec<u8>>,
-    batched: &'a Batched,
+    sigs: &'a SigBatches,
 }
 
 impl NdEnv for PyNdEnv<'_, '_> {
@@ -77,10 +72,8 @@ impl NdEnv for PyNdEnv<'_, '_> {
 
     fn valid(&mut self, sig: &[u8], message: &[u8]) -> PyResult<bool> {
         let (k, raw) = self.key.as_ref().expect("a verified token");
-        if let Some((pk, digest)) = self.batched.get(sig) {
-            if pk == raw && digest.as_slice() == message {
-                return Ok(true); // verified in its run's batch
-            }
+        if self.sigs.verified(raw, sig, message) {
+            return Ok(true); // verified in its run's batch
         }
         k.call_method1(
             intern!(self.py, "is_valid"),
@@ -106,14 +99,9 @@ pub struct PyNdGuard {
     verified: PyObject,
     replay: PyObject,
     missing: PyObject,
-    batch_verify: bool,
     learned: HashMap<Vec<u8>, Vec<u8>>,
-    batched: Batched,
-    /// signatures that went into a batch attempt (each goes into one at most)
-    tried: HashSet<Vec<u8>>,
-    /// signatures verified in batches (the rest are checked alone)
-    #[pyo3(get)]
-    batch_verified: u64,
+    /// the batch state (`guard/batch.rs`): on or off, signatures tried and verified
+    sigs: SigBatches,
 }
 
 #[pymethods]
@@ -137,12 +125,15 @@ impl PyNdGuard {
             verified,
             replay,
             missing,
-            batch_verify,
             learned: HashMap::new(),
-            batched: HashMap::new(),
-            tried: HashSet::new(),
-            batch_verified: 0,
+            sigs: SigBatches::new(batch_verify),
         })
+    }
+
+    /// Signatures verified in batches (the rest are checked alone).
+    #[getter]
+    fn batch_verified(&self) -> u64 {
+        self.sigs.verified
     }
 
     /// The verdict on one publication whose routing part decoded to `topic`: "" to pass, a
@@ -172,7 +163,7 @@ impl PyNdGuard {
         broker_id: &Bound<'_, PyAny>,
         stop_on_strike: bool,
     ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
-        if self.batch_verify {
+        if self.sigs.enabled {
             self.batch(py, frames)?;
         }
         run_frames(py, frames, 4, stop_on_strike, |t| {
@@ -196,7 +187,7 @@ impl PyNdGuard {
             intern!(py, "seq"),
             intern!(py, "sig"),
         ];
-        let (mut pks, mut sigs, mut msgs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut batch = Vec::new();
         for f in frames.try_iter()? {
             let f = f?;
             let Ok(t) = f.downcast::<PyTuple>() else {
@@ -222,33 +213,20 @@ impl PyNdGuard {
             else {
                 continue;
             };
-            if kv < 0 || ts < 0 || seq < 0 || is_service_topic(topic) || self.tried.contains(sig) {
+            if kv < 0 || ts < 0 || seq < 0 || is_service_topic(topic) || !self.sigs.untried(sig) {
                 continue;
             }
             let Some(pk) = self.learned.get(tok) else {
                 continue;
             };
-            pks.push(pk.clone());
-            sigs.push(sig.to_vec());
-            msgs.push(signed_digest(
-                "publish", eid, topic, ts, seq, 0, kv, body, tok,
-            ));
+            batch.push(SigItem {
+                pk: pk.clone(),
+                sig: sig.to_vec(),
+                msg: signed_digest("publish", eid, topic, ts, seq, 0, kv, body, tok),
+            });
         }
-        if sigs.len() < BATCH_MIN {
-            return Ok(());
-        }
-        let ok = py.allow_threads(|| crate::ed25519::batch(&pks, &sigs, &msgs));
-        if self.tried.len() + sigs.len() > HOT_CAPACITY {
-            self.tried.clear();
-            self.batched.clear();
-        }
-        for (((pk, sig), msg), good) in pks.into_iter().zip(sigs).zip(msgs).zip(ok) {
-            self.tried.insert(sig.clone());
-            if good {
-                self.batch_verified += 1;
-                self.batched.insert(sig, (pk, msg));
-            }
-        }
+        let sigs = &mut self.sigs;
+        py.allow_threads(|| sigs.run(batch));
         Ok(())
     }
 
@@ -292,7 +270,7 @@ impl PyNdGuard {
             replay: self.replay.bind(py),
             key: None,
             learned: &mut self.learned,
-            batched: &self.batched,
+            sigs: &self.sigs,
         };
         let topic = classify(&items[1], missing);
         let verdict = check(&mut env, event_id, topic, body, &m, now, self.max_delay)?;

@@ -253,14 +253,18 @@ def hermes_kgm(
     )
 
 
-@click.command("revoke", short_help="Revoke a broker's capability at the key-group manager.")
-@click.option(
+#: ``--state``: the cluster's state folder (``cluster up``'s)
+_STATE = click.option(
     "--state",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("pubguard-cluster"),
     show_default=True,
     help="The cluster's state folder.",
 )
+
+
+@click.command("revoke", short_help="Revoke a broker's capability at the key-group manager.")
+@_STATE
 @click.option("--broker", default=None, help="Revoke every capability this broker holds.")
 @click.option("--serial", type=int, default=None, help="Or one capability serial.")
 def hermes_revoke(state: Path, broker: str | None, serial: int | None) -> None:
@@ -286,13 +290,7 @@ def hermes_revoke(state: Path, broker: str | None, serial: int | None) -> None:
 
 
 @click.command("readmit", short_help="Take back a broker's revocation (the type owner).")
-@click.option(
-    "--state",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("pubguard-cluster"),
-    show_default=True,
-    help="The cluster's state folder.",
-)
+@_STATE
 @click.option("--broker", required=True, help="The revoked broker to readmit.")
 def hermes_readmit(state: Path, broker: str) -> None:
     """As the type owner ($PUBGUARD_HERMES_OWNER), remove a broker from the signed revocation

@@ -67,6 +67,17 @@ def bench_type(attribute: str) -> EventType:
     return BENCH_TYPE if attribute == "topic" else BENCH_NUMERIC
 
 
+def _bench_bundle(tmp: str, now: float, attribute: str, seed: int) -> KeyBundle:
+    """The keys of the bench's one type and its publisher, under ``tmp``."""
+    return KeyBundle(
+        tmp,
+        now=now,
+        types=(bench_type(attribute),),
+        identities=(PUBLISHER,),
+        rng=random.Random(seed),
+    )
+
+
 def bench_filter(attribute: str, j: int) -> str:
     """Subscriber ``j``'s filter: ``topic = "s<j>"``, or its own numeric range; no two
     subscribers' filters overlap, so every event matches exactly one (fan-out one)."""
@@ -126,13 +137,7 @@ def _valid_setup(
 
     now = time.time()
     with _tf.TemporaryDirectory(prefix="pubguard-valid-") as tmp:
-        bundle = KeyBundle(
-            tmp,
-            now=now,
-            types=(bench_type(attribute),),
-            identities=(PUBLISHER,),
-            rng=random.Random(seed),
-        )
+        bundle = _bench_bundle(tmp, now, attribute, seed)
         client = bundle.client(profile, PUBLISHER, topics=("s0",), now=now)
         keys = bundle.broker_keys(narada=profile == "narada")
         if profile == "narada" and not token_cache:
@@ -257,13 +262,7 @@ def _core_setup(
             pub: Any = scheme
             subs: list[Any] = [scheme] * subscribers
         else:
-            bundle = KeyBundle(
-                tmp,
-                now=now,
-                types=(bench_type(attribute),),
-                identities=(PUBLISHER,),
-                rng=random.Random(seed),
-            )
+            bundle = _bench_bundle(tmp, now, attribute, seed)
             pub = bundle.client(profile, PUBLISHER, topics=tuple(topics), now=now)
             subs = [
                 bundle.client(profile, f"bench-sub{j}", topics=(t,), now=now)
@@ -312,13 +311,7 @@ def client_costs(
 
     now = time.time()
     with _tf.TemporaryDirectory(prefix="pubguard-client-") as tmp:
-        bundle = KeyBundle(
-            tmp,
-            now=now,
-            types=(bench_type(attribute),),
-            identities=(PUBLISHER,),
-            rng=random.Random(seed),
-        )
+        bundle = _bench_bundle(tmp, now, attribute, seed)
         f = Filter.parse(bench_filter(attribute, 0))
         sub = bundle.client(profile, "bench-sub0", topics=("s0",), now=now)
         sub.protect_filter(f, now=now)
@@ -359,13 +352,7 @@ def shared_open_cost(
 
     now = time.time()
     with _tf.TemporaryDirectory(prefix="pubguard-open-") as tmp:
-        bundle = KeyBundle(
-            tmp,
-            now=now,
-            types=(bench_type(attribute),),
-            identities=(PUBLISHER,),
-            rng=random.Random(seed),
-        )
+        bundle = _bench_bundle(tmp, now, attribute, seed)
         topics = tuple(f"s{j}" for j in range(subscribers))
         subs: list[Any] = []  # DefaultClient / EventGuardClient: they count signature_checks
         for j in range(subscribers):
