@@ -261,20 +261,24 @@ def _round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
 
 
 def _time_all(
-    spark: Any, runs: dict[str, _Run], rounds: int, validate: bool = False
+    spark: Any, runs: dict[str, _Run], rounds: int, validate: bool = False, warm_up: bool = True
 ) -> dict[str, _Timed]:
-    """Warm up every run, then ``rounds`` rounds timing every run once, back to back, the
-    order alternating between rounds (:func:`_round_orders`); one validate time per
-    protected run when asked. A ratio is then computed within each round
+    """Warm up every run (unless ``warm_up`` is false: the first round then counts the
+    deliveries), then ``rounds`` rounds timing every run once, back to back, the order
+    alternating between rounds (:func:`_round_orders`); one validate time per protected run
+    when asked. A ratio is then computed within each round
     (:func:`round_ratios`), so a neighbour's burst moves one round's pair, not one run."""
     prepared = {name: _prepare(spark, r) for name, r in runs.items()}
     counts: dict[str, int] = {}
-    for name, (once, _, _) in prepared.items():  # warm-up
-        counts[name] = once()[1]
+    if warm_up:
+        for name, (once, _, _) in prepared.items():
+            counts[name] = once()[1]
     timed = {name: _Timed([], n) for name, n in counts.items()}
     for order in _round_orders(list(prepared), rounds):
         for name in order:
             t, n, t_pubs = prepared[name][0]()
+            counts.setdefault(name, n)
+            timed.setdefault(name, _Timed([], n))
             if n != counts[name]:
                 raise RuntimeError(f"bench run {name} changed its deliveries: {counts[name]}, {n}")
             timed[name].seconds.append(t)
