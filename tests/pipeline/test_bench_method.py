@@ -69,6 +69,7 @@ def test_a_tiny_bench_on_the_shared_session(spark: Any) -> None:
     assert timed["plain"].deliveries == timed["eventguard/deterministic"].deliveries > 0
     assert all(len(t.seconds) == len(t.publications) == 1 for t in timed.values())
     assert all(0 < t.publications[0] < t.seconds[0] for t in timed.values())
+    assert all(len(t.cpu) == 1 and t.cpu[0] > 0 for t in timed.values())  # the JVM's work
     out = B._group_result(timed, None, 12, "topics", lambda *_: None)
     res = {
         "events": 12,
@@ -85,3 +86,33 @@ def test_a_tiny_bench_on_the_shared_session(spark: Any) -> None:
     assert r["ratio_vs_plain"] == ratio and r["ratio_spread"] == [ratio, ratio]
     assert f"{ratio:.2f}-{ratio:.2f}" in buf.getvalue()
     assert "median of 1 rounds" in buf.getvalue()
+    cpu_ratio = timed["plain"].cpu[0] / timed["eventguard/deterministic"].cpu[0]
+    assert r["cpu_ratio_vs_plain"] == cpu_ratio and f"{cpu_ratio:.2f} (" in buf.getvalue()
+
+
+_BURN = "import time\nt = time.process_time() + 0.25\nwhile time.process_time() < t: pass\n"
+
+
+def test_tree_cpu_counts_live_and_reaped_descendants() -> None:
+    """A run's CPU is its process tree's: a worker still running is counted, and one that
+    has exited and been reaped stays counted (in its parent's cutime), once."""
+    import subprocess
+    import sys
+    import time
+
+    before = B.tree_cpu_seconds()
+    assert before is not None
+    child = subprocess.Popen([sys.executable, "-c", _BURN + "time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        live = before
+        while live - before < 0.2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            live = B.tree_cpu_seconds() or before
+        assert live - before >= 0.2  # the live child's burn
+    finally:
+        child.kill()
+        child.wait()
+    reaped = B.tree_cpu_seconds()
+    assert reaped is not None and reaped - before >= 0.2
+    assert B.tree_cpu_seconds(root=2**22 + 7) is None  # no such process

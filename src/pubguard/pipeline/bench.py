@@ -170,7 +170,7 @@ def _protected_run(built: Any, profile: str, mode: str, seed: int, plain: _Run) 
     )
 
 
-_Once = Callable[[], tuple[float, int, float]]
+_Once = Callable[[], tuple[float, int, float, float | None]]
 
 
 def _prepare(spark: Any, run: _Run) -> tuple[_Once, Callable[[], float], Callable[[], None]]:
@@ -202,11 +202,14 @@ def _prepare(spark: Any, run: _Run) -> tuple[_Once, Callable[[], float], Callabl
     for df in (events, filters, subs):
         df.count()
     prof = run.profile
+    local = spark.sparkContext.master.startswith("local")
 
-    def once() -> tuple[float, int, float]:
+    def once() -> tuple[float, int, float, float | None]:
         """The match stage as a run does it: the deliveries, then each delivered event's
         publication once (the plaintext join attaches its event body the same way). Returns
-        the seconds of both, the deliveries, and the seconds of the publications step."""
+        the seconds of both, the deliveries, the seconds of the publications step, and the CPU
+        seconds the run took (:func:`tree_cpu_seconds`; None off a local session)."""
+        cpu0 = tree_cpu_seconds() if local else None
         t = time.perf_counter()
         if prof is None:
             out = S.match(events, filters, subs, mode="deterministic")
@@ -218,9 +221,11 @@ def _prepare(spark: Any, run: _Run) -> tuple[_Once, Callable[[], float], Callabl
         pubs = S.publications(events, out, run.body).cache()
         pubs.count()
         end = time.perf_counter()
+        cpu1 = tree_cpu_seconds() if local else None
         out.unpersist()
         pubs.unpersist()
-        return end - t, n, end - t_pubs
+        cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+        return end - t, n, end - t_pubs, cpu
 
     def validate() -> float:
         if prof is None:
@@ -239,6 +244,43 @@ def _prepare(spark: Any, run: _Run) -> tuple[_Once, Callable[[], float], Callabl
     return once, validate, release
 
 
+def tree_cpu_seconds(root: int | None = None) -> float | None:
+    """User + system CPU seconds of process ``root`` (default: this one) and every live
+    descendant, from ``/proc`` (None where there is none). A local session's JVM is this
+    process's child and its Python workers the JVM's descendants, so the difference of two
+    readings is the CPU a run took, on every core, whoever else shares the machine: a
+    neighbour's burst lengthens a run's wall clock but adds nothing here. Children already
+    reaped are in their parent's ``cutime``/``cstime``, so a worker that exits between two
+    readings is counted once."""
+    proc = Path("/proc")
+    root = os.getpid() if root is None else root
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    try:
+        entries = [e for e in os.listdir(proc) if e.isdigit()]
+    except OSError:
+        return None
+    for e in entries:
+        try:
+            stat = (proc / e / "stat").read_text()
+        except OSError:  # gone since the listing
+            continue
+        f = stat[stat.rindex(")") + 2 :].split()
+        parents[int(e)] = int(f[1])
+        times[int(e)] = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    if root not in times:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class _Timed:
     """One run's timings: the match-stage seconds of each round (warm-up excluded), its
@@ -248,6 +290,7 @@ class _Timed:
     deliveries: int
     validate: float = 0.0
     publications: list[float] = field(default_factory=list)  # the publications step alone
+    cpu: list[float] = field(default_factory=list)  # CPU seconds per round (local sessions)
 
     @property
     def median(self) -> float:
@@ -276,13 +319,15 @@ def _time_all(
     timed = {name: _Timed([], n) for name, n in counts.items()}
     for order in _round_orders(list(prepared), rounds):
         for name in order:
-            t, n, t_pubs = prepared[name][0]()
+            t, n, t_pubs, cpu = prepared[name][0]()
             counts.setdefault(name, n)
             timed.setdefault(name, _Timed([], n))
             if n != counts[name]:
                 raise RuntimeError(f"bench run {name} changed its deliveries: {counts[name]}, {n}")
             timed[name].seconds.append(t)
             timed[name].publications.append(t_pubs)
+            if cpu is not None:
+                timed[name].cpu.append(cpu)
     if validate:
         for name, (_, val, _) in prepared.items():
             timed[name].validate = val()
@@ -421,17 +466,26 @@ def _group_result(
             "events_per_s": events / secs,
             "deliveries_per_s": t.deliveries / secs,
         }
+        if t.cpu:
+            r |= {"cpu_seconds": statistics.median(t.cpu), "cpu_seconds_rounds": list(t.cpu)}
         ratios = round_ratios(plain.seconds, t.seconds)
         if name != "plain":
             s = summary(ratios)
             r |= {"ratio_vs_plain": s["median"], "ratio_rounds": s["rounds"]}
             r |= {"ratio_spread": s["spread"], "validate_seconds": t.validate}
             r["goal"] = goal_for(name)
+            if t.cpu and len(plain.cpu) == len(t.cpu):
+                c = summary(round_ratios(plain.cpu, t.cpu))
+                r |= {"cpu_ratio_vs_plain": c["median"], "cpu_ratio_rounds": c["rounds"]}
+                r["cpu_ratio_spread"] = c["spread"]
         msg = f"{kind} {name}: {secs:.2f}s (median), {t.deliveries} deliveries"
         if timed1 is not None:
             t1 = timed1[name]
             r["seconds_1core"] = t1.median
             r["seconds_1core_rounds"] = list(t1.seconds)
+            if t1.cpu:
+                r["cpu_seconds_1core"] = statistics.median(t1.cpu)
+                r["cpu_seconds_1core_rounds"] = list(t1.cpu)
             r["scaling"] = statistics.median(round_ratios(t1.seconds, t.seconds))
             msg += f", {r['scaling']:.2f}x scaling"
             if name != "plain":
@@ -439,6 +493,13 @@ def _group_result(
                 s1 = summary(ratios1)
                 r |= {"ratio_vs_plain_1core": s1["median"], "ratio_1core_rounds": s1["rounds"]}
                 r["ratio_1core_spread"] = s1["spread"]
+                if t1.cpu and len(timed1["plain"].cpu) == len(t1.cpu):
+                    c1 = summary(round_ratios(timed1["plain"].cpu, t1.cpu))
+                    r |= {"cpu_ratio_vs_plain_1core": c1["median"]}
+                    r |= {
+                        "cpu_ratio_1core_rounds": c1["rounds"],
+                        "cpu_ratio_1core_spread": c1["spread"],
+                    }
                 sc = summary(round_ratios(ratios, ratios1))
                 r |= {"scaling_vs_plain": sc["median"], "scaling_vs_plain_rounds": sc["rounds"]}
                 r["scaling_vs_plain_spread"] = sc["spread"]
@@ -588,6 +649,8 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
         *cols,
         "spread",
         "goal",
+        "cpu s",
+        "cpu vs plaintext",
         "validate s",
         "scaling",
         "scaling / plaintext's",
@@ -609,6 +672,12 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
                 "1.00" if name == "plain" else f"{r['ratio_vs_plain']:.2f}",
                 _spread(r.get("ratio_spread")),
                 "-" if goal is None else f">= {goal:.2f}",
+                f"{r['cpu_seconds']:.2f}" if "cpu_seconds" in r else "-",
+                (
+                    f"{r['cpu_ratio_vs_plain']:.2f} ({_spread(r['cpu_ratio_spread'])})"
+                    if "cpu_ratio_vs_plain" in r
+                    else "-"
+                ),
                 f"{r['validate_seconds']:.2f}" if "validate_seconds" in r else "-",
                 f"{r['scaling']:.2f}" if "scaling" in r else "-",
                 f"{r['scaling_vs_plain']:.2f}" if "scaling_vs_plain" in r else "-",
@@ -618,7 +687,9 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
     console.print(
         f"seconds: median of {res.get('repeat', 1)} rounds (pubs s: of which the publications "
         f"step); ratios: median of per-round ratios "
-        "(plaintext join and run back to back, order alternating), spread = min-max"
+        "(plaintext join and run back to back, order alternating), spread = min-max; cpu s: "
+        "CPU seconds of the driver, its JVM and Python workers on every core (a neighbour's "
+        "burst lengthens a round's seconds, not its CPU)"
     )
     console.print(
         f"paper: {res['paper']}; scaling goal: ours / plaintext join's >= "
