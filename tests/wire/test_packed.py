@@ -1,4 +1,4 @@
-"""The broker's packed forwarding (net/server/batching.py ``_packed``): a publication is packed once
+"""The broker's packed forwarding (net/server/batching.py ``pack_message``): a publication is packed once
 and spliced into its forwards and deliveries; the bytes decode to exactly ``to_wire()``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pubguard.net.server.batching import _packed
+from pubguard.net.server.batching import pack_message
 from pubguard.wire.framing import coalesce_frames, encode_message_frame, encode_run, pack
 from pubguard.wire.messages import Deliver, Publish, Subscribe, decode_message, publish_wire
 
@@ -38,10 +38,10 @@ def test_packed_equals_to_wire(eid, prof, routing, body, meta, sids, received) -
     dl = Deliver(pub, tuple(sids))
     cache: dict[int, bytes] = {}
     # the publication's fields are packed once, shared by both messages
-    assert _unpack(_packed(pub, cache)) == pub.to_wire()
-    assert _unpack(_packed(dl, cache)) == dl.to_wire()
+    assert _unpack(pack_message(pub, cache)) == pub.to_wire()
+    assert _unpack(pack_message(dl, cache)) == dl.to_wire()
     assert len(cache) == 1
-    assert decode_message(_unpack(_packed(dl, {}))) == dl
+    assert decode_message(_unpack(pack_message(dl, {}))) == dl
 
 
 def test_a_received_wire_with_empty_fields_decodes_the_same() -> None:
@@ -55,14 +55,14 @@ def test_a_received_wire_with_empty_fields_decodes_the_same() -> None:
     }
     pub = decode_message(wire)
     assert isinstance(pub, Publish) and pub.wire is wire
-    assert decode_message(_unpack(_packed(pub, {}))) == pub
+    assert decode_message(_unpack(pack_message(pub, {}))) == pub
     dl = Deliver(pub, ("s1", "s2"))
-    assert decode_message(_unpack(_packed(dl, {}))) == dl
+    assert decode_message(_unpack(pack_message(dl, {}))) == dl
 
 
 def test_other_messages_are_packed_whole() -> None:
     sub = Subscribe("s1", "plain", {"topic": "x"})
-    assert _unpack(_packed(sub, {})) == sub.to_wire()
+    assert _unpack(pack_message(sub, {})) == sub.to_wire()
 
 
 @settings(max_examples=60)

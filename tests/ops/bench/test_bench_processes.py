@@ -87,9 +87,14 @@ def test_each_round_is_paired_with_plains_run_beside_it() -> None:
 
 def test_steady_rounds_give_each_process_its_median_and_the_total_ratio() -> None:
     plain = [{"brokers": 50.0, "total": 100.0}, {"brokers": 60.0, "total": 120.0}, {}]
-    runs = [{"brokers": 55.0, "total": 110.0}, {"brokers": 70.0, "total": 150.0}, {}]
+    runs = [
+        {"brokers": 55.0, "total": 110.0, "io.link_writes": 0.3},
+        {"brokers": 70.0, "total": 150.0, "io.link_writes": 0.5},
+        {},
+    ]
     out = _by_process(runs, plain, "default-merkle")
     assert out["process_cpu_us"] == {"brokers": 62.5, "total": 130.0}
+    assert out["io_per_publication"] == {"link_writes": 0.4}  # the brokers' I/O, apart
     assert out["total_cpu_ratio"] == 1.175  # median of 1.1 and 1.25; the empty round skipped
     assert "total_cpu_ratio" not in _by_process(plain, plain, "plain")
 
@@ -99,7 +104,9 @@ def test_a_step_reports_cpu_per_process_and_their_share_of_a_core(tmp_path: Path
     loopback): every role's CPU per publication is counted from the first send, the total is
     their sum, and each share of a core is a fraction."""
 
-    async def main() -> tuple[dict[str, float], dict[str, float], dict[str, int], int]:
+    async def main() -> tuple[
+        dict[str, float], dict[str, float], dict[str, int], int, dict[str, float]
+    ]:
         cfg = ClusterConfig(
             tmp_path, (), ("b0",), "127.0.0.1", {"profiles": ["plain"]}, publishers=(PUBLISHER,)
         )
@@ -110,14 +117,14 @@ def test_a_step_reports_cpu_per_process_and_their_share_of_a_core(tmp_path: Path
             net = await _setup(cluster, _Sink(), 2, "plain")
             assert net.pids is not None and len(net.pids["brokers"]) == 1
             await _run_at(net, 400, 16, 0.4, random.Random(3))
-            return net.cpu_us, net.util, net.frame_bytes, net.sent
+            return net.cpu_us, net.util, net.frame_bytes, net.sent, net.io
         finally:
             if net is not None:
                 await net.pub.close()
                 await net.subs.close()
             await cluster.stop()
 
-    cpu, util, frames, sent = asyncio.run(main())
+    cpu, util, frames, sent, io = asyncio.run(main())
     assert sent > 100
     assert set(cpu) == {"brokers", "publisher", "subscribers", "total"}
     # (/proc counts CPU in 10 ms ticks: a role may read 0 in a step this short)
@@ -126,3 +133,8 @@ def test_a_step_reports_cpu_per_process_and_their_share_of_a_core(tmp_path: Path
     assert set(util) == {"brokers", "publisher", "subscribers"}
     assert all(0.0 <= v <= 1.5 for v in util.values())
     assert frames["publish"] > 0 and frames["deliver"] > frames["publish"]
+    # the broker's I/O per publication, from its transport counters: every publication was
+    # read, went through a batch and left in some link write carrying its delivery's bytes
+    assert 0 < io["batches"] <= 1 and 0 < io["reads"] <= 1 and 0 < io["link_writes"] <= 1
+    assert io["link_write_bytes"] >= frames["deliver"]
+    assert io["messages_per_batch"] >= 1 and io["messages_per_core_call"] >= 1

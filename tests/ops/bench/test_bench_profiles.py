@@ -176,6 +176,14 @@ def test_merkle_batch_size_reaches_the_plan_labels_and_costs() -> None:
     assert set(v) == {"per_message", "merkle_2", "merkle_4"} and min(v.values()) > 0
     c = core_costs("psguard", 12, merkle_batches=(2,), run=4)
     assert set(c) == {"plain", "psguard", "psguard-paper", "merkle_2"} and min(c.values()) > 0
+    # a publication's bytes outside the core: the signed one carries its signature, Merkle
+    # path and permit to every subscriber, plain's does not
+    from pubguard.ops.bench.costs import wire_costs
+
+    w = wire_costs("default", merkle_batch=4, n=8, run=4, slices=1)
+    assert set(w) == {"plain", "default-merkle"}
+    assert w["default-merkle"]["deliver_bytes"] > 3 * w["plain"]["deliver_bytes"] > 0
+    assert all(e["decode_us"] > 0 and e["pack_us"] > 0 for e in w.values())
 
 
 def test_bench_network_refuses_a_bad_merkle_batch() -> None:

@@ -20,7 +20,9 @@ a restarted broker neither loses a routing entry nor reopens a replay window.
 A link's new messages go to the core in chunks of at most ``CHUNK`` (``Broker.handle_batch``:
 the actions of one ``handle`` per message, with runs of publications matched together, e.g.
 one AES call per PSGuard token over a chunk's nonces, psguard.txt §3.1); the actions are
-applied in order and congestion is checked between chunks.
+applied in order and congestion is checked between chunks. The server's transport counters
+(``pubguard status``) count the batches, the core calls and their messages, and the link
+writes and their bytes, so a benchmark can tell per-batch costs from per-message ones.
 
 Back-pressure: while a broker link's queue exceeds ``max_queue`` it is *congested* and only
 its own inbox is processed (in a tree its messages never produce output towards it, so no wait
@@ -54,7 +56,7 @@ from pubguard.wire import envelope
 from pubguard.wire.framing import pack
 from pubguard.wire.messages import Ack, Deliver, Publish
 
-__all__ = ["BATCH", "CHUNK", "BatchProcessor"]
+__all__ = ["BATCH", "CHUNK", "BatchProcessor", "pack_message"]
 
 log = logging.getLogger("pubguard.net.server")
 
@@ -190,6 +192,7 @@ class BatchProcessor:
             return
         now = time.time()
         acks: list[Link] = []
+        self.stats["batches"] += 1  # (status: per-batch costs are spread over its messages)
         ctx = self.store.batch() if self.store is not None else contextlib.nullcontext()
         with ctx:
             for link in ready:
@@ -201,6 +204,7 @@ class BatchProcessor:
                         env = link.inbox.popleft()
                         n += 1
                         seq = env["s"]
+                        m = env["m"]
                         try:
                             fresh = link.accept(seq)
                         except FrameError as exc:
@@ -211,8 +215,8 @@ class BatchProcessor:
                             continue
                         link.rx_seq = seq
                         if self._record is not None:
-                            self._record_message(link.link_id, env["m"])
-                        msgs.append(env["m"])
+                            self._record_message(link.link_id, m)
+                        msgs.append(m)
                     if msgs:
                         # (status: messages per core call, what per-call costs are spread over)
                         self.stats["core_calls"] += 1
@@ -271,7 +275,7 @@ class BatchProcessor:
                     # hung up from the event loop, after this batch of actions is applied
                     asyncio.get_running_loop().call_soon(self._hang_up, link, "slow consumer")
                 continue
-            link.enqueue_packed(_packed(a.message, events))
+            link.enqueue_packed(pack_message(a.message, events))
             if isinstance(a, Forward) and link.depth > self.max_queue:
                 self._congested.add(link.link_id)
 
@@ -304,9 +308,17 @@ class BatchProcessor:
         self._pump_all()
 
     def _pump_all(self) -> None:
+        # (status: one write, a TLS record or more and a send, per link with frames due)
+        writes = sent = 0
         for link in self.links.values():
             if link.writer is not None and link.outq:
-                link.pump()
+                n = link.pump()
+                if n:
+                    writes += 1
+                    sent += n
+        if writes:
+            self.stats["link_writes"] += writes
+            self.stats["link_write_bytes"] += sent
 
 
 _PUBLISH_HEAD: Final = pack("op") + pack("publish")
@@ -325,7 +337,7 @@ def _event_fields(ev: Publish) -> bytes:
     return pack(w)
 
 
-def _packed(m: Any, events: dict[int, bytes]) -> bytes:
+def pack_message(m: Any, events: dict[int, bytes]) -> bytes:
     """``pack(m.to_wire())`` byte for byte (up to the empty ``body`` / ``meta`` a received
     publication may carry), packing each publication's fields once per batch of actions and
     splicing them into its forwards and deliveries (a msgpack map is a count followed by its

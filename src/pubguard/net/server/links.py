@@ -126,17 +126,21 @@ class Link:
         new, self.new_frames = self.new_frames, []
         return new
 
-    def pump(self) -> None:
-        """Write queued frames while the window allows."""
+    def pump(self) -> int:
+        """Write queued frames while the window allows, with one write; returns the bytes
+        written (0: nothing was due)."""
         w = self.writer
         if w is None:
-            return
+            return 0
         items = self.chan.take_writable()
-        if items:
-            # a run of messages goes as batch frames (envelope.py, ``mb``): one decode per
-            # burst at the peer; the stored frames stay one per message (resends, outbox)
-            w.write(b"".join(coalesce_frames(items, envelope.MAX_BATCH)))
-            self.last_tx = time.monotonic()
+        if not items:
+            return 0
+        # a run of messages goes as batch frames (envelope.py, ``mb``): one decode per
+        # burst at the peer; the stored frames stay one per message (resends, outbox)
+        data = b"".join(coalesce_frames(items, envelope.MAX_BATCH))
+        w.write(data)
+        self.last_tx = time.monotonic()
+        return len(data)
 
     def on_ack(self, upto: int) -> int:
         """Drop frames up to ``upto`` and write more if the window allows; returns how many

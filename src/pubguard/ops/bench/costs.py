@@ -38,6 +38,7 @@ __all__ = [
     "core_costs",
     "validation_cost",
     "validation_costs",
+    "wire_costs",
 ]
 
 MERKLE_BATCH: Final = 16  # publications under one signature in the amortised runs
@@ -490,3 +491,63 @@ NO_BATCH_VERIFY: Final = "_no_batch_verify"
 def _whole(n: int, batch: int) -> int:
     """``n`` rounded up to a multiple of three batches (three slices of whole batches)."""
     return -(-n // (3 * batch)) * 3 * batch
+
+
+def wire_costs(
+    profile: str,
+    *,
+    merkle_batch: int = 64,
+    n: int = 1024,
+    run: int = 64,
+    slices: int = 8,
+    attribute: str = "topic",
+) -> dict[str, dict[str, float]]:
+    """What a broker process spends per publication on its bytes, outside the core, in
+    process, for plain and ``profile`` (Merkle-batched by ``merkle_batch`` when it signs):
+    ``publish_bytes``, a publication's share of the publisher's batch frames (``run``
+    messages each, as a link coalesces them); ``decode_us``, decoding those frames
+    (``FrameDecoder.feed``: msgpack into the wire maps the core takes); ``deliver_bytes`` and
+    ``pack_us``, a delivery's packed message and packing it from the publication as the
+    server does (``pack_message``). CPU time, best slice of each, round-robin."""
+    from pubguard.broker import DeliverTo
+    from pubguard.net.server.batching import pack_message
+    from pubguard.wire.framing import FrameDecoder, encode_run, pack
+
+    plan = [("plain", "plain", 1)]
+    if profile != "plain":
+        b = merkle_batch if profile in SIGNING_PROFILES else 1
+        plan.append((profile, profile if b == 1 else f"{profile}-merkle", b))
+    out: dict[str, dict[str, float]] = {}
+    link = "c:" + PUBLISHER
+    with contextlib.ExitStack() as stack:
+        setups = []
+        for prof, tag, b in plan:
+            core, wires = stack.enter_context(
+                _core_setup(prof, _whole(n, b), batch=b, attribute=attribute)
+            )
+            frames = encode_run(1, [pack(w) for w in wires], run)
+            acts = [
+                a
+                for i in range(0, len(wires), run)
+                for a in core.handle_batch(wires[i : i + run], link, time.time())
+                if type(a) is DeliverTo
+            ]
+            if len(acts) != len(wires):
+                raise RuntimeError(f"{tag}: not every publication was delivered once")
+            setups.append((tag, frames, [a.message for a in acts]))
+        for _ in range(slices):
+            for tag, frames, delivers in setups:
+                k = len(delivers)
+                t0 = time.process_time()
+                dec = FrameDecoder()
+                for f in frames:
+                    dec.feed(f)
+                t1 = time.process_time()
+                packed = [pack_message(d, {}) for d in delivers]
+                t2 = time.process_time()
+                e = out.setdefault(tag, {})
+                e["publish_bytes"] = round(sum(map(len, frames)) / k, 1)
+                e["deliver_bytes"] = round(sum(map(len, packed)) / k, 1)
+                e["decode_us"] = min(e.get("decode_us", 1e9), round((t1 - t0) / k * 1e6, 2))
+                e["pack_us"] = min(e.get("pack_us", 1e9), round((t2 - t1) / k * 1e6, 2))
+    return out

@@ -59,7 +59,10 @@ Which process a publication costs what. Every step reads the CPU time of each pr
 from the first send, so protecting before the clock is not) and the subscriber process's.
 ``process_cpu_us_per_event`` gives each one's CPU per publication in the fixed-rate run (and
 their ``total``; ``process_cpu_ratio`` against plain's), ``saturated_cpu_share`` each one's
-share of a core while the step that saturated was sending, and ``frame_bytes`` the packed
+share of a core while the step that saturated was sending, ``io_per_publication`` and
+``saturated_io_per_publication`` the brokers' transport counters per publication in those
+two steps (batches, reads, link writes and their bytes, publications per batch and per core
+call: how per-batch and per-write costs were spread), and ``frame_bytes`` the packed
 bytes of a publication and of its delivery: a secure publication carries its signature,
 Merkle path and permit (default at Merkle 64: 779 bytes against plain's 127) to every
 subscriber, which checks them itself. Brokers, publisher and subscribers share this machine's
@@ -82,6 +85,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -220,6 +224,8 @@ class _Net:
         #: the last delivery (the publisher's protecting before the clock is not counted)
         self.cpu_us: dict[str, float] = {}
         self.frame_bytes: dict[str, int] = {}  # a publication's and a delivery's message bytes
+        #: the last step's broker I/O per publication (``_io_per_publication``)
+        self.io: dict[str, float] = {}
 
 
 async def _setup(
@@ -266,6 +272,34 @@ def _cpu_by_role(net: _Net) -> dict[str, float] | None:
     t = os.times()
     out = {role: sum(_proc_cpu_s(p) for p in pids) for role, pids in net.pids.items()}
     out["publisher"] = t.user + t.system
+    return out
+
+
+#: the brokers' transport counters (``status()["transport"]``, ``net/server``) a step reports
+#: per publication: batches (one SQLite transaction, one ack, one write per link with frames
+#: due), chunks of reliable messages read, link writes (a TLS record or more and a send
+#: each) and the bytes they carried
+IO_COUNTERS: Final = ("batches", "reads", "link_writes", "link_write_bytes")
+
+
+def _transport(st: dict[str, Any]) -> Counter[str]:
+    """The brokers' transport counters, summed."""
+    out: Counter[str] = Counter()
+    for s in st.values():
+        out.update({k: v for k, v in (s.get("transport") or {}).items() if type(v) is int})
+    return out
+
+
+def _io_per_publication(t0: Counter[str], t1: Counter[str], sent: int) -> dict[str, float]:
+    """Broker I/O per publication between two readings of :func:`_transport`, and the
+    messages per core call (``Broker.handle_batch``: what per-call costs are spread over)."""
+    d = t1 - t0
+    n = max(1, sent)
+    out = {k: round(d[k] / n, 3) for k in IO_COUNTERS}
+    if d["core_calls"]:
+        out["messages_per_core_call"] = round(d["core_messages"] / d["core_calls"], 1)
+    if d["batches"]:
+        out["messages_per_batch"] = round(d["core_messages"] / d["batches"], 1)
     return out
 
 
@@ -339,6 +373,7 @@ async def _run_at(
                     net.why = net.why or f"queue of {node} grew {SATURATION_RUN} times"
 
     await net.subs.begin()
+    io0 = _transport(await net.cluster.statuses())
     c0 = _cpu_by_role(net)
     t0 = time.perf_counter()
     sent = 0
@@ -372,6 +407,7 @@ async def _run_at(
         net.sink.join(await net.subs.collect(sent, timeout=10))
         net.sink.count += net.subs.count
         c_done = _cpu_by_role(net)
+        net.io = _io_per_publication(io0, _transport(await net.cluster.statuses()), sent)
         if c0 is not None and c_end is not None and c_done is not None:
             wall = max(t_end - t0, 1e-3)
             net.util = {r: round((c_end[r] - c0[r]) / wall, 2) for r in c0}
@@ -494,10 +530,11 @@ async def measure_network(
         good, bad, rate = 0.0, None, 1000.0
         why = ""  # what saturated the lowest saturated rate
         busy: dict[str, float] = {}  # each process's share of a core in that run
+        sat_io: dict[str, float] = {}  # the brokers' I/O per publication in that run
         while bad is None and rate <= max_rate:  # doubling phase
             say(f"{run}: {brokers} brokers, {payload} B: {rate:.0f} ev/s")
             if await _run_at(net, rate, payload, run_s, rng, batch=batch):
-                bad, why, busy = rate, net.why, net.util
+                bad, why, busy, sat_io = rate, net.why, net.util, net.io
             else:
                 good, rate = rate, rate * 2
         hi = bad if bad is not None else max_rate
@@ -507,7 +544,7 @@ async def measure_network(
             mid = (good + hi) / 2
             say(f"{run}: {brokers} brokers, {payload} B: {mid:.0f} ev/s")
             if await _run_at(net, mid, payload, run_s, rng, batch=batch):
-                hi, why, busy = mid, net.why, net.util
+                hi, why, busy, sat_io = mid, net.why, net.util, net.io
             else:
                 good = mid
         await _run_at(
@@ -518,11 +555,13 @@ async def measure_network(
         idle = sorted(sink.lat)
         cpu = None
         procs: dict[str, float] = {}
+        fixed_io: dict[str, float] = {}
         if cpu_rate:
             cpu = await _broker_cpu_per_event(
                 net, min(cpu_rate, max(good * 0.8, 10)), payload, CPU_S, rng, batch
             )
             procs = net.cpu_us
+            fixed_io = net.io
         drops = await cluster.statuses()
         frames = net.frame_bytes
     finally:
@@ -550,6 +589,8 @@ async def measure_network(
         "frame_bytes": frames or None,
         "saturated_by": why or None,
         "saturated_cpu_share": busy or None,
+        "io_per_publication": fixed_io or None,
+        "saturated_io_per_publication": sat_io or None,
     }
 
 

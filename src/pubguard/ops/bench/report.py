@@ -183,6 +183,8 @@ def _report(
                 "frame_bytes": v.get("frame_bytes"),
                 "saturated_by": v.get("saturated_by"),
                 "saturated_cpu_share": v.get("saturated_cpu_share"),
+                "io_per_publication": v.get("io_per_publication"),
+                "saturated_io_per_publication": v.get("saturated_io_per_publication"),
                 **_versus(v, base),
                 **_paired(series[tag], series["plain"]),
             }

@@ -37,7 +37,14 @@ from typing import Any, Final
 from pubguard import native
 from pubguard.net.config import ClusterConfig
 from pubguard.ops.bench import network
-from pubguard.ops.bench.costs import MERKLE_BATCH, MERKLE_BATCHES, PUBLISHER, bench_type, core_costs
+from pubguard.ops.bench.costs import (
+    MERKLE_BATCH,
+    MERKLE_BATCHES,
+    PUBLISHER,
+    bench_type,
+    core_costs,
+    wire_costs,
+)
 from pubguard.ops.bench.network import _broker_cpu_per_event, _setup, _Sink, _tree
 from pubguard.ops.bench.report import _plan
 from pubguard.ops.cluster import LocalCluster
@@ -121,7 +128,7 @@ async def _steady_cpu(
         await cluster.start()
         net = await _setup(cluster, _Sink(), subscribers, profile, attribute)
         cpu = await _broker_cpu_per_event(net, rate, payload, seconds, random.Random(seed), batch)
-        return cpu, net.cpu_us
+        return cpu, {**net.cpu_us, **{f"io.{k}": v for k, v in net.io.items()}}
     finally:
         if net is not None:
             with contextlib.suppress(Exception):
@@ -198,10 +205,14 @@ def _by_process(
     runs: list[dict[str, float]], plain: list[dict[str, float]], tag: str
 ) -> dict[str, Any]:
     """The median CPU per publication of each process over the rounds and, beside plain,
-    the median of the per-round ratios of the total (what one machine's throughput follows)."""
-    roles = sorted({k for r in runs for k in r})
+    the median of the per-round ratios of the total (what one machine's throughput follows);
+    the median of the brokers' I/O per publication (``io.*`` entries of the runs)."""
+    keys = sorted({k for r in runs for k in r})
+    med = {k: _median([r[k] for r in runs if k in r]) for k in keys}
     out: dict[str, Any] = {
-        "process_cpu_us": {k: _median([r[k] for r in runs if k in r]) for k in roles}
+        "process_cpu_us": {k: v for k, v in med.items() if not k.startswith("io.")},
+        # the brokers' I/O per publication (batches, reads, link writes and their bytes)
+        "io_per_publication": {k[3:]: v for k, v in med.items() if k.startswith("io.")},
     }
     if tag != "plain" and plain:
         totals = [
@@ -276,6 +287,15 @@ def steady_lines(results: list[dict[str, Any]]) -> list[str]:
                     lines.append(
                         f"    {tag} per process: {txt}" + (f" (total x{ratio})" if ratio else "")
                     )
+                io = e.get("io_per_publication")
+                if io:
+                    txt = ", ".join(f"{k} {v}" for k, v in io.items())
+                    lines.append(f"    {tag} broker I/O per publication: {txt}")
+        for tag, w in (r.get("broker_wire_us") or {}).items():
+            lines.append(
+                f"  bytes in process ({tag}): publication {w['publish_bytes']} B decoded in "
+                f"{w['decode_us']} us, delivery {w['deliver_bytes']} B packed in {w['pack_us']} us"
+            )
         cb = r.get("broker_core_us_by_backend")
         for b, core in (cb or {}).items():
             plain = core.get("plain") or 1.0
@@ -361,4 +381,6 @@ async def run_network_bench_steady(
         r["broker_core_us_by_backend"] = core_costs_by_backend(
             profile, 768, merkle_batches=batches, attribute=attribute
         )
+        # what the broker process spends on each publication's bytes outside the core
+        r["broker_wire_us"] = wire_costs(profile, merkle_batch=merkle_batch, attribute=attribute)
     return results

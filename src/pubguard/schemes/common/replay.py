@@ -148,10 +148,22 @@ class ReplayState:
     def check_and_accept(
         self, scope: str, entity: bytes, ts_ms: int, seq: int
     ) -> DropReason | None:
-        reason = self.check(scope, entity, ts_ms, seq)
-        if reason is None:
-            self.accept(scope, entity, ts_ms, seq)
-        return reason
+        """:meth:`check`, then :meth:`accept` what passes: a broker's guard calls this for
+        every publication, so the common case (a loaded scope, a deferred database) is
+        inlined here; the rest goes through the two methods."""
+        if scope not in self._loaded:
+            self._load(scope)
+        k = (scope, entity)
+        prev = self._mem.get(k)
+        if prev is not None and (ts_ms, seq) <= prev:
+            return DropReason.REPLAYED
+        if self._deferred or self._db is None:
+            self._mem[k] = (ts_ms, seq)
+            if self._db is not None:
+                self._dirty.add(k)
+            return None
+        self.accept(scope, entity, ts_ms, seq)
+        return None
 
     def flush_pending(self) -> None:
         """``deferred``: write the exact state of the entities accepted since the last call,
