@@ -83,7 +83,7 @@ The subscriptions, their leases and the publication path are the state machine's
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -176,6 +176,9 @@ class _Held:
     at: list[int] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
     prof: Profile | None = None
+    #: ids the duplicate window could take without evicting one, when the run began (its
+    #: ids only expire until the run is checked, so this never overstates it)
+    room: int = 0
 
 
 class Broker:
@@ -333,26 +336,43 @@ class Broker:
         do those of a profile whose scheme checks a run of publications in one call
         (``checks_in_runs``: the native guard): their guards run together,
         ``broker_check_run``, after decoding and before their ids are recorded (``_hold_pub``,
-        ``_check_held``)."""
+        ``_check_held``), unless the scheme decides the link's guard per link
+        (``link_guard``, asked once per batch: then admitted one by one, as plain's). A run
+        whose every message would leave unchanged (``passes_through`` covers every link it
+        can reach) is routed as plain's is, with no ``outgoing_run``."""
         link = self._link(from_link)
         out: list[Action] = []
         run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
         held = _Held()  # publications of a profile that checks runs, awaiting its guard
+        # the last profile that checks runs, and its guard for this link (``link_guard``)
+        gprof: Profile | None = None
+        gfun: Callable[[Any], DropReason | None] | None = None
         for message in messages:
-            if held.ids and type(message) is dict and message.get("event_id") in held.ids:
-                self._check_held(held, link, now, run)  # a copy: dropped undecoded, as handle
+            if (
+                held.at
+                and type(message) is dict
+                and (len(held.at) >= held.room or message.get("event_id") in held.ids)
+            ):
+                # a copy, or the held ids could evict the one it repeats: the held run's
+                # guards first, so it is dropped undecoded (or passes) as ``handle`` does
+                self._check_held(held, link, now, run)
             dup = self._seen_wire(message, link, now)
             decoded = dup if dup is not None else self._decode(message, link)
             if type(decoded) is Publish:
                 prof = self._profiles.get(decoded.profile)
                 if prof is not None and prof.batches:
                     # admitting it cannot change how earlier ones match or leave
+                    guard = None
                     if prof.runs:
-                        self._hold_pub(held, decoded, prof, link, now, run)
-                        continue
+                        if prof is not gprof:
+                            gprof, gfun = prof, prof.scheme.link_guard(link, now)
+                        guard = gfun
+                        if guard is None:
+                            self._hold_pub(held, decoded, prof, link, now, run)
+                            continue
                     if held.at:
                         self._check_held(held, link, now, run)
-                    adm = self._admit(decoded, link, now)
+                    adm = self._admit(decoded, link, now, guard=guard)
                     if isinstance(adm, list):
                         run.append((decoded, None, adm))
                     else:
@@ -390,11 +410,8 @@ class Broker:
         an earlier held one's: the held run is checked first when this one is of another
         profile, repeats a held event id, or could find the duplicate window evicting ids."""
         dedup = self._dedup
-        if held.at and (
-            held.prof is not prof
-            or msg.event_id in held.ids
-            or len(dedup) + len(held.at) >= dedup.capacity
-        ):
+        at = held.at
+        if at and (held.prof is not prof or msg.event_id in held.ids or len(at) >= held.room):
             self._check_held(held, link, now, run)
         self.counters["in.publish"] += 1
         if dedup.seen(msg.event_id, now):
@@ -407,8 +424,10 @@ class Broker:
             drop = self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
             run.append((msg, None, drop))
             return
-        held.prof = prof
-        held.at.append(len(run))
+        if not at:
+            held.prof = prof
+            held.room = dedup.capacity - len(dedup)
+        at.append(len(run))
         held.ids.add(msg.event_id)
         run.append((msg, _Admitted(prof, prof.matcher, pe), []))
 
@@ -430,6 +449,8 @@ class Broker:
         ctx = self._last_ctx
         if ctx.link is not link or ctx.now != now:
             ctx = self._last_ctx = CheckContext(now, link, self.broker_id)
+        record = self._dedup.record
+        at = held.at
         k = 0
         while k < len(msgs):
             verdicts: list[Any] = (
@@ -440,15 +461,14 @@ class Broker:
             if not verdicts:  # the scheme's fast path cannot decide the next one
                 refused = self._check(scheme, msgs[k], link, now, None)
                 verdicts = [refused]
-            for v in verdicts:
-                i = held.at[k]
-                msg, adm, _ = run[i]
+            for i, v in zip(at[k : k + len(verdicts)], verdicts, strict=True):
                 if v is None:
-                    self._dedup.record(msg.event_id, now)
+                    record(run[i][0].event_id, now)
                 else:
+                    msg = run[i][0]
                     drop = v if isinstance(v, list) else self._refused(DropReason(v), link, msg)
                     run[i] = (msg, None, drop)
-                k += 1
+            k += len(verdicts)
         held.at.clear()
         held.ids.clear()
         held.prof = None
@@ -515,9 +535,16 @@ class Broker:
         return self._route(msg, link, adm, keys, now)
 
     def _admit(
-        self, msg: Publish, link: LinkInfo, now: float, counted: bool = False
+        self,
+        msg: Publish,
+        link: LinkInfo,
+        now: float,
+        counted: bool = False,
+        guard: Callable[[Any], DropReason | None] | None = None,
     ) -> _Admitted | list[Action]:
-        """Everything before matching: profile, duplicate window, decoding, the guards."""
+        """Everything before matching: profile, duplicate window, decoding, the guards
+        (``guard``: the scheme's ``link_guard`` for this link, which decides as its
+        ``broker_check`` would)."""
         if not counted:
             self.counters["in.publish"] += 1
         prof = self._profiles.get(msg.profile) or self._profile(msg.profile)
@@ -531,7 +558,11 @@ class Broker:
             pe = prof.scheme.decode_event(msg.routing)
         except DECODE_ERRORS as exc:
             return self._drop(DropReason.MALFORMED, why(exc), link, msg.event_id, "publish")
-        if prof.checks:
+        if guard is not None:
+            reason = guard(pe)
+            if reason is not None:
+                return self._refused(DropReason(reason), link, msg)
+        elif prof.checks:
             refused = self._check(prof.scheme, msg, link, now, None)
             if refused is not None:
                 return refused
@@ -549,7 +580,8 @@ class Broker:
     ) -> list[Action]:
         """The actions for an admitted publication whose matching keys are ``keys``: see the
         module docstring for why this is exactly once on a tree. ``rewrite`` False: the
-        scheme's ``outgoing`` is left to the caller (``_route_run``: one ``outgoing_run``)."""
+        scheme's ``outgoing`` is left to the caller (``_route_run``: one ``outgoing_run``,
+        which takes back from ``sent`` what it suppresses)."""
         out: list[Action] = []
         src = link.link_id
         delivered = 0
@@ -590,13 +622,10 @@ class Broker:
             catch_up.route(msg, adm.pe, src, out, now, self.links, parent)
         counters = self.counters
         counters["delivered"] += delivered
-        prof = adm.prof
-        if not prof.rewrites:
+        if not rewrite or not adm.prof.rewrites:
             counters["sent"] += len(out)
             return out
-        if not rewrite:
-            return out
-        return self._outgoing(out, now, prof.scheme)
+        return self._outgoing(out, now, adm.prof.scheme)
 
     def _route_run(
         self,
@@ -607,14 +636,22 @@ class Broker:
     ) -> None:
         """Match a run of consecutive publications (together, per matcher) and append their
         actions (or their drops) to ``out`` in arrival order."""
-        groups: dict[int, tuple[Matcher, list[int]]] = {}
-        in_runs = False  # a profile that rewrites runs (``Profile.in_runs``) is in it
+        groups: dict[int, tuple[Matcher, list[int], Profile]] = {}
         for i, (_, adm, _) in enumerate(run):
             if adm is not None:
-                groups.setdefault(id(adm.matcher), (adm.matcher, []))[1].append(i)
-                in_runs = in_runs or adm.prof.in_runs
+                g = groups.get(id(adm.matcher))
+                if g is None:
+                    g = groups[id(adm.matcher)] = (adm.matcher, [], adm.prof)
+                g[1].append(i)
         found: dict[int, set[Key]] = {}
-        for matcher, idx in groups.values():
+        # the profiles that rewrite runs (``Profile.in_runs``), and whether another rewrites
+        in_runs: dict[int, Profile] = {}
+        others_rewrite = False
+        for matcher, idx, prof in groups.values():
+            if prof.in_runs:
+                in_runs[id(prof)] = prof
+            elif prof.rewrites:
+                others_rewrite = True
             pes = [run[i][1].pe for i in idx]  # type: ignore[union-attr]
             batch = getattr(matcher, "match_batch", None)
             # a matcher may name its own break-even run length (psguard's TokenMatcher: 8)
@@ -630,11 +667,15 @@ class Broker:
         # its actions are rewritten together, one ``outgoing_run`` per scheme, and kept in
         # arrival order
         # (a message to a peer the scheme ``passes_through`` from this link leaves as it is)
+        through = {k: p.scheme.passes_through(link, now) for k, p in in_runs.items()}
+        if not others_rewrite and self._passes_all(link, through.values()):
+            # nothing to rewrite (§3.4 between equals, hermes): routed as plain routes
+            for i, (msg, adm, dropped) in enumerate(run):
+                out += dropped if adm is None else self._route(msg, link, adm, found[i], now, False)
+            return
         acts: list[Action | None] = []
         pending: dict[int, tuple[BrokerScheme, list[tuple[int, Any]]]] = {}
-        through: dict[int, frozenset[str]] = {}  # per profile, asked once per run
         links = self.links
-        passed = 0
         for i, (msg, adm, dropped) in enumerate(run):
             if adm is None:
                 acts += dropped
@@ -642,26 +683,37 @@ class Broker:
                 start = len(acts)
                 acts += self._route(msg, link, adm, found[i], now, rewrite=False)
                 prof = adm.prof
-                peers = through.get(id(prof))
-                if peers is None:
-                    peers = through[id(prof)] = prof.scheme.passes_through(link, now)
+                peers = through[id(prof)]
                 todo = pending.setdefault(id(prof), (prof.scheme, []))[1]
                 pe = adm.pe
                 for j in range(start, len(acts)):
                     a = acts[j]
                     if peers and type(a) is Forward and links[a.link].peer in peers:
-                        passed += 1
                         continue
                     todo.append((j, pe))
             else:
                 acts += self._route(msg, link, adm, found[i], now)
-        self.counters["sent"] += passed
         rewritten = False
         for scheme, todo in pending.values():
             if todo:
                 self._outgoing_run(acts, todo, now, scheme)
                 rewritten = True
         out += [a for a in acts if a is not None] if rewritten else acts  # type: ignore[arg-type]
+
+    def _passes_all(self, link: LinkInfo, peer_sets: Iterable[frozenset[str]]) -> bool:
+        """Whether every message a run from broker link ``link`` can send leaves as it is:
+        every other link is a broker link whose peer is in each of ``peer_sets`` (what the
+        run's schemes ``passes_through``), so no ``outgoing_run`` is needed."""
+        if link.kind is LinkKind.CLIENT:
+            return False
+        sets = list(peer_sets)
+        src = link.link_id
+        for lk, info in self.links.items():
+            if lk != src and (
+                info.kind is LinkKind.CLIENT or not all(info.peer in s for s in sets)
+            ):
+                return False
+        return True
 
     # -- subscriptions ------------------------------------------------------------------------
     def _on_subscribe(self, msg: Subscribe, link: LinkInfo, now: float) -> list[Action]:
@@ -1002,7 +1054,7 @@ class Broker:
     ) -> None:
         """``_outgoing`` of the actions at ``todo`` (one run's, of one scheme; each with its
         publication's decoded routing) in one ``outgoing_run`` call, in place: a suppressed
-        message's action becomes None."""
+        message's action becomes None (``_route`` counted it as sent; it is taken back)."""
         links = self.links
         ctxs: dict[str, CheckContext] = {}
         at: list[int] = []
@@ -1016,17 +1068,18 @@ class Broker:
                 ctx = ctxs[a.link] = CheckContext(now, links[a.link], self.broker_id)
             at.append(i)
             items.append((a.message, pe, ctx))
-        sent = len(todo)
+        suppressed = 0
         for i, m2 in zip(at, scheme.outgoing_run(items), strict=True):
             a = acts[i]
             assert isinstance(a, Forward | DeliverTo)
             if m2 is None:
-                self.counters["suppressed"] += 1
+                suppressed += 1
                 acts[i] = None
-                sent -= 1
             elif m2 is not a.message:
                 acts[i] = type(a)(a.link, m2)
-        self.counters["sent"] += sent
+        if suppressed:
+            self.counters["suppressed"] += suppressed
+            self.counters["sent"] -= suppressed
 
     def _persist(self, table: str, key: str, value: Mapping[str, Any]) -> None:
         if self.store is not None:

@@ -55,6 +55,10 @@ A scheme has two faces:
   ``checks_in_runs = True``: the guards of a run of publications in one call (the native
   guard, ``schemes/common/native_guard.py``); ``Broker.handle_batch`` admits runs through it.
   Default: per message.
+- optional ``link_guard(link, now) -> (event -> DropReason | None) | None``: with
+  ``checks_in_runs``, the guard of every publication from ``link`` as a function of its
+  decoded event alone (hermes: from a broker, sealed or refused), asked once per batch;
+  ``Broker.handle_batch`` then admits those as plain's, without holding a run. Default: None.
 - optional ``outgoing_run(items) -> list[message | None]`` with ``rewrites_in_runs = True``:
   ``outgoing`` for a run's messages in one call (hermes: one sealing or opening per
   micro-batch); a profile with both guards and rewrites joins ``handle_batch``'s runs only
@@ -269,6 +273,14 @@ class BrokerScheme(Protocol):
         The core calls it only when ``checks_in_runs``; the default: an empty prefix (one
         ``broker_check`` per publication)."""
         return []
+
+    def link_guard(self, link: LinkInfo, now: float) -> Callable[[Any], DropReason | None] | None:
+        """With ``checks_in_runs``: what ``broker_check`` decides for every publication from
+        ``link`` at ``now``, as a function of its decoded event alone (the same verdicts and
+        the same state; it must not raise), or None: it needs the message, or the run (the
+        default). ``Broker.handle_batch`` asks once per batch and admits such publications
+        one by one, as plain's, instead of holding them for ``broker_check_run``."""
+        return None
 
     def outgoing_run(self, items: Sequence[tuple[Any, Any, CheckContext]]) -> list[Any | None]:
         """``outgoing`` of each ``(message, event, ctx)``, in order, in one call: the

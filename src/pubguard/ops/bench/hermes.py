@@ -15,7 +15,8 @@ Theory of operation
   run per profile; the ratio to plaintext is the figure to compare (the paper: 46 % with 1
   attribute, 11.7 % with 10). Time is the process's CPU time (``time.process_time``), so
   other jobs on a shared machine do not count; the three profiles take turns in the same
-  process.
+  process, one micro-batch each in a rotating order, so a change in the machine's load
+  moves all three alike.
 - **Fig. 7** (§5.2, domain internal): "a broker has received a message from another
   authorised broker, and it routes the event to a third authorised broker": three brokers
   with the same credentials in a chain; the events are published and sealed at the first
@@ -174,33 +175,43 @@ def _dummy(n: int) -> Any:
     return Event({f"a{i}": "x" for i in range(n)})
 
 
-def _timed(fn: Callable[[], int]) -> tuple[float, int]:
-    """Seconds of this process's CPU (the run is single-threaded): on a shared machine the
-    wall clock also counts other jobs' time slices, which made the ratios swing by 2x."""
+#: one profile's run, as one step per micro-batch, each returning the events it handled
+Steps = list[Callable[[], int]]
+
+
+def _in_turns(steps: dict[str, Steps], events: int) -> dict[str, float]:
+    """Events per second of each profile's steps, the profiles taking turns *per
+    micro-batch* (in a rotating order), so a change in a shared machine's load moves all of
+    them alike; time is this process's CPU (``time.process_time``: the run is
+    single-threaded, and the wall clock would also count other jobs' time slices)."""
+    modes = list(steps)
+    secs = dict.fromkeys(modes, 0.0)
+    got = dict.fromkeys(modes, 0)
+    clock = time.process_time
     gc.collect()
     gc.disable()
     try:
-        t0 = time.process_time()
-        n = fn()
-        return time.process_time() - t0, n
+        for i in range(len(steps[modes[0]])):
+            k = i % len(modes)
+            for m in modes[k:] + modes[:k]:
+                t0 = clock()
+                got[m] += steps[m][i]()
+                secs[m] += clock() - t0
     finally:
         gc.enable()
+    for m in modes:
+        if got[m] != events:
+            raise AssertionError(f"{m}: {got[m]} of {events} handled")
+    return {m: events / secs[m] for m in modes}
 
 
-def _end_to_end(mode: str, n_attrs: int, events: int, run: int) -> float:
+def _end_to_end(mode: str, n_attrs: int, events: int, run: int) -> Steps:
     pair = _Pair(mode, n_attrs, cache=False)
     msgs = pair.wire(_events(n_attrs, events, random.Random(run)), f"r{run}")
-
-    def go() -> int:
-        got = 0
-        for i in range(0, len(msgs), BATCH):
-            got += pair.shb_deliver(pair.phb_frames(msgs[i : i + BATCH]))
-        return got
-
-    secs, got = _timed(go)
-    if got != events:
-        raise AssertionError(f"{mode}: {got} of {events} delivered")
-    return events / secs
+    return [
+        lambda i=i: pair.shb_deliver(pair.phb_frames(msgs[i : i + BATCH]))  # type: ignore[misc]
+        for i in range(0, len(msgs), BATCH)
+    ]
 
 
 class _Chain:
@@ -267,34 +278,29 @@ class _Chain:
         return sent
 
 
-def _domain_internal(mode: str, n_attrs: int, events: int, run: int) -> float:
+def _domain_internal(mode: str, n_attrs: int, events: int, run: int) -> Steps:
     chain = _Chain(mode, n_attrs)
     frames = chain.frames_into_m(_events(n_attrs, events, random.Random(run)), f"r{run}")
-
-    def go() -> int:
-        return sum(chain.through_m(frames[i : i + BATCH]) for i in range(0, len(frames), BATCH))
-
-    secs, got = _timed(go)
-    if got != events:
-        raise AssertionError(f"{mode}: {got} of {events} forwarded")
-    return events / secs
+    return [
+        lambda i=i: chain.through_m(frames[i : i + BATCH])  # type: ignore[misc]
+        for i in range(0, len(frames), BATCH)
+    ]
 
 
 def _throughput_rows(
-    measure: Callable[[str, int, int, int], float], attrs: list[int], events: int, runs: int
+    setup: Callable[[str, int, int, int], Steps], attrs: list[int], events: int, runs: int
 ) -> list[dict[str, Any]]:
     rows = []
     for n in attrs:
-        # the modes take turns within each run, so a change in the machine's load between
-        # runs (a shared machine) moves all of them alike; each mode first runs once
-        # untimed (its code paths and caches warm), and the best run counts: on a shared
-        # machine the fastest run is the one least disturbed by other jobs
+        # the modes take turns per micro-batch within each run (``_in_turns``); each first
+        # runs once untimed (its code paths and caches warm), and the best run counts: on a
+        # shared machine the fastest run is the one least disturbed by other jobs
         got: dict[str, list[float]] = {m: [] for m in MODES}
-        for m in MODES:
-            measure(m, n, min(events, WARM_UP), runs)
+        warm = min(events, WARM_UP)
+        _in_turns({m: setup(m, n, warm, runs) for m in MODES}, warm)
         for r in range(runs):
-            for m in MODES:
-                got[m].append(measure(m, n, events, r))
+            for m, eps_m in _in_turns({m: setup(m, n, events, r) for m in MODES}, events).items():
+                got[m].append(eps_m)
         eps = {m: max(v) for m, v in got.items()}
         rows.append(
             {
@@ -403,7 +409,7 @@ def run_all(
     """The figures named in ``figures`` (all by default); ``small``: tiny sizes for the test
     suite; ``events`` / ``runs`` override the throughput figures' sizes."""
     if small:
-        attrs, n_events, n_runs = [1, 10], 64, 1
+        attrs, n_events, n_runs = [1, 10], 3 * BATCH, 1  # each profile once in each turn
         groups, brokers, trials, exps, repeat = [2, 10], 300, 3, [6, 7, 8], 8
     else:
         attrs, n_events, n_runs = [1, 2, 5, 10, 15, 20, 25], 20_000, 3

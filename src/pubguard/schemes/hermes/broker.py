@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -90,7 +90,7 @@ HERMES_EVENT: Final = "hermes-event"
 HERMES_ATTRIBUTE: Final = "hermes-attribute"
 _MODE: Final = {HERMES_EVENT: "event", HERMES_ATTRIBUTE: "attribute"}
 _log = logging.getLogger("pubguard.hermes")
-#: decoded publications remembered by routing identity (a micro-batch's worth, and more)
+#: client requests remembered as granted at one instant (a micro-batch's worth, and more)
 EVENT_MEMO_MAX: Final = 1024
 _NONE: Final[Mapping[str, Any]] = MappingProxyType({})
 _NO_NAMES: Final[frozenset[str]] = frozenset()
@@ -104,56 +104,58 @@ def ms(now: float) -> int:
 
 class HermesEvent:
     """One broker's view of a publication: its type, and the values it has (from the client,
-    the plaintext cache or its own opening). Internal to the scheme."""
+    the plaintext cache or its own opening). Internal to the scheme.
 
-    __slots__ = (
-        "app_id",
-        "cache",
-        "cache_in",
-        "cache_raw",
-        "local",
-        "by_attr",
-        "opened",
-        "parsed",
-        "plain",
-        "present",
-        "routing",
-        "sealed",
-        "src",
-        "type_id",
-        "vetted",
-        "view",
-        "wire_id",
-    )
+    A sealed event is built with its four routing fields; everything else is a class-level
+    default until this broker sets it, so a broker that only forwards the event (§3.3, and
+    §3.4 between equals) pays for no more than the type id it routes by."""
+
+    #: attribute name -> value, what this broker can read (a fresh dict once opened)
+    plain: Mapping[str, Any] = _NONE
+    sealed = True  # False: a client's plaintext publication at its PHB
+    local = False  # published here: this broker is its PHB (and seals it)
+    opened = False
+    by_attr = False  # attribute mode (its sealed part carries attribute tuples: ``_ByAttr``)
+    #: attribute names the event carries (None: unknown, or not yet read from its sealed
+    #: part: ``_present``)
+    present: frozenset[str] | None = None
+    cache: Mapping[str, Any] = _NONE  # the incoming cache's entries the sender may read
+    cache_in: frozenset[str] = _NO_NAMES  # the names the incoming cache carried
+    src: str | None = None  # the sending neighbour (its TLS identity)
+    parsed: Sealed | None = None  # the sealed part, parsed when first read
+    app_id: str | None = None  # the application's id, once read (sealed or cached)
+    wire_id: str | None = None  # the id it carries between brokers (set by its PHB)
 
     def __init__(
         self,
         type_id: bytes,
         view: TypeView | None,
         routing: Mapping[str, Any],
-        plain: dict[str, Any],
-        sealed: bool,
-        present: frozenset[str] | None,
         cache_raw: bytes | None,
     ) -> None:
         self.type_id = type_id
         self.view = view
         self.routing = routing
-        self.plain = plain  # attribute name -> value, what this broker can read
-        self.sealed = sealed  # False: a client's plaintext publication at its PHB
-        self.local = not sealed  # published here: this broker is its PHB (and seals it)
-        self.present = present  # attribute names the event carries (None: unknown, or not
-        # yet read from its sealed part: ``_present``)
-        self.cache_raw = cache_raw  # the incoming cache, packed and untrusted (§3.4)
-        self.cache: Mapping[str, Any] = _NONE  # its entries the sender may read (``_vet``)
-        self.cache_in: frozenset[str] = _NO_NAMES  # the names the incoming cache carried
-        self.vetted = cache_raw is None
-        self.src: str | None = None  # the sending neighbour (its TLS identity)
-        self.opened = not sealed
-        self.by_attr = False  # attribute mode (its sealed part carries attribute tuples)
-        self.parsed: Sealed | None = None  # the sealed part, parsed when first read
-        self.app_id: str | None = None  # the application's id, once read (sealed or cached)
-        self.wire_id: str | None = None  # the id it carries between brokers (set by its PHB)
+        # the incoming cache, packed and untrusted (§3.4), until vetted (``_vet``: None)
+        self.cache_raw = cache_raw
+
+    @classmethod
+    def local_event(
+        cls, view: TypeView, routing: Mapping[str, Any], attrs: dict[str, Any]
+    ) -> HermesEvent:
+        """A client's plaintext publication at its PHB (type-checked by the caller)."""
+        pe = cls(view.type_id, view, routing, None)
+        pe.plain = attrs
+        pe.sealed = False
+        pe.local = True
+        pe.opened = True
+        return pe
+
+
+class _ByAttr(HermesEvent):
+    """An event of a ``hermes-attribute`` broker (the mode is the broker's, not per event)."""
+
+    by_attr = True
 
 
 class HermesMatcher:
@@ -330,9 +332,11 @@ class HermesBroker(BrokerScheme):
         self._clients: dict[tuple[str, bytes], Capability] = {}
         self._verified = VerifiedCapabilities()
         self._last: tuple[Any, Any] = (None, None)  # (filter wire, decoded)
-        # routing (by identity) -> its decoding: the guard, the matcher and every outgoing
-        # of one publication, and of every publication of a micro-batch, share one opening
-        self._events: dict[int, tuple[Mapping[str, Any], HermesEvent]] = {}
+        # the routing decoded last (by identity) and its decoding (``decode_event``)
+        self._last_event: tuple[Any, HermesEvent | None] = (None, None)
+        # neighbour -> its publications' guard (``link_guard``: a function of the peer only)
+        self._link_guards: dict[str | None, Callable[[HermesEvent], DropReason | None]] = {}
+        self._event = _ByAttr if self.mode == "attribute" else HermesEvent
         self._sealed_filters: dict[tuple[bytes, Filter, int], Mapping[str, Any]] = {}
 
     def __repr__(self) -> str:
@@ -417,16 +421,12 @@ class HermesBroker(BrokerScheme):
 
     # -- decoding -------------------------------------------------------------------------
     def decode_event(self, routing: Mapping[str, Any]) -> HermesEvent:
-        hit = self._events.get(id(routing))
-        if hit is not None and hit[0] is routing:
-            return hit[1]
-        pe = self._decode_event(routing)
-        if len(self._events) >= EVENT_MEMO_MAX:
-            self._events.clear()
-        self._events[id(routing)] = (routing, pe)  # (the routing kept: its id stays unique)
-        return pe
-
-    def _decode_event(self, routing: Mapping[str, Any]) -> HermesEvent:
+        """The event of ``routing``; the last one decoded is remembered by identity, so the
+        guard, the matcher and every ``outgoing`` of one publication (``Broker.handle``)
+        share one decoding and one opening (a run's are handed over by the core)."""
+        last = self._last_event
+        if last[0] is routing:
+            return last[1]  # type: ignore[return-value]
         if type(routing) is not MappingProxyType and not isinstance(routing, Mapping):
             raise ValidationError("hermes routing must be a mapping")
         if TYPE_KEY in routing:  # a client's plaintext publication (to its PHB only)
@@ -435,7 +435,7 @@ class HermesBroker(BrokerScheme):
                 raise ValidationError("unknown event type")
             attrs = {k: v for k, v in routing.items() if k != TYPE_KEY}
             view.type_check(attrs)  # §2.1: type-checked at the PHB
-            pe = HermesEvent(view.type_id, view, routing, attrs, False, None, None)
+            pe = HermesEvent.local_event(view, routing, attrs)
         else:  # sealed: the type id routes it, the sealed part is read only to open or filter
             tid = routing["t"]
             if type(tid) is not bytes or len(tid) != 32:
@@ -445,21 +445,22 @@ class HermesBroker(BrokerScheme):
             raw = routing.get("k")
             if raw is not None and type(raw) is not bytes:
                 raise ValidationError("hermes cache must be bytes")
-            pe = HermesEvent(tid, self._views.get(tid), routing, {}, True, None, raw)
-            pe.by_attr = self.mode == "attribute"
+            pe = self._event(tid, self._views.get(tid), routing, raw)
+        self._last_event = (routing, pe)  # (the routing kept: its id stays unique)
         return pe
 
     def _vet(self, pe: HermesEvent) -> None:
         """Unpack the incoming plaintext cache and keep only the entries its sender was
         authorised to read (§3.4); in event mode all of them or none. A malformed cache is
         ignored (the broker decrypts instead)."""
-        if pe.vetted:
+        raw = pe.cache_raw
+        if raw is None:
             return
-        pe.vetted = True
-        if pe.view is None or pe.cache_raw is None:
+        pe.cache_raw = None
+        if pe.view is None:
             return
         try:
-            cache, app_id = unpack_cache(pe.cache_raw, pe.view)
+            cache, app_id = unpack_cache(raw, pe.view)
         except ValidationError:
             _log.info("neighbour %s: malformed plaintext cache ignored", pe.src)
             return
@@ -474,23 +475,8 @@ class HermesBroker(BrokerScheme):
 
     def open(self, pe: HermesEvent) -> None:
         """Fill ``pe.plain`` with what this broker can read (vetted cache first, §3.4)."""
-        if pe.opened:
-            return
-        pe.opened = True
-        if pe.view is None:
-            return
-        self._vet(pe)
-        pe.plain.update(pe.cache)
-        skip = frozenset(pe.cache)
-        if self.mode == "event" and skip:
-            return
-        sealed = _parsed(pe)
-        if sealed is None:
-            return
-        ((values, app_id),) = self.crypter.open_events([(pe.view, sealed, skip)])
-        pe.plain.update(values)
-        if pe.app_id is None:
-            pe.app_id = app_id
+        if not pe.opened:
+            self.open_run((pe,))
 
     def open_run(self, pes: Iterable[HermesEvent]) -> None:
         """``open`` of each, the AEAD calls of all of them in one batch
@@ -501,10 +487,10 @@ class HermesBroker(BrokerScheme):
             if pe.opened:
                 continue
             pe.opened = True
+            self._vet(pe)
+            pe.plain = dict(pe.cache)
             if pe.view is None:
                 continue
-            self._vet(pe)
-            pe.plain.update(pe.cache)
             skip = frozenset(pe.cache)
             if self.mode == "event" and skip:
                 continue
@@ -516,7 +502,7 @@ class HermesBroker(BrokerScheme):
         if not jobs:
             return
         for pe, (values, app_id) in zip(todo, self.crypter.open_events(jobs), strict=True):
-            pe.plain.update(values)
+            pe.plain = {**pe.plain, **values}
             if pe.app_id is None:
                 pe.app_id = app_id
 
@@ -590,13 +576,10 @@ class HermesBroker(BrokerScheme):
         out: list[DropReason | None] = []
         if ctx.link.kind is not LinkKind.CLIENT:
             peer = ctx.link.peer
-            for pe in events:
-                if not pe.sealed:
-                    out.append(DropReason.UNAUTHORISED)  # plaintext from a broker: never
-                else:
-                    pe.src = peer  # its cache is vetted against this sender when used (§3.4)
-                    out.append(None)
-            return out
+            for pe in events:  # its cache is vetted against this sender when used (§3.4)
+                pe.src = peer
+            # plaintext from a broker: never
+            return [None if pe.sealed else DropReason.UNAUTHORISED for pe in events]
         check = self._check_client
         for m, pe in zip(messages, events, strict=False):
             if m.body or pe.sealed:
@@ -607,6 +590,30 @@ class HermesBroker(BrokerScheme):
             except Exception:  # noqa: BLE001 - the core's own check maps it
                 break
         return out
+
+    def link_guard(
+        self, link: LinkInfo, now: float
+    ) -> Callable[[HermesEvent], DropReason | None] | None:
+        """``broker_check`` of the publications from a broker link, decided per link: a
+        sealed event passes (its sender noted, so its cache is vetted against that sender's
+        grants when used, §3.4), plaintext from a broker is refused (§3.3: brokers route
+        ciphertext). The core then admits a run from a neighbour as it admits plain's, with
+        no held run (``Broker.handle_batch``). From a client the capabilities are checked
+        per message (None)."""
+        if link.kind is LinkKind.CLIENT:
+            return None
+        guard = self._link_guards.get(link.peer)
+        if guard is None:
+            peer = link.peer
+
+            def guard(pe: HermesEvent) -> DropReason | None:
+                if not pe.sealed:
+                    return DropReason.UNAUTHORISED  # plaintext from a broker: never
+                pe.src = peer
+                return None
+
+            self._link_guards[peer] = guard
+        return guard
 
     def _check_client(
         self,
@@ -727,9 +734,18 @@ class HermesBroker(BrokerScheme):
         if opening:
             self.open_run(opening)
         one = self._outgoing
+        grants: dict[tuple[str, bytes], tuple[str, ...] | None] = {}
         for i in rest:
             m, pe, ctx = items[i]
-            out[i] = one(m, pe, ctx)
+            link = ctx.link
+            if link.kind is client and m.op == "deliver" and pe.view is not None:
+                k2 = (link.link_id, pe.type_id)  # a client's grant, asked once per run
+                g = grants.get(k2, False)
+                if g is False:
+                    g = grants[k2] = self._delivery_grant(k2[0], k2[1], ctx.now)
+                out[i] = self._deliver(m, ctx, pe, g)
+            else:
+                out[i] = one(m, pe, ctx)
         return out
 
     def _between_equals(
@@ -840,26 +856,44 @@ class HermesBroker(BrokerScheme):
         assert eid is not None
         return _publish(eid, message.profile, routing, message.body)
 
+    def _delivery_grant(self, link_id: str, type_id: bytes, now: float) -> tuple[str, ...] | None:
+        """The attributes a delivery of an event of ``type_id`` to client link ``link_id``
+        may carry at ``now`` (the client's capability's), or None: §4, an expired or revoked
+        capability stops delivery, and so does the hosting broker's own (it proxies for the
+        client). A function of its arguments and the revocations, so a run asks it once per
+        client and type (``outgoing_run``)."""
+        cap = self._clients.get((link_id, type_id))
+        if cap is None or not cap.valid_at(now) or cap.serial in self.revoked:
+            return None
+        own = self._caps.get((type_id, "subscribe"))
+        if own is None or not own.valid_at(now) or own.serial in self.revoked:
+            return None
+        return cap.attributes
+
     def _deliver(
-        self, d: Deliver, ctx: CheckContext, pe: HermesEvent | None = None
+        self,
+        d: Deliver,
+        ctx: CheckContext,
+        pe: HermesEvent | None = None,
+        granted: tuple[str, ...] | None | bool = False,
     ) -> Deliver | None:
+        """``granted``: ``_delivery_grant``'s answer when the caller has it (False: ask)."""
         msg = d.event
         if pe is None:
             pe = self.decode_event(msg.routing)
         if pe.view is None:
             return None
-        cap = self._clients.get((ctx.link.link_id, pe.type_id))
-        if cap is None or not cap.valid_at(ctx.now) or cap.serial in self.revoked:
-            return None  # §4: an expired or revoked capability stops delivery
-        own = self._caps.get((pe.type_id, "subscribe"))
-        if own is None or not own.valid_at(ctx.now) or own.serial in self.revoked:
-            return None  # so does the hosting broker's own (it proxies for the client)
+        if granted is False:
+            granted = self._delivery_grant(ctx.link.link_id, pe.type_id, ctx.now)
+        if not granted:
+            return None
+        assert granted is not True
         self.open(pe)
         plain = pe.plain
-        if ALL in cap.attributes:  # <T, subscribe, *>: every attribute read here
+        if ALL in granted:  # <T, subscribe, *>: every attribute read here
             attrs = dict(plain)
         else:
-            attrs = {k: v for k, v in plain.items() if k in cap.attributes}
+            attrs = {k: v for k, v in plain.items() if k in granted}
         if not attrs:
             return None
         routing = {TYPE_KEY: pe.view.stype.name, **attrs}
