@@ -222,8 +222,8 @@ def _prepare(spark: Any, run: _Run) -> tuple[_Once, Callable[[], float], Callabl
         pubs.count()
         end = time.perf_counter()
         cpu1 = tree_cpu_seconds() if local else None
-        out.unpersist()
-        pubs.unpersist()
+        out.unpersist(blocking=True)  # freed before the next run starts, not during it
+        pubs.unpersist(blocking=True)
         cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         return end - t, n, end - t_pubs, cpu
 
@@ -303,14 +303,25 @@ def _round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
     return [list(names) if i % 2 == 0 else list(reversed(names)) for i in range(rounds)]
 
 
+def _settle(spark: Any) -> None:
+    """Start a timed run from the same state as every other: the previous run's garbage
+    collected in the driver and in the JVM (a full collection there, outside the timing), so
+    a run does not pay for its neighbour's cached deliveries as they are freed."""
+    import gc
+
+    gc.collect()
+    spark.sparkContext._jvm.java.lang.System.gc()
+
+
 def _time_all(
     spark: Any, runs: dict[str, _Run], rounds: int, validate: bool = False, warm_up: bool = True
 ) -> dict[str, _Timed]:
     """Warm up every run (unless ``warm_up`` is false: the first round then counts the
     deliveries), then ``rounds`` rounds timing every run once, back to back, the order
-    alternating between rounds (:func:`_round_orders`); one validate time per protected run
-    when asked. A ratio is then computed within each round
-    (:func:`round_ratios`), so a neighbour's burst moves one round's pair, not one run."""
+    alternating between rounds (:func:`_round_orders`), each run started from a collected
+    heap (:func:`_settle`); one validate time per protected run when asked. A ratio is then
+    computed within each round (:func:`round_ratios`), so a neighbour's burst moves one
+    round's pair, not one run."""
     prepared = {name: _prepare(spark, r) for name, r in runs.items()}
     counts: dict[str, int] = {}
     if warm_up:
@@ -319,6 +330,7 @@ def _time_all(
     timed = {name: _Timed([], n) for name, n in counts.items()}
     for order in _round_orders(list(prepared), rounds):
         for name in order:
+            _settle(spark)
             t, n, t_pubs, cpu = prepared[name][0]()
             counts.setdefault(name, n)
             timed.setdefault(name, _Timed([], n))
