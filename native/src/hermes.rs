@@ -20,10 +20,13 @@
 
 use aes_gcm::aead::AeadInPlace;
 use aes_gcm::{Nonce, Tag};
+use hmac::{Hmac, Mac};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use sha2::Sha256;
 
 use crate::aead::{nonce, GcmKey};
 
@@ -31,6 +34,8 @@ const AAD_ATTR: &[u8] = b"hermes-a\x00";
 const TAG_BYTES: usize = 16;
 /// content.py MAX_ATTRS: attribute tuples one event may carry
 const MAX_ATTRS: usize = 1024;
+/// content.py WIRE_ID_BYTES: the digest bytes a wire id keeps (32 hex characters)
+const WIRE_ID_BYTES: usize = 16;
 
 fn refuse(why: &'static str) -> PyErr {
     PyValueError::new_err(why)
@@ -142,6 +147,74 @@ fn key_entry<'py>(hit: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound
     Ok((t.get_item(0)?, gcm.downcast::<GcmKey>()?.clone()))
 }
 
+/// Scratch buffers reused across the jobs of one run.
+#[derive(Default)]
+struct Scratch {
+    aad: Vec<u8>,
+    pt: Vec<u8>,
+    head: Vec<u8>,
+}
+
+/// One seal job `(type_id, ts_ms, n, phb, app_id, attrs, keys)` sealed to its routing field.
+fn seal_job(t: &Bound<'_, PyTuple>, s: &mut Scratch) -> PyResult<Vec<u8>> {
+    if t.len() != 7 {
+        return Err(refuse("a seal job has seven fields"));
+    }
+    let tid_ob = t.get_item(0)?;
+    let tid = tid_ob.downcast::<PyBytes>()?.as_bytes();
+    let ts = exact_i64(&t.get_item(1)?)?;
+    let n = exact_u64(&t.get_item(2)?)?;
+    let phb_ob = t.get_item(3)?;
+    let phb = phb_ob.downcast::<PyBytes>()?.as_bytes();
+    let app_ob = t.get_item(4)?;
+    let app_id = app_ob.downcast_exact::<PyString>()?.to_str()?;
+    let attrs_ob = t.get_item(5)?;
+    let attrs = attrs_ob.downcast::<PyDict>()?;
+    let keys_ob = t.get_item(6)?;
+    let keys = keys_ob.downcast::<PyDict>()?;
+    if phb.len() > u16::MAX as usize {
+        return Err(refuse("PHB id too long"));
+    }
+    if !attrs.is_empty() && n.checked_add(attrs.len() as u64 - 1).is_none() {
+        return Err(refuse("nonce counter out of range"));
+    }
+    let mut blob = Vec::with_capacity(18 + phb.len() + attrs.len() * 128);
+    blob.extend_from_slice(&ts.to_be_bytes());
+    blob.extend_from_slice(&n.to_be_bytes());
+    blob.extend_from_slice(&(phb.len() as u16).to_be_bytes());
+    blob.extend_from_slice(phb);
+    s.head.clear();
+    s.head.push(0x92); // [app_id, value]
+    pack_str(&mut s.head, app_id);
+    let tail = ts.to_be_bytes();
+    for (i, (name, v)) in attrs.iter().enumerate() {
+        let Some(hit) = keys.get_item(&name)? else {
+            return Err(PyKeyError::new_err("no key for an attribute"));
+        };
+        let (aid_ob, key) = key_entry(&hit)?;
+        let aid = aid_ob.downcast::<PyBytes>()?.as_bytes();
+        s.pt.clear();
+        s.pt.extend_from_slice(&s.head);
+        pack_value(&mut s.pt, &v)?;
+        s.aad.clear();
+        s.aad.extend_from_slice(AAD_ATTR);
+        s.aad.extend_from_slice(tid);
+        s.aad.extend_from_slice(aid);
+        s.aad.extend_from_slice(&tail);
+        let tag = key
+            .get()
+            .cipher
+            .encrypt_in_place_detached(Nonce::from_slice(&nonce(n + i as u64)), &s.aad, &mut s.pt)
+            .map_err(|_| refuse("AES-GCM refused the input"))?;
+        let len = u32::try_from(s.pt.len() + TAG_BYTES).map_err(|_| refuse("value too long"))?;
+        blob.extend_from_slice(aid);
+        blob.extend_from_slice(&len.to_be_bytes());
+        blob.extend_from_slice(&s.pt);
+        blob.extend_from_slice(&tag);
+    }
+    Ok(blob)
+}
+
 /// `_seal_attribute_run(jobs)`: each job `(type_id, ts_ms, n, phb, app_id, attrs, keys)`
 /// sealed to its routing field.
 #[pyfunction]
@@ -150,67 +223,111 @@ fn hermes_seal_run<'py>(
     jobs: &Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
-    let mut aad: Vec<u8> = Vec::with_capacity(96);
-    let mut pt: Vec<u8> = Vec::with_capacity(128);
-    let mut head: Vec<u8> = Vec::with_capacity(64);
+    let mut s = Scratch::default();
+    for job in jobs.iter() {
+        let blob = seal_job(job.downcast::<PyTuple>()?, &mut s)?;
+        out.append(PyBytes::new(py, &blob))?;
+    }
+    Ok(out)
+}
+
+/// The wire-id key of a PHB (`content.Crypter.wire_id`): `KH(k, .)`, HMAC-SHA256 under
+/// `k = HKDF(S, "pubguard-hermes-wire-id" || mode || PHB)`, keyed once. Not picklable; the
+/// repr shows nothing of the key.
+#[pyclass(module = "pubguard._native", frozen)]
+pub struct HermesWireIdKey {
+    mac: Hmac<Sha256>,
+}
+
+#[pymethods]
+impl HermesWireIdKey {
+    /// `HermesWireIdKey(key)`: the derived key `k` (32 bytes).
+    #[new]
+    fn new(key: &[u8]) -> PyResult<Self> {
+        if key.len() != 32 {
+            return Err(refuse("HermesWireIdKey needs a 32-byte key"));
+        }
+        let mac = Hmac::<Sha256>::new_from_slice(key).map_err(|_| refuse("HMAC key rejected"))?;
+        Ok(Self { mac })
+    }
+
+    fn __repr__(&self) -> &'static str {
+        "HermesWireIdKey(<secret>)"
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `hex(KH(k, type_id || app_id)[:16])`.
+fn wire_id(key: &HermesWireIdKey, tid: &[u8], app_id: &str) -> String {
+    let mut mac = key.mac.clone();
+    mac.update(tid);
+    mac.update(app_id.as_bytes());
+    let digest = mac.finalize().into_bytes();
+    let mut out = String::with_capacity(2 * WIRE_ID_BYTES);
+    for b in &digest[..WIRE_ID_BYTES] {
+        out.push(HEX[(b >> 4) as usize] as char);
+        out.push(HEX[(b & 15) as usize] as char);
+    }
+    out
+}
+
+/// The PHB's step for a micro-batch (`content.Crypter.seal_publications`): each job of
+/// `hermes_seal_run` sealed, and the event's wire id beside it, `(sealed, wire_id)`, in one
+/// call (hermes §3.2, §3.5).
+#[pyfunction]
+fn hermes_seal_publish_run<'py>(
+    py: Python<'py>,
+    jobs: &Bound<'py, PyList>,
+    key: &Bound<'py, HermesWireIdKey>,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let mut s = Scratch::default();
+    let key = key.get();
     for job in jobs.iter() {
         let t = job.downcast::<PyTuple>()?;
-        if t.len() != 7 {
-            return Err(refuse("a seal job has seven fields"));
+        let blob = seal_job(t, &mut s)?;
+        let tid_ob = t.get_item(0)?;
+        let app_ob = t.get_item(4)?;
+        let wid = wire_id(
+            key,
+            tid_ob.downcast::<PyBytes>()?.as_bytes(),
+            app_ob.downcast_exact::<PyString>()?.to_str()?,
+        );
+        let pair = PyTuple::new(
+            py,
+            [
+                PyBytes::new(py, &blob).into_any(),
+                PyString::new(py, &wid).into_any(),
+            ],
+        )?;
+        out.append(pair)?;
+    }
+    Ok(out)
+}
+
+/// `Crypter.wire_id` of each `(type_id, app_id)` (event mode's run), in one call.
+#[pyfunction]
+fn hermes_wire_ids<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, HermesWireIdKey>,
+    items: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let key = key.get();
+    for item in items.iter() {
+        let t = item.downcast::<PyTuple>()?;
+        if t.len() != 2 {
+            return Err(refuse("a wire-id item is a pair"));
         }
         let tid_ob = t.get_item(0)?;
-        let tid = tid_ob.downcast::<PyBytes>()?.as_bytes();
-        let ts = exact_i64(&t.get_item(1)?)?;
-        let n = exact_u64(&t.get_item(2)?)?;
-        let phb_ob = t.get_item(3)?;
-        let phb = phb_ob.downcast::<PyBytes>()?.as_bytes();
-        let app_ob = t.get_item(4)?;
-        let app_id = app_ob.downcast_exact::<PyString>()?.to_str()?;
-        let attrs_ob = t.get_item(5)?;
-        let attrs = attrs_ob.downcast::<PyDict>()?;
-        let keys_ob = t.get_item(6)?;
-        let keys = keys_ob.downcast::<PyDict>()?;
-        if phb.len() > u16::MAX as usize {
-            return Err(refuse("PHB id too long"));
-        }
-        if !attrs.is_empty() && n.checked_add(attrs.len() as u64 - 1).is_none() {
-            return Err(refuse("nonce counter out of range"));
-        }
-        let mut blob = Vec::with_capacity(18 + phb.len() + attrs.len() * 128);
-        blob.extend_from_slice(&ts.to_be_bytes());
-        blob.extend_from_slice(&n.to_be_bytes());
-        blob.extend_from_slice(&(phb.len() as u16).to_be_bytes());
-        blob.extend_from_slice(phb);
-        head.clear();
-        head.push(0x92); // [app_id, value]
-        pack_str(&mut head, app_id);
-        let tail = ts.to_be_bytes();
-        for (i, (name, v)) in attrs.iter().enumerate() {
-            let Some(hit) = keys.get_item(&name)? else {
-                return Err(PyKeyError::new_err("no key for an attribute"));
-            };
-            let (aid_ob, key) = key_entry(&hit)?;
-            let aid = aid_ob.downcast::<PyBytes>()?.as_bytes();
-            pt.clear();
-            pt.extend_from_slice(&head);
-            pack_value(&mut pt, &v)?;
-            aad.clear();
-            aad.extend_from_slice(AAD_ATTR);
-            aad.extend_from_slice(tid);
-            aad.extend_from_slice(aid);
-            aad.extend_from_slice(&tail);
-            let tag = key
-                .get()
-                .cipher
-                .encrypt_in_place_detached(Nonce::from_slice(&nonce(n + i as u64)), &aad, &mut pt)
-                .map_err(|_| refuse("AES-GCM refused the input"))?;
-            let len = u32::try_from(pt.len() + TAG_BYTES).map_err(|_| refuse("value too long"))?;
-            blob.extend_from_slice(aid);
-            blob.extend_from_slice(&len.to_be_bytes());
-            blob.extend_from_slice(&pt);
-            blob.extend_from_slice(&tag);
-        }
-        out.append(PyBytes::new(py, &blob))?;
+        let app_ob = t.get_item(1)?;
+        let wid = wire_id(
+            key,
+            tid_ob.downcast::<PyBytes>()?.as_bytes(),
+            app_ob.downcast_exact::<PyString>()?.to_str()?,
+        );
+        out.append(PyString::new(py, &wid))?;
     }
     Ok(out)
 }
@@ -395,5 +512,8 @@ fn hermes_open_run<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hermes_seal_run, m)?)?;
     m.add_function(wrap_pyfunction!(hermes_open_run, m)?)?;
+    m.add_function(wrap_pyfunction!(hermes_seal_publish_run, m)?)?;
+    m.add_function(wrap_pyfunction!(hermes_wire_ids, m)?)?;
+    m.add_class::<HermesWireIdKey>()?;
     Ok(())
 }

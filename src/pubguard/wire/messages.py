@@ -388,6 +388,39 @@ class Publish:
         setattr_(p, "wire", wire)
         return p
 
+    @classmethod
+    def trusted(
+        cls, event_id: str, profile: str, routing: dict[str, Any], body: bytes = b""
+    ) -> Publish:
+        """A publication a broker scheme builds itself (a rewritten routing), without the
+        decoder's second pass over a wire dict: the ids and the body are checked as the
+        constructor checks them, and ``routing`` must be a flat map of wire scalars (else
+        ValidationError: the caller takes the constructor). The caller hands ``routing``
+        over and never changes it; it is frozen by a read-only view, and the wire dict the
+        frame is packed from (``wire``) is built here."""
+        if not (
+            type(event_id) is str
+            and 0 < len(event_id) <= MAX_ID_LEN
+            and type(profile) is str
+            and 0 < len(profile) <= MAX_ID_LEN
+            and type(routing) is dict
+            and type(body) is bytes
+            and len(body) <= MAX_BODY_BYTES
+        ):
+            raise ValidationError("not a publication of the common shape")
+        fast = native.NATIVE
+        if not (fast.flat_ok(routing) if fast is not None else _flat_ok(routing)):
+            raise ValidationError("routing is not a flat map of wire scalars")
+        wire: dict[str, Any] = {
+            "op": "publish",
+            "event_id": event_id,
+            "profile": profile,
+            "routing": routing,
+        }
+        if body:
+            wire["body"] = body
+        return cls._trusted(event_id, profile, MappingProxyType(routing), body, _EMPTY_MAP, wire)
+
     def to_wire(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.op, **self._fields()}
         return d

@@ -314,3 +314,34 @@ def test_seal_each_and_open_each_agree_with_the_one_call_recipe(
     if batch:  # a tampered tag, and a missing key, open as None and leave the rest alone
         bad = [(ciphers[0], batch[0][:-1] + bytes([batch[0][-1] ^ 1]), items[0][1]), None]
         assert open_each(first, bad) == [None, None]
+
+
+@pytest.mark.parametrize("mode", ["event", "attribute"])
+def test_a_run_seals_as_one_event_at_a_time_with_its_wire_ids(mode: str, backend: str) -> None:
+    """``Crypter.seal_publications``, the PHB's one call per micro-batch: for each event the
+    routing and wire id that ``seal_event`` and ``wire_id`` give one by one from the same
+    counter, on either backend; a job it cannot seal (attribute mode: an attribute it holds
+    no key for) is None and takes no counter values."""
+    stype, _, rings = _world(mode)
+    view = TypeView.of(stype)
+    secret = b"\x05" * 32
+    run = Crypter("met1", mode, rings["met1"], NonceCounter("met1"), secret)
+    one = Crypter("met1", mode, rings["met1"], NonceCounter("met1"), secret)
+    evs = [
+        ({"numberplate": "AB12CDE", "location": "Soho", "camera": 7}, "e-1"),
+        ({"numberplate": "XY99ZZZ"}, "e-2"),
+        ({"nope": 1}, "e-bad"),
+        ({"location": "Bank", "camera": -3}, "e-3"),
+    ]
+    got = run.seal_publications([(view, a, 20_000, eid) for a, eid in evs])
+    # attribute mode has no key for it; event mode seals the map whole (type-checked earlier)
+    assert (got[2] is None) == (mode == "attribute")
+    for (attrs, eid), res in zip(evs, got, strict=True):
+        if res is None:
+            continue
+        assert res == (one.seal_event(view, attrs, 20_000, eid), one.wire_id(view, eid))
+    assert run.counter.take() == one.counter.take()
+    assert run.seal_events([(view, evs[0][0], 20_000, "e-4")]) == [
+        one.seal_event(view, evs[0][0], 20_000, "e-4")
+    ]
+    assert "x05" not in repr(run) and secret.hex() not in repr(run)

@@ -6,6 +6,7 @@ extension does not take handed back to the reference (hermes §3.2, §3.5)."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
@@ -113,3 +114,53 @@ def test_what_the_extension_does_not_take_goes_to_the_reference() -> None:
     late = (b"\x07" * 32, 1, 2**64 - 1, b"met1", "", {"a0": "x", "a1": "y"})
     with pytest.raises(ValidationError):
         seal_attribute_run(_seal_jobs([late]))
+
+
+# -- the PHB's one call per micro-batch: sealing and wire ids (``seal_attribute_publish_run``)
+
+WIRE_SECRET = bytes(range(32))
+
+
+def _crypter() -> content.Crypter:
+    """A PHB's crypter: only its wire-id key is used here (the seal jobs carry their keys)."""
+    from pubguard.schemes.hermes.keygroups import BrokerKeyring
+    from pubguard.schemes.hermes.nonces import NonceCounter
+
+    return content.Crypter(
+        "met1", "attribute", BrokerKeyring("met1"), NonceCounter("met1"), WIRE_SECRET
+    )
+
+
+def _wire_id_ref(c: content.Crypter, tid: bytes, app: str) -> str:
+    """``Crypter.wire_id``'s formula, written out: KH under HKDF(S, info), first 16 bytes."""
+    from pubguard.crypto import KeyedHash, hkdf
+
+    key = hkdf(WIRE_SECRET, info=b"pubguard-hermes-wire-id\x00attribute\x00met1")
+    return KeyedHash(key)(tid + app.encode())[:16].hex()
+
+
+@requires_native
+@settings(max_examples=60, deadline=None)
+@given(evs=st.lists(events, max_size=5))
+def test_native_seals_a_run_with_its_wire_ids_as_the_reference(evs: list[Any]) -> None:
+    with native.use("native"):
+        c = _crypter()  # made with the extension active: it holds the native wire-id key
+    jobs = _seal_jobs(evs)
+    want = list(
+        zip(
+            content._seal_attribute_run(jobs),
+            [_wire_id_ref(c, e[0], e[4]) for e in evs],
+            strict=True,
+        )
+    )
+    key = c.native_wire_key()
+    assert key is not None
+    assert repr(key) == "HermesWireIdKey(<secret>)"  # the key stays in the extension
+    with pytest.raises(TypeError):
+        pickle.dumps(key)
+    assert native.NATIVE.hermes_seal_publish_run(jobs, key) == want
+    assert content.seal_attribute_publish_run(jobs, c) == want
+    with native.use("python"):
+        assert content.seal_attribute_publish_run(jobs, c) == want
+    ids = [(e[0], e[4]) for e in evs]
+    assert native.NATIVE.hermes_wire_ids(key, ids) == [w for _, w in want]

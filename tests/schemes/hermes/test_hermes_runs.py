@@ -172,16 +172,16 @@ def test_a_run_of_sealed_events_opens_as_one_message_at_a_time(
 
 def test_a_phb_run_is_sealed_in_one_aead_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The point of the run hooks: a micro-batch of four events with three attributes each
-    is sealed in one ``seal_attribute_run`` call (twelve attributes: one native call when
-    the extension is built), and opened in one."""
+    is sealed, with its wire ids, in one ``seal_attribute_publish_run`` call (twelve
+    attributes: one native call when the extension is built), and opened in one."""
     from pubguard.schemes.hermes import content
 
     calls: list[tuple[int, int]] = []
-    seal, open_ = content.seal_attribute_run, content.open_attribute_run
+    seal, open_ = content.seal_attribute_publish_run, content.open_attribute_run
     monkeypatch.setattr(
         content,
-        "seal_attribute_run",
-        lambda jobs: calls.append((len(jobs), sum(len(j[5]) for j in jobs))) or seal(jobs),
+        "seal_attribute_publish_run",
+        lambda jobs, c: calls.append((len(jobs), sum(len(j[5]) for j in jobs))) or seal(jobs, c),
     )
     w = _world("hermes-attribute")
     menu = _client_menu(w, "hermes-attribute")

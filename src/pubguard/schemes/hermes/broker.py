@@ -34,8 +34,10 @@ entries that neighbour was authorised to read instead of decrypting them again.
 Hook use (``pubguard.schemes.base``): ``decode_event`` / ``decode_filter`` parse (the core
 calls them first; a sealed event's opaque part is parsed only by a broker that opens or
 filters it), ``broker_check`` applies the guards with the link in hand, the matcher opens
-lazily, and ``outgoing`` seals, caches, strips and decrypts per link; ``outgoing_run`` does a
-micro-batch's sealing or opening in one call, and ``passes_through`` names, per neighbour
+lazily, and ``outgoing`` seals, caches, strips and decrypts per link; ``outgoing_run`` is
+the run-level twin at the hosting brokers (a micro-batch sealed with its wire ids, or
+opened, in one call, then each outgoing or delivered publication built once per event and
+grant with ``Publish.trusted``), and ``passes_through`` names, per neighbour
 pair, the hops between equals that need no ``outgoing`` at all (§3.4). The event the
 core decoded last is remembered by identity (one entry), so ``broker_check``, the matcher
 and every ``outgoing`` of one publication share one opening.
@@ -73,7 +75,7 @@ from pubguard.schemes.hermes.content import (
 from pubguard.schemes.hermes.keygroups import BrokerKeyring, group_names
 from pubguard.schemes.hermes.nonces import NonceCounter
 from pubguard.schemes.hermes.secure_types import SecureEventType
-from pubguard.wire.messages import Deliver, Publish, decode_publish
+from pubguard.wire.messages import Deliver, Publish
 
 __all__ = [
     "HERMES_ATTRIBUTE",
@@ -144,12 +146,18 @@ class HermesEvent:
         cls, view: TypeView, routing: Mapping[str, Any], attrs: dict[str, Any]
     ) -> HermesEvent:
         """A client's plaintext publication at its PHB (type-checked by the caller)."""
-        pe = cls(view.type_id, view, routing, None)
+        pe = _Local(view.type_id, view, routing, None)
         pe.plain = attrs
-        pe.sealed = False
-        pe.local = True
-        pe.opened = True
         return pe
+
+
+class _Local(HermesEvent):
+    """A client's plaintext publication at its PHB (``HermesEvent.local_event``): sealed
+    here once, for every broker link (``sealed`` becomes True then)."""
+
+    sealed = False
+    local = True
+    opened = True
 
 
 class _ByAttr(HermesEvent):
@@ -196,22 +204,22 @@ class HermesMatcher:
             return [set() for _ in pes]
         by_type = self._by_type
         self._scheme.open_run([pe for pe in pes if by_type.get(pe.type_id)])
-        return [self.match(pe) for pe in pes]
+        out: list[set[Hashable]] = []
+        for pe in pes:  # ``match`` of each, all of them opened above
+            fs = by_type.get(pe.type_id)
+            out.append({k for k, f in fs.items() if _decides_match(f, pe)} if fs else set())
+        return out
 
 
 def _publish(event_id: str, profile: str, routing: Mapping[str, Any], body: bytes) -> Publish:
-    """A rewritten publication, built from its wire form (the decoder's one pass over the
-    flat routing; the core then packs that dict as it is)."""
-    wire: dict[str, Any] = {
-        "op": "publish",
-        "event_id": event_id,
-        "profile": profile,
-        "routing": routing,
-    }
-    if body:
-        wire["body"] = body
-    pub = decode_publish(wire)
-    return pub if pub is not None else Publish(event_id, profile, routing, body, {})
+    """A rewritten publication, built once from the routing this broker made
+    (``Publish.trusted``: no decoding of a wire dict again); a routing outside the common
+    shape (a value an authorised PHB sealed that is no wire scalar) takes the constructor,
+    which validates it and words the error."""
+    try:
+        return Publish.trusted(event_id, profile, routing, body)  # type: ignore[arg-type]
+    except ValidationError:
+        return Publish(event_id, profile, routing, body, {})
 
 
 def _parsed(pe: HermesEvent) -> Sealed | None:
@@ -433,7 +441,8 @@ class HermesBroker(BrokerScheme):
             view = self._by_name.get(routing[TYPE_KEY])
             if view is None:
                 raise ValidationError("unknown event type")
-            attrs = {k: v for k, v in routing.items() if k != TYPE_KEY}
+            attrs = dict(routing)
+            del attrs[TYPE_KEY]
             view.type_check(attrs)  # §2.1: type-checked at the PHB
             pe = HermesEvent.local_event(view, routing, attrs)
         else:  # sealed: the type id routes it, the sealed part is read only to open or filter
@@ -483,16 +492,19 @@ class HermesBroker(BrokerScheme):
         (``Crypter.open_events``): the same values as one ``open`` each."""
         todo: list[HermesEvent] = []
         jobs: list[Any] = []
+        event_mode = self.mode == "event"
         for pe in pes:
             if pe.opened:
                 continue
             pe.opened = True
-            self._vet(pe)
-            pe.plain = dict(pe.cache)
+            if pe.cache_raw is not None:
+                self._vet(pe)
+            cache = pe.cache
+            pe.plain = dict(cache) if cache else {}
             if pe.view is None:
                 continue
-            skip = frozenset(pe.cache)
-            if self.mode == "event" and skip:
+            skip = frozenset(cache) if cache else _NO_NAMES
+            if event_mode and skip:
                 continue
             sealed = _parsed(pe)
             if sealed is None:
@@ -502,7 +514,7 @@ class HermesBroker(BrokerScheme):
         if not jobs:
             return
         for pe, (values, app_id) in zip(todo, self.crypter.open_events(jobs), strict=True):
-            pe.plain = {**pe.plain, **values}
+            pe.plain = {**pe.plain, **values} if pe.plain else values
             if pe.app_id is None:
                 pe.app_id = app_id
 
@@ -581,14 +593,26 @@ class HermesBroker(BrokerScheme):
             # plaintext from a broker: never
             return [None if pe.sealed else DropReason.UNAUTHORISED for pe in events]
         check = self._check_client
+        # the requests granted in this call: one link, one instant, the same revocations, so
+        # the same capability for the same type and attribute names gets the same answer
+        granted: set[tuple[bytes, bytes, tuple[str, ...]]] = set()
         for m, pe in zip(messages, events, strict=False):
             if m.body or pe.sealed:
                 out.append(DropReason.MALFORMED)
                 continue
+            meta = m.meta
+            blob = meta.get("cap")
+            key = (blob, pe.type_id, tuple(pe.plain)) if type(blob) is bytes else None
+            if key is not None and key in granted:
+                out.append(None)
+                continue
             try:
-                out.append(check(pe.view, "publish", m.meta, pe.plain, ctx))
+                verdict = check(pe.view, "publish", meta, pe.plain, ctx)
             except Exception:  # noqa: BLE001 - the core's own check maps it
                 break
+            if verdict is None and key is not None:
+                granted.add(key)  # type: ignore[arg-type]
+            out.append(verdict)
         return out
 
     def link_guard(
@@ -700,25 +724,35 @@ class HermesBroker(BrokerScheme):
     def outgoing_run(
         self, items: Sequence[tuple[Any, HermesEvent, CheckContext]]
     ) -> list[Any | None]:
-        """``outgoing`` of a run's messages (``Broker.handle_batch``): the PHB seals every
-        event that leaves on a broker link, in arrival order (so each takes the nonces it
-        takes alone), and the SHB opens every event it delivers, each in one AEAD batch;
-        then the per-link work (the cache cut per neighbour, each client's attributes)."""
+        """``outgoing`` of a run's messages (``Broker.handle_batch``), run-level at the
+        hosting brokers: the PHB seals every event that leaves on a broker link, in arrival
+        order (so each takes the nonces it takes alone) and with its wire id, in one call,
+        then builds each event's outgoing publication once per cache it carries
+        (``_phb_publications``); the SHB opens every event it delivers in one call, then
+        builds each delivered publication once per grant (``_deliveries``). The rest (a
+        forwarded event's cache cut per neighbour, filters) goes message by message."""
         seal: dict[int, tuple[HermesEvent, float, str]] = {}
         opening: list[HermesEvent] = []
         equals: dict[tuple[str | None, str | None, bytes], bool] = {}
         client = LinkKind.CLIENT
         out: list[Any | None] = []
-        rest: list[int] = []  # the items that need the per-link work, after the batches
+        phb: list[int] = []  # sealed here, to a broker link
+        deliver: list[int] = []  # to a local client
+        rest: list[int] = []  # the per-message rest, after the batches
         for m, pe, ctx in items:
             link = ctx.link
             if link.kind is client:
-                if m.op == "deliver" and not pe.opened:
-                    opening.append(pe)
+                if m.op == "deliver":
+                    if not pe.opened:
+                        opening.append(pe)
+                    deliver.append(len(out))
+                else:
+                    rest.append(len(out))
             elif m.op == "publish":
                 if pe.local:
                     if not pe.sealed and id(pe) not in seal:
                         seal[id(pe)] = (pe, ctx.now, m.event_id)
+                    phb.append(len(out))
                 else:
                     k = (pe.src, link.peer, pe.type_id)
                     eq = equals.get(k)
@@ -727,26 +761,93 @@ class HermesBroker(BrokerScheme):
                     if eq:  # §3.4: passes on as it came (``_to_broker``), decided once per run
                         out.append(m)
                         continue
-            rest.append(len(out))
+                    rest.append(len(out))
+            else:
+                rest.append(len(out))
             out.append(None)
         if seal:
             self._seal_run(list(seal.values()))
         if opening:
             self.open_run(opening)
+        if phb:
+            self._phb_publications(items, phb, out)
+        if deliver:
+            self._deliveries(items, deliver, out)
         one = self._outgoing
-        grants: dict[tuple[str, bytes], tuple[str, ...] | None] = {}
         for i in rest:
             m, pe, ctx = items[i]
-            link = ctx.link
-            if link.kind is client and m.op == "deliver" and pe.view is not None:
-                k2 = (link.link_id, pe.type_id)  # a client's grant, asked once per run
-                g = grants.get(k2, False)
-                if g is False:
-                    g = grants[k2] = self._delivery_grant(k2[0], k2[1], ctx.now)
-                out[i] = self._deliver(m, ctx, pe, g)
-            else:
-                out[i] = one(m, pe, ctx)
+            out[i] = one(m, pe, ctx)
         return out
+
+    def _phb_publications(
+        self,
+        items: Sequence[tuple[Any, HermesEvent, CheckContext]],
+        at: list[int],
+        out: list[Any | None],
+    ) -> None:
+        """``_to_broker`` of the PHB's sealed events at ``at``: each event's publication is
+        its ciphertext, under its wire id, with the cache the next broker may read (§3.4: cut
+        per neighbour's grants, asked once per neighbour and type), built once per event
+        and grant (``Publish.trusted``) and shared by every link that takes the same. An
+        event that could not be sealed goes through ``outgoing`` alone (and fails as it
+        does there)."""
+        grants_of: dict[tuple[str | None, bytes], frozenset[str]] = {}
+        built: dict[tuple[int, frozenset[str]], Publish] = {}
+        event_mode = self.mode == "event"
+        for i in at:
+            m, pe, ctx = items[i]
+            view = pe.view
+            if not pe.sealed or view is None or pe.wire_id is None:
+                out[i] = self._outgoing(m, pe, ctx)
+                continue
+            gk = (ctx.link.peer, pe.type_id)
+            g = grants_of.get(gk)
+            if g is None:
+                g = grants_of[gk] = self.neighbour_grants(gk[0], gk[1])
+            bk = (id(pe), g)
+            p = built.get(bk)
+            if p is None:
+                routing = pe.routing  # sealed here: ``{"t", "s"}``, no cache
+                if g:
+                    cache = {k: v for k, v in pe.plain.items() if k in g}
+                    if event_mode and set(cache) != set(view.ids):
+                        cache = {}
+                    if cache:
+                        routing = {**routing, "k": pack_cache(cache, view, pe.app_id)}
+                p = built[bk] = _publish(pe.wire_id, m.profile, routing, m.body)
+            out[i] = p
+
+    def _deliveries(
+        self,
+        items: Sequence[tuple[Any, HermesEvent, CheckContext]],
+        at: list[int],
+        out: list[Any | None],
+    ) -> None:
+        """``_deliver`` of the SHB's deliveries at ``at`` (their events opened together):
+        a client's grant is asked once per client and type (``_delivery_grant``), and the
+        delivered publication is built once per event and grant, shared by the clients of
+        the same grant (§4: each gets the attributes its capability grants)."""
+        grants: dict[tuple[str, bytes], tuple[str, ...] | None] = {}
+        built: dict[tuple[int, tuple[str, ...]], Publish | None] = {}
+        for i in at:
+            d, pe, ctx = items[i]
+            if pe.view is None:
+                out[i] = None
+                continue
+            k2 = (ctx.link.link_id, pe.type_id)
+            if k2 in grants:
+                g = grants[k2]
+            else:
+                g = grants[k2] = self._delivery_grant(k2[0], k2[1], ctx.now)
+            if not g:
+                out[i] = None
+                continue
+            bk = (id(pe), g)
+            if bk in built:
+                ev = built[bk]
+            else:
+                ev = built[bk] = self._delivered(d.event, pe, g)
+            out[i] = None if ev is None else Deliver.trusted(ev, d.sub_ids)
 
     def _between_equals(
         self, src: str | None, peer: str | None, type_id: bytes, now: float
@@ -799,18 +900,16 @@ class HermesBroker(BrokerScheme):
 
     def _seal_run(self, jobs: list[tuple[HermesEvent, float, str]]) -> None:
         """``_sealed_routing``'s sealing of each ``(event, now, application id)``, in order,
-        in one AEAD batch (``Crypter.seal_events``); one it cannot seal stays as it was (its
-        ``outgoing`` then fails as it fails alone)."""
-        crypter = self.crypter
-        sealed = crypter.seal_events(
+        with its wire id, in one call (``Crypter.seal_publications``: one native call in
+        attribute mode); one it cannot seal stays as it was (its ``outgoing`` then fails as
+        it fails alone)."""
+        sealed = self.crypter.seal_publications(
             [(pe.view, pe.plain, ms(now), eid) for pe, now, eid in jobs]  # type: ignore[misc]
         )
-        for (pe, _, eid), routing in zip(jobs, sealed, strict=True):
-            if routing is not None:
-                assert pe.view is not None
+        for (pe, _, eid), got in zip(jobs, sealed, strict=True):
+            if got is not None:
                 pe.app_id = eid
-                pe.wire_id = crypter.wire_id(pe.view, eid)
-                pe.routing = routing
+                pe.routing, pe.wire_id = got
                 pe.sealed = True
 
     def _sealed_routing(self, pe: HermesEvent, now: float, event_id: str) -> Mapping[str, Any]:
@@ -888,17 +987,26 @@ class HermesBroker(BrokerScheme):
         if not granted:
             return None
         assert granted is not True
-        self.open(pe)
+        ev = self._delivered(msg, pe, granted)
+        return None if ev is None else Deliver.trusted(ev, d.sub_ids)  # the core validated the ids
+
+    def _delivered(self, msg: Publish, pe: HermesEvent, granted: tuple[str, ...]) -> Publish | None:
+        """The publication a client granted ``granted`` receives: the attributes this
+        broker read that the grant covers, under the application's id (None: none)."""
+        assert pe.view is not None
+        if not pe.opened:
+            self.open(pe)
         plain = pe.plain
         if ALL in granted:  # <T, subscribe, *>: every attribute read here
-            attrs = dict(plain)
+            if not plain:
+                return None
+            routing = {TYPE_KEY: pe.view.stype.name, **plain}
         else:
             attrs = {k: v for k, v in plain.items() if k in granted}
-        if not attrs:
-            return None
-        routing = {TYPE_KEY: pe.view.stype.name, **attrs}
-        ev = _publish(pe.app_id or msg.event_id, msg.profile, routing, msg.body)
-        return Deliver.trusted(ev, d.sub_ids)  # the core validated the ids
+            if not attrs:
+                return None
+            routing = {TYPE_KEY: pe.view.stype.name, **attrs}
+        return _publish(pe.app_id or msg.event_id, msg.profile, routing, msg.body)
 
     def _seal_filter(self, message: Any, ctx: CheckContext) -> Any:
         pf = self.decode_filter(message.filter)

@@ -73,6 +73,7 @@ __all__ = [
     "pack_attrs",
     "pack_cache",
     "pack_sealed",
+    "seal_attribute_publish_run",
     "seal_attribute_run",
     "unpack_attrs",
     "unpack_cache",
@@ -186,6 +187,23 @@ def seal_attribute_run(jobs: list[_SealJob]) -> list[bytes]:
         except (TypeError, ValueError, AttributeError, OverflowError, KeyError):
             pass  # something the extension does not take: the reference decides (and words it)
     return _seal_attribute_run(jobs)
+
+
+def seal_attribute_publish_run(jobs: list[_SealJob], crypter: Crypter) -> list[tuple[bytes, str]]:
+    """:func:`seal_attribute_run` of a micro-batch and each event's wire id
+    (``crypter.wire_id`` of its type id and application id) beside its sealed field: the
+    PHB's whole per-event work in one native call (``hermes_seal_publish_run``), or the
+    two references."""
+    nat = nb.NATIVE
+    key = crypter.native_wire_key()
+    if nat is not None and key is not None and jobs:
+        try:
+            return nat.hermes_seal_publish_run(jobs, key)  # type: ignore[no-any-return]
+        except (TypeError, ValueError, AttributeError, OverflowError, KeyError):
+            pass  # something the extension does not take: the reference decides (and words it)
+    blobs = _seal_attribute_run(jobs)
+    ids = crypter.wire_ids([(j[0], j[4]) for j in jobs]) if jobs else []
+    return list(zip(blobs, ids, strict=True))
 
 
 def _seal_attribute_run(jobs: list[_SealJob]) -> list[bytes]:
@@ -393,6 +411,7 @@ class Crypter:
     __slots__ = (
         "_ciphers",
         "_id_hash",
+        "_id_native",
         "_plans",
         "broker",
         "counter",
@@ -421,7 +440,10 @@ class Crypter:
         self._plans: dict[tuple[bytes, str], _Plan] = {}
         # the wire-id key: this PHB's own, not a group key, so it survives every refresh
         info = _WIRE_ID_INFO + mode.encode() + b"\x00" + broker.encode()
-        self._id_hash = KeyedHash(hkdf(wire_id_key, info=info))
+        id_key = hkdf(wire_id_key, info=info)
+        self._id_hash = KeyedHash(id_key)
+        # the same key in the extension (``WireIds``), when it is built
+        self._id_native = None if nb.NATIVE is None else nb.NATIVE.HermesWireIdKey(id_key)
 
     def __repr__(self) -> str:
         return f"Crypter({self.broker!r}, {self.mode})"
@@ -491,15 +513,25 @@ class Crypter:
     def seal_events(
         self, jobs: list[tuple[TypeView, Mapping[str, Any], int, str]], *, strict: bool = False
     ) -> list[dict[str, Any] | None]:
-        """:meth:`seal_event` of each ``(view, attrs, ts_ms, app_id)`` in order, a micro-batch
-        in one call: attribute mode in one :func:`seal_attribute_run` (packing, associated
-        data and AEAD of every attribute of every event), event mode in one
-        :func:`seal_batch`. A job :meth:`seal_event` would refuse is None here (``strict``:
-        raised) and takes no counter values, so every event gets the nonces it gets alone."""
+        """:meth:`seal_event` of each ``(view, attrs, ts_ms, app_id)`` in order
+        (:meth:`seal_publications` without the wire ids)."""
+        return [None if r is None else r[0] for r in self.seal_publications(jobs, strict=strict)]
+
+    def seal_publications(
+        self, jobs: list[tuple[TypeView, Mapping[str, Any], int, str]], *, strict: bool = False
+    ) -> list[tuple[dict[str, Any], str] | None]:
+        """The PHB's step for a micro-batch: :meth:`seal_event` of each ``(view, attrs, ts_ms,
+        app_id)`` in order, and its :meth:`wire_id` beside it. Attribute mode is one
+        :func:`seal_attribute_publish_run` (packing, associated data and AEAD of every
+        attribute of every event, and the wire ids), event mode one :func:`seal_batch` and
+        one :func:`wire_ids`. A job :meth:`seal_event` would refuse is None here
+        (``strict``: raised) and takes no counter values, so every event gets the nonces it
+        gets alone."""
         phb = self.broker.encode()
         if self.mode == "event":
             plans: list[tuple[bytes, int, int] | None] = []
             items: list[tuple[CounterAead, int, bytes, bytes]] = []
+            ids: list[tuple[bytes, str]] = []
             for view, attrs, ts_ms, app_id in jobs:
                 c = self._cipher(view.type_group, ts_ms, self.broker)
                 if c is None:
@@ -511,15 +543,24 @@ class Crypter:
                 tid = view.type_id
                 plans.append((tid, ts_ms, n))
                 items.append((c, n, _pack([app_id, dict(attrs)]), _aad_event(tid, ts_ms)))
-            sealed = iter(seal_batch(items))
-            return [
-                None if p is None else _finish_event_seal(p[0], p[1], p[2], phb, next(sealed))
-                for p in plans
-            ]
+                ids.append((tid, app_id))
+            sealed = iter(zip(seal_batch(items), self.wire_ids(ids), strict=True))
+            out: list[tuple[dict[str, Any], str] | None] = []
+            for p in plans:
+                if p is None:
+                    out.append(None)
+                    continue
+                blob, wid = next(sealed)
+                out.append((_finish_event_seal(p[0], p[1], p[2], phb, blob), wid))
+            return out
         ok: list[bool] = []
         run: list[_SealJob] = []
+        take = self.counter.take
+        last: tuple[Any, int, Mapping[str, tuple[bytes, CounterAead]]] = (None, -1, {})
         for view, attrs, ts_ms, app_id in jobs:
-            keys = self._plan(view, ts_ms, self.broker).by_name
+            if last[0] is not view or last[1] != ts_ms:  # a run's events share one plan
+                last = (view, ts_ms, self._plan(view, ts_ms, self.broker).by_name)
+            keys = last[2]
             if not keys.keys() >= attrs.keys():  # which refusal (nothing taken yet)
                 try:
                     for name in attrs:
@@ -533,12 +574,19 @@ class Crypter:
                         raise
                     ok.append(False)
                     continue
-            n = self.counter.take(max(1, len(attrs)))
+            n = take(max(1, len(attrs)))
             run.append((view.type_id, ts_ms, n, phb, app_id, attrs, keys))
             ok.append(True)
-        blobs = iter(seal_attribute_run(run))
+        done = iter(seal_attribute_publish_run(run, self))
         it = iter(run)
-        return [{"t": next(it)[0], "s": next(blobs)} if y else None for y in ok]
+        res: list[tuple[dict[str, Any], str] | None] = []
+        for y in ok:
+            if y:
+                blob, wid = next(done)
+                res.append(({"t": next(it)[0], "s": blob}, wid))
+            else:
+                res.append(None)
+        return res
 
     def open_event(
         self, view: TypeView, routing: Mapping[str, Any], skip: frozenset[str] = frozenset()
@@ -576,8 +624,11 @@ class Crypter:
             opened = open_batch(items) if items else []
             return [({}, None) if i is None else _finish_open(None, [opened[i]]) for i in at]
         run: list[_OpenJob] = []
+        last: tuple[Any, int, str, Mapping[bytes, tuple[str, CounterAead]]] = (None, -1, "", {})
         for view, sealed, skip in jobs:
-            keys = self._plan(view, sealed.ts, sealed.phb).by_aid
+            if last[0] is not view or last[1] != sealed.ts or last[2] != sealed.phb:
+                last = (view, sealed.ts, sealed.phb, self._plan(view, sealed.ts, sealed.phb).by_aid)
+            keys = last[3]
             if skip:
                 keys = {a: v for a, v in keys.items() if v[0] not in skip}
             run.append((view.type_id, sealed.ts, sealed.n, sealed.body, keys))
@@ -592,6 +643,22 @@ class Crypter:
         this broker runs, across key refreshes, so a re-sent or re-published copy is still a
         duplicate downstream."""
         return self._id_hash(view.type_id + app_id.encode())[:WIRE_ID_BYTES].hex()
+
+    def wire_ids(self, items: list[tuple[bytes, str]]) -> list[str]:
+        """:meth:`wire_id` of each ``(type_id, app_id)``, in one native call when built."""
+        nat = nb.NATIVE
+        if nat is not None and self._id_native is not None and items:
+            try:
+                return nat.hermes_wire_ids(self._id_native, items)  # type: ignore[no-any-return]
+            except (TypeError, ValueError, AttributeError):
+                pass  # something the extension does not take: the reference
+        h = self._id_hash
+        return [h(tid + app.encode())[:WIRE_ID_BYTES].hex() for tid, app in items]
+
+    def native_wire_key(self) -> object | None:
+        """This PHB's wire-id key in the extension (None: not built, or the Python backend
+        was active when this crypter was made); it shows nothing of the key."""
+        return self._id_native
 
     # -- filters (§3.3) ----------------------------------------------------------------------
     def seal_filter(self, view: TypeView, f: Filter, ts_ms: int) -> dict[str, Any]:
