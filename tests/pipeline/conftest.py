@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from pubguard.pipeline.cluster import ClusterInfo, cluster_down, cluster_up
 from pubguard.sim.workloads import Workload
-from tests.pipeline.helpers import Runs, make_workload, run
+from tests.pipeline.helpers import FAST_JVM, Runs, make_workload, run
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -29,13 +30,19 @@ def _few_partitions(spark: Any) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
-    """A master and a worker on 127.0.0.1, shared by every test that needs one."""
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Future[ClusterInfo]]:
+    """A master and a worker on 127.0.0.1, shared by every test that needs one, started in
+    the background: its JVMs boot while the test's other fixtures (the local runs it compares
+    against) are made, and the test takes ``.result()`` when it needs the master. Two cores,
+    so the runs a test submits at once share the executor's slots; C1-only JVMs (the
+    daemons start in about half the time)."""
     state: Path = tmp_path_factory.mktemp("spark-cluster")
-    info = cluster_up(state, cores=1, memory="1g")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="spark-cluster-up")
+    starting = pool.submit(cluster_up, state, cores=2, memory="1g", java_opts=FAST_JVM)
     try:
-        yield info
+        yield starting
     finally:
+        pool.shutdown(wait=True)  # a start still in progress ends (up, or cleaned up) first
         cluster_down(state)
 
 

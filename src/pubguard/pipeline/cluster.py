@@ -83,7 +83,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _env(state: Path) -> dict[str, str]:
+def _env(state: Path, java_opts: str = "") -> dict[str, str]:
     env = dict(os.environ)
     env["SPARK_HOME"] = spark_home()
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -91,10 +91,15 @@ def _env(state: Path) -> dict[str, str]:
     env["SPARK_WORKER_DIR"] = str(state / "work")
     env["SPARK_NO_DAEMONIZE"] = "1"
     env["PYSPARK_PYTHON"] = sys.executable
+    if java_opts:  # read by spark-class for the Master and Worker classes
+        theirs = env.get("SPARK_DAEMON_JAVA_OPTS", "")
+        env["SPARK_DAEMON_JAVA_OPTS"] = f"{theirs} {java_opts}".strip()
     return env
 
 
-def _spawn(cls: str, args: list[str], state: Path, name: str) -> subprocess.Popen[bytes]:
+def _spawn(
+    cls: str, args: list[str], state: Path, name: str, java_opts: str = ""
+) -> subprocess.Popen[bytes]:
     spark_class = os.path.join(spark_home(), "bin", "spark-class")
     log = (state / "logs" / f"{name}.log").open("ab")
     try:
@@ -103,7 +108,7 @@ def _spawn(cls: str, args: list[str], state: Path, name: str) -> subprocess.Pope
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=_env(state),
+            env=_env(state, java_opts),
             start_new_session=True,  # its own process group: `down` signals exactly it
         )
     finally:
@@ -163,9 +168,11 @@ def cluster_up(
     memory: str = "2g",
     workers: int = 1,
     timeout: float = DEFAULT_START_TIMEOUT,
+    java_opts: str = "",
 ) -> ClusterInfo:
     """Start a master and ``workers`` workers (``cores`` and ``memory`` each) on 127.0.0.1;
-    wait until every worker is registered."""
+    wait until every worker is registered. ``java_opts``: extra options for the master's and
+    workers' own JVMs (``SPARK_DAEMON_JAVA_OPTS``), not for the executors they launch."""
     if workers < 1:
         raise StateError("a cluster needs at least one worker")
     state = Path(state_dir) if state_dir else default_state_dir()
@@ -184,6 +191,7 @@ def cluster_up(
         ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)],
         state,
         "master",
+        java_opts,
     )
     started: list[subprocess.Popen[bytes]] = []
     try:
@@ -215,6 +223,7 @@ def cluster_up(
                     ],
                     state,
                     "worker" if i == 0 else f"worker-{i}",
+                    java_opts,
                 )
             )
         while True:
