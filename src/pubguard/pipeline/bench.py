@@ -20,7 +20,8 @@ moves that round's ratio, where a best-of-N per run compares seconds taken minut
 1-core runs with round ``i`` of the N-core runs. Seconds are medians over the rounds.
 
 ``--master spark://...`` runs everything on that cluster; otherwise ``local[N]`` against
-``local[1]`` gives the scaling ratio (the session is restarted for it), and the goal divides
+``local[1]`` gives the scaling ratio (the session is restarted for it, with the N-core
+session's shuffle partitions, so that only the cores change), and the goal divides
 each run's scaling by the plaintext join's own: Spark's join path on two shared cores scales
 1.39x here, and a token join cannot be asked to scale better than the join it is.
 
@@ -362,16 +363,25 @@ def summary(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _session(cores: int, master: str | None = None) -> Any:
+def _session(cores: int, master: str | None = None, partitions: int | None = None) -> Any:
+    """The bench's session on ``master`` (default ``local[cores]``); ``partitions``: its
+    shuffle partitions (default: the session's own rule, twice the cores)."""
     from pyspark.sql import SparkSession
 
     from pubguard.pipeline.session import get_spark
 
     want = master or f"local[{cores}]"
     active = SparkSession.getActiveSession()
-    if active is not None and active.sparkContext.master != want:
+    if active is not None and (
+        active.sparkContext.master != want
+        or (partitions is not None and shuffle_partitions(active) != partitions)
+    ):
         active.stop()
-    return get_spark(want, "pubguard-bench-pipeline")
+    return get_spark(want, "pubguard-bench-pipeline", shuffle_partitions=partitions)
+
+
+def shuffle_partitions(spark: Any) -> int:
+    return int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
 
 
 def _groups(
@@ -434,11 +444,15 @@ def bench_pipeline(
         "loadavg": list(os.getloadavg()),
     }
     spark = _session(cores, master)
+    parts = res["shuffle_partitions"] = shuffle_partitions(spark)
     timed = {k: _time_all(spark, runs, repeat, validate=True) for k, runs in groups.items()}
     scale = scaling and master is None
     timed1: dict[str, dict[str, _Timed]] = {}
     if scale:
-        spark = _session(1)
+        # one core, the data laid out as on N: the same shuffle partitions, so that only the
+        # cores change (with half the partitions each task's aggregation is twice as large,
+        # which costs the string-keyed plaintext join more CPU per row than a token join)
+        spark = _session(1, partitions=parts)
         timed1 = {k: _time_all(spark, runs, repeat) for k, runs in groups.items()}
         spark = _session(cores)
     for kind, runs_timed in timed.items():
