@@ -88,6 +88,11 @@ def test_a_tiny_bench_on_the_shared_session(spark: Any) -> None:
     assert "median of 1 rounds" in buf.getvalue()
     cpu_ratio = timed["plain"].cpu[0] / timed["eventguard/deterministic"].cpu[0]
     assert r["cpu_ratio_vs_plain"] == cpu_ratio and f"{cpu_ratio:.2f} (" in buf.getvalue()
+    narrow = io.StringIO()  # piped to a file or a pager: 80 columns, nothing cut off
+    B.print_bench(res, Console(file=narrow, width=80))
+    lines = narrow.getvalue().splitlines()
+    assert max(len(x) for x in lines) <= 80 and "…" not in narrow.getvalue()
+    assert any(f"{ratio:.2f} (" in x for x in lines)
 
 
 _BURN = "import time\nt = time.process_time() + 0.25\nwhile time.process_time() < t: pass\n"

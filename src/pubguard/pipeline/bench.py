@@ -663,53 +663,54 @@ def _plot(points: list[dict[str, Any]], modes: Sequence[str], png: Path) -> None
 
 
 def print_bench(res: dict[str, Any], console: Any) -> None:
-    """Print the results as a rich table on ``console``."""
+    """Print the results on ``console`` as two tables that read at 80 columns: the
+    throughput ratios with their goals, then the costs behind them."""
     from rich.table import Table
 
-    t = Table(
-        title=f"bench pipeline: {res['events']} events, {res['master']} "
-        f"(subscriptions: {', '.join(f'{k} {v}' for k, v in res['subscriptions'].items())})"
+    def table(title: str, cols: Sequence[str]) -> Any:
+        t = Table(title=title, title_justify="left")
+        t.add_column(cols[0], overflow="fold")
+        for col in cols[1:]:
+            t.add_column(col, justify="right", overflow="fold")
+        return t
+
+    subs = ", ".join(f"{k} {v}" for k, v in res["subscriptions"].items())
+    head = table(
+        f"bench pipeline: {res['events']} events, {res['master']} (subscriptions: {subs})",
+        ("run", "seconds", "vs plaintext", "goal", "scaling / plaintext's"),
     )
-    cols = ("workload", "run", "seconds", "pubs s", "events/s", "deliveries/s", "vs plaintext")
-    for col in (
-        *cols,
-        "spread",
-        "goal",
-        "cpu s",
-        "cpu vs plaintext",
-        "validate s",
-        "scaling",
-        "scaling / plaintext's",
-        "spread ",
-    ):
-        t.add_column(col, justify="right")
+    costs = table(
+        "costs per run",
+        ("run", "pubs s", "events/s", "deliveries/s", "cpu s", "cpu vs plaintext", "validate s"),
+    )
     for kind, runs in res["groups"].items():
         for name, r in runs.items():
             goal = r.get("goal")
-            t.add_row(
-                kind,
-                name,
+            label = f"{name} ({kind})"
+            head.add_row(
+                label,
                 f"{r['seconds']:.2f}",
+                "1.00" if name == "plain" else _with_spread(r, "ratio_vs_plain", "ratio_spread"),
+                "-" if goal is None else f">= {goal:.2f}",
+                _with_spread(r, "scaling_vs_plain", "scaling_vs_plain_spread")
+                if "scaling_vs_plain" in r
+                else (f"scaling {r['scaling']:.2f}" if "scaling" in r else "-"),
+            )
+            costs.add_row(
+                label,
                 "-"
                 if r.get("publications_seconds") is None
                 else f"{r['publications_seconds']:.2f}",
                 f"{r['events_per_s']:.0f}",
                 f"{r['deliveries_per_s']:.0f}",
-                "1.00" if name == "plain" else f"{r['ratio_vs_plain']:.2f}",
-                _spread(r.get("ratio_spread")),
-                "-" if goal is None else f">= {goal:.2f}",
                 f"{r['cpu_seconds']:.2f}" if "cpu_seconds" in r else "-",
-                (
-                    f"{r['cpu_ratio_vs_plain']:.2f} ({_spread(r['cpu_ratio_spread'])})"
-                    if "cpu_ratio_vs_plain" in r
-                    else "-"
-                ),
+                _with_spread(r, "cpu_ratio_vs_plain", "cpu_ratio_spread")
+                if "cpu_ratio_vs_plain" in r
+                else "-",
                 f"{r['validate_seconds']:.2f}" if "validate_seconds" in r else "-",
-                f"{r['scaling']:.2f}" if "scaling" in r else "-",
-                f"{r['scaling_vs_plain']:.2f}" if "scaling_vs_plain" in r else "-",
-                _spread(r.get("scaling_vs_plain_spread")),
             )
-    console.print(t)
+    console.print(head)
+    console.print(costs)
     console.print(
         f"seconds: median of {res.get('repeat', 1)} rounds (pubs s: of which the publications "
         f"step); ratios: median of per-round ratios "
@@ -733,3 +734,8 @@ def print_bench(res: dict[str, Any], console: Any) -> None:
 
 def _spread(lo_hi: Sequence[float] | None) -> str:
     return "-" if not lo_hi else f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f}"
+
+
+def _with_spread(r: dict[str, Any], key: str, spread: str) -> str:
+    """``median (min-max)``: a figure of ``r`` and the spread of its rounds."""
+    return f"{r[key]:.2f} ({_spread(r.get(spread))})"
