@@ -15,13 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pubguard.broker import Broker
-from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
+from pubguard.broker.actions import Action, Drop, Forward
 from pubguard.model.events import AttributeSpec, Event, EventType
 from pubguard.model.filters import Filter
 from pubguard.schemes.base import LinkKind
 from pubguard.schemes.hermes.broker import TYPE_KEY
 from pubguard.sim.hermes_world import HermesWorld
 from pubguard.wire.framing import pack
+from tests.schemes.hermes.actions import shape as _shape
 
 T = EventType("Reading", (AttributeSpec("station", "str"), AttributeSpec("level", "int")))
 NOW = 1000.0
@@ -69,17 +70,6 @@ def _menu(w: HermesWorld, profile: str) -> list[dict[str, Any]]:
         {**good[0], "event_id": "str-s", "routing": {**r, "s": "x"}},
         {**good[0], "event_id": "bad-k", "routing": {**r, "k": b"\xc1"}},  # forwarded unread
     ]
-
-
-def _shape(actions: list[Action]) -> list[Any]:
-    out: list[Any] = []
-    for a in actions:
-        if isinstance(a, Forward | DeliverTo | Reply):
-            out.append((type(a).__name__, a.link, pack(a.message.to_wire())))
-        else:
-            assert isinstance(a, Drop)
-            out.append(tuple(a))
-    return out
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -14,12 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pubguard.broker.actions import Action, DeliverTo, Drop, Forward, Reply
+from pubguard.broker.actions import Action, Forward
 from pubguard.model.events import AttributeSpec, Event, EventType
 from pubguard.model.filters import Filter
 from pubguard.schemes.hermes.broker import TYPE_KEY
 from pubguard.sim.hermes_world import HermesWorld
 from pubguard.wire.framing import pack
+from tests.schemes.hermes.actions import shape as _shape
 
 NP = EventType(
     "Numberplate",
@@ -99,17 +100,6 @@ def _broker_menu(w: HermesWorld, profile: str) -> list[dict[str, Any]]:
         {**sealed, "event_id": "bad-s", "routing": {**r, "s": b"\x00" * 7}},  # read as nothing
         {**sealed, "event_id": "str-s", "routing": {**r, "s": "x"}},  # malformed
     ]
-
-
-def _shape(actions: list[Action]) -> list[Any]:
-    out: list[Any] = []
-    for a in actions:
-        if isinstance(a, Forward | DeliverTo | Reply):
-            out.append((type(a).__name__, a.link, pack(a.message.to_wire())))
-        else:
-            assert isinstance(a, Drop)
-            out.append(tuple(a))
-    return out
 
 
 def _state(w: HermesWorld, broker: str) -> Any:
