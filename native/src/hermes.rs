@@ -172,6 +172,21 @@ fn seal_job(t: &Bound<'_, PyTuple>, s: &mut Scratch) -> PyResult<Vec<u8>> {
     let attrs = attrs_ob.downcast::<PyDict>()?;
     let keys_ob = t.get_item(6)?;
     let keys = keys_ob.downcast::<PyDict>()?;
+    seal_one(tid, ts, n, phb, app_id, attrs, keys, s)
+}
+
+/// One event's attributes `attrs` sealed under `keys` (name -> `(attr_id, cipher)`) from
+/// counter `n`, to its routing field.
+fn seal_one(
+    tid: &[u8],
+    ts: i64,
+    n: u64,
+    phb: &[u8],
+    app_id: &str,
+    attrs: &Bound<'_, PyDict>,
+    keys: &Bound<'_, PyDict>,
+    s: &mut Scratch,
+) -> PyResult<Vec<u8>> {
     if phb.len() > u16::MAX as usize {
         return Err(refuse("PHB id too long"));
     }
@@ -332,6 +347,56 @@ fn hermes_wire_ids<'py>(
     Ok(out)
 }
 
+/// The PHB's step for a run of one type at one instant
+/// (`content.Crypter.seal_publish_run`): the events `items`, each `(attrs, app_id)`,
+/// sealed in order from counter `n` (event `k` starts where event `k - 1`'s attributes end;
+/// one value for an event without attributes, as `NonceCounter.take(max(1, len))`), each
+/// to its sealed routing `{"t": type_id, "s": sealed}` with its wire id beside it, and the
+/// counter values used. Every attribute of every event must have a key in `keys` (else
+/// `KeyError`, and nothing is returned: the caller takes no counter values then).
+#[pyfunction]
+fn hermes_seal_routing_run<'py>(
+    py: Python<'py>,
+    tid: &Bound<'py, PyBytes>,
+    ts: i64,
+    n: u64,
+    phb: &[u8],
+    keys: &Bound<'py, PyDict>,
+    items: &Bound<'py, PyList>,
+    key: &Bound<'py, HermesWireIdKey>,
+) -> PyResult<(Bound<'py, PyList>, u64)> {
+    let out = PyList::empty(py);
+    let mut s = Scratch::default();
+    let wkey = key.get();
+    let tid_b = tid.as_bytes();
+    let t_key = intern!(py, "t");
+    let s_key = intern!(py, "s");
+    let mut next = n;
+    for item in items.iter() {
+        let t = item.downcast::<PyTuple>()?;
+        if t.len() != 2 {
+            return Err(refuse("a run item is a pair"));
+        }
+        let attrs_ob = t.get_item(0)?;
+        let attrs = attrs_ob.downcast::<PyDict>()?;
+        let app_ob = t.get_item(1)?;
+        let app_id = app_ob.downcast_exact::<PyString>()?.to_str()?;
+        let blob = seal_one(tid_b, ts, next, phb, app_id, attrs, keys, &mut s)?;
+        next = next
+            .checked_add(attrs.len().max(1) as u64)
+            .ok_or_else(|| refuse("nonce counter out of range"))?;
+        let routing = PyDict::new(py);
+        routing.set_item(t_key, tid)?;
+        routing.set_item(s_key, PyBytes::new(py, &blob))?;
+        let wid = wire_id(wkey, tid_b, app_id);
+        out.append(PyTuple::new(
+            py,
+            [routing.into_any(), PyString::new(py, &wid).into_any()],
+        )?)?;
+    }
+    Ok((out, next - n))
+}
+
 /// A msgpack reader over one plaintext, for the subset `pack_value` writes (and nil).
 struct Reader<'a> {
     b: &'a [u8],
@@ -429,6 +494,78 @@ fn tuples(body: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
     Some(out)
 }
 
+/// Scratch buffers of a run's openings.
+#[derive(Default)]
+struct OpenScratch {
+    aad: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+/// One event's attribute tuples `body` opened (`_open_attribute_run` of one job):
+/// `(name -> value, app_id | None)`, or None for a malformed body.
+fn open_body<'py>(
+    py: Python<'py>,
+    tid: &[u8],
+    ts: i64,
+    n: u64,
+    body: &[u8],
+    keys: &Bound<'py, PyDict>,
+    s: &mut OpenScratch,
+) -> PyResult<Bound<'py, PyAny>> {
+    let Some(pairs) = tuples(body) else {
+        return Ok(py.None().into_bound(py));
+    };
+    let values = PyDict::new(py);
+    let mut app_id: Option<Bound<'py, PyAny>> = None;
+    // open_each: a run whose counters would overflow opens to nothing
+    let in_range = pairs.is_empty() || n.checked_add(pairs.len() as u64 - 1).is_some();
+    let tail = ts.to_be_bytes();
+    for (i, (aid, ct)) in pairs.iter().enumerate() {
+        if !in_range || ct.len() < TAG_BYTES {
+            continue;
+        }
+        let Some(hit) = keys.get_item(PyBytes::new(py, aid))? else {
+            continue; // no key here, or a name this broker does not know
+        };
+        let (name, key) = key_entry(&hit)?;
+        s.aad.clear();
+        s.aad.extend_from_slice(AAD_ATTR);
+        s.aad.extend_from_slice(tid);
+        s.aad.extend_from_slice(aid);
+        s.aad.extend_from_slice(&tail);
+        let (c, tag) = ct.split_at(ct.len() - TAG_BYTES);
+        s.buf.clear();
+        s.buf.extend_from_slice(c);
+        let ok = key.get().cipher.decrypt_in_place_detached(
+            Nonce::from_slice(&nonce(n + i as u64)),
+            &s.aad,
+            &mut s.buf,
+            Tag::from_slice(tag),
+        );
+        if ok.is_err() {
+            continue; // fails to authenticate: left out
+        }
+        let mut r = Reader { b: &s.buf, i: 0 };
+        if r.take(1) != Some(&[0x92][..]) {
+            return Err(refuse("a plaintext the native reader does not take"));
+        }
+        let (Some(app), Some(v)) = (r.value(), r.value()) else {
+            return Err(refuse("a plaintext the native reader does not take"));
+        };
+        if r.i != s.buf.len() || !matches!(app, Val::S(_) | Val::Nil) {
+            return Err(refuse("a plaintext the native reader does not take"));
+        }
+        values.set_item(&name, to_py(py, &v)?)?;
+        if let (None, Val::S(a)) = (&app_id, &app) {
+            if !a.is_empty() {
+                app_id = Some(PyString::new(py, a).into_any());
+            }
+        }
+    }
+    let app = app_id.unwrap_or_else(|| py.None().into_bound(py));
+    Ok(PyTuple::new(py, [values.into_any(), app])?.into_any())
+}
+
 /// `_open_attribute_run(jobs)`: each job `(type_id, ts_ms, n, body, keys)` opened to
 /// `(name -> value, app_id | None)`, or None for a malformed body.
 #[pyfunction]
@@ -437,8 +574,7 @@ fn hermes_open_run<'py>(
     jobs: &Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
-    let mut aad: Vec<u8> = Vec::with_capacity(96);
-    let mut buf: Vec<u8> = Vec::with_capacity(128);
+    let mut s = OpenScratch::default();
     for job in jobs.iter() {
         let t = job.downcast::<PyTuple>()?;
         if t.len() != 5 {
@@ -452,59 +588,81 @@ fn hermes_open_run<'py>(
         let body = body_ob.downcast::<PyBytes>()?.as_bytes();
         let keys_ob = t.get_item(4)?;
         let keys = keys_ob.downcast::<PyDict>()?;
-        let Some(pairs) = tuples(body) else {
+        out.append(open_body(py, tid, ts, n, body, keys, &mut s)?)?;
+    }
+    Ok(out)
+}
+
+/// content.py MAX_PHB_BYTES: the longest PHB id a sealed header names
+const MAX_PHB_BYTES: usize = 1024;
+/// content.py `_HDR`: `ts (i64) || n (u64) || len(PHB) (u16)`
+const HDR_BYTES: usize = 18;
+
+/// `Sealed.parse`'s header: `(ts, n, PHB, body)`, or None when malformed.
+fn header(blob: &[u8]) -> Option<(i64, u64, &str, &[u8])> {
+    if blob.len() < HDR_BYTES {
+        return None;
+    }
+    let ts = i64::from_be_bytes(blob[0..8].try_into().ok()?);
+    let n = u64::from_be_bytes(blob[8..16].try_into().ok()?);
+    let ln = u16::from_be_bytes(blob[16..18].try_into().ok()?) as usize;
+    let end = HDR_BYTES + ln;
+    if ln == 0 || ln > MAX_PHB_BYTES || blob.len() < end {
+        return None;
+    }
+    let phb = std::str::from_utf8(&blob[HDR_BYTES..end]).ok()?;
+    Some((ts, n, phb, &blob[end..]))
+}
+
+/// The SHB's step for a run (`content.Crypter.open_sealed_run`): each job `(view, type_id,
+/// sealed)` parsed (`Sealed.parse`) and opened (`_open_attribute_run`) in one call, to
+/// `(name -> value, app_id | None)`; None for a malformed header, `({}, None)` for a
+/// malformed body. `keys(view, ts, phb)` gives attribute id -> `(name, cipher)` of the keys
+/// in force (`Crypter._plan`); it is asked again only when the view, timestamp or PHB
+/// changes from the previous job's.
+#[pyfunction]
+fn hermes_open_sealed_run<'py>(
+    py: Python<'py>,
+    jobs: &Bound<'py, PyList>,
+    keys: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let mut s = OpenScratch::default();
+    let mut last: Option<(Bound<'py, PyAny>, i64, String, Bound<'py, PyDict>)> = None;
+    for job in jobs.iter() {
+        let t = job.downcast::<PyTuple>()?;
+        if t.len() != 3 {
+            return Err(refuse("an open job has three fields"));
+        }
+        let view = t.get_item(0)?;
+        let tid_ob = t.get_item(1)?;
+        let tid = tid_ob.downcast::<PyBytes>()?.as_bytes();
+        let blob_ob = t.get_item(2)?;
+        let Ok(blob) = blob_ob.downcast_exact::<PyBytes>() else {
             out.append(py.None())?;
             continue;
         };
-        let values = PyDict::new(py);
-        let mut app_id: Option<Bound<'py, PyAny>> = None;
-        // open_each: a run whose counters would overflow opens to nothing
-        let in_range = pairs.is_empty() || n.checked_add(pairs.len() as u64 - 1).is_some();
-        let tail = ts.to_be_bytes();
-        for (i, (aid, ct)) in pairs.iter().enumerate() {
-            if !in_range || ct.len() < TAG_BYTES {
-                continue;
-            }
-            let Some(hit) = keys.get_item(PyBytes::new(py, aid))? else {
-                continue; // no key here, or a name this broker does not know
-            };
-            let (name, key) = key_entry(&hit)?;
-            aad.clear();
-            aad.extend_from_slice(AAD_ATTR);
-            aad.extend_from_slice(tid);
-            aad.extend_from_slice(aid);
-            aad.extend_from_slice(&tail);
-            let (c, tag) = ct.split_at(ct.len() - TAG_BYTES);
-            buf.clear();
-            buf.extend_from_slice(c);
-            let ok = key.get().cipher.decrypt_in_place_detached(
-                Nonce::from_slice(&nonce(n + i as u64)),
-                &aad,
-                &mut buf,
-                Tag::from_slice(tag),
-            );
-            if ok.is_err() {
-                continue; // fails to authenticate: left out
-            }
-            let mut r = Reader { b: &buf, i: 0 };
-            if r.take(1) != Some(&[0x92][..]) {
-                return Err(refuse("a plaintext the native reader does not take"));
-            }
-            let (Some(app), Some(v)) = (r.value(), r.value()) else {
-                return Err(refuse("a plaintext the native reader does not take"));
-            };
-            if r.i != buf.len() || !matches!(app, Val::S(_) | Val::Nil) {
-                return Err(refuse("a plaintext the native reader does not take"));
-            }
-            values.set_item(&name, to_py(py, &v)?)?;
-            if let (None, Val::S(s)) = (&app_id, &app) {
-                if !s.is_empty() {
-                    app_id = Some(PyString::new(py, s).into_any());
-                }
-            }
+        let Some((ts, n, phb, body)) = header(blob.as_bytes()) else {
+            out.append(py.None())?;
+            continue;
+        };
+        let same =
+            matches!(&last, Some((v, lts, lphb, _)) if v.is(&view) && *lts == ts && lphb == phb);
+        if !same {
+            let by_aid = keys.call1((&view, ts, phb))?;
+            let by_aid = by_aid.downcast_into::<PyDict>()?;
+            last = Some((view, ts, phb.to_owned(), by_aid));
         }
-        let app = app_id.unwrap_or_else(|| py.None().into_bound(py));
-        out.append(PyTuple::new(py, [values.into_any(), app])?)?;
+        let Some((_, _, _, by_aid)) = &last else {
+            return Err(refuse("no keys"));
+        };
+        let opened = open_body(py, tid, ts, n, body, by_aid, &mut s)?;
+        if opened.is_none() {
+            let empty = PyTuple::new(py, [PyDict::new(py).into_any(), py.None().into_bound(py)])?;
+            out.append(empty)?;
+        } else {
+            out.append(opened)?;
+        }
     }
     Ok(out)
 }
@@ -512,8 +670,10 @@ fn hermes_open_run<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hermes_seal_run, m)?)?;
     m.add_function(wrap_pyfunction!(hermes_open_run, m)?)?;
+    m.add_function(wrap_pyfunction!(hermes_open_sealed_run, m)?)?;
     m.add_function(wrap_pyfunction!(hermes_seal_publish_run, m)?)?;
     m.add_function(wrap_pyfunction!(hermes_wire_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(hermes_seal_routing_run, m)?)?;
     m.add_class::<HermesWireIdKey>()?;
     Ok(())
 }

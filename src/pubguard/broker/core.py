@@ -674,29 +674,45 @@ class Broker:
                 out += dropped if adm is None else self._route(msg, link, adm, found[i], now, False)
             return
         acts: list[Action | None] = []
-        pending: dict[int, tuple[BrokerScheme, list[tuple[int, Any]]]] = {}
+        # per scheme: the positions in ``acts`` to rewrite, and their ``outgoing_run`` items
+        pending: dict[int, tuple[BrokerScheme, list[int], list[tuple[Any, Any, CheckContext]]]]
+        pending = {}
+        ctxs: dict[str, CheckContext] = {}  # one context per outgoing link, for the run
         links = self.links
+        cur: Profile | None = None  # the profile of the previous event rewritten in runs
+        peers: frozenset[str] = frozenset()
+        at: list[int] = []
+        items: list[tuple[Any, Any, CheckContext]] = []
         for i, (msg, adm, dropped) in enumerate(run):
             if adm is None:
                 acts += dropped
             elif adm.prof.in_runs:
-                start = len(acts)
-                acts += self._route(msg, link, adm, found[i], now, rewrite=False)
-                prof = adm.prof
-                peers = through[id(prof)]
-                todo = pending.setdefault(id(prof), (prof.scheme, []))[1]
+                if adm.prof is not cur:
+                    cur = adm.prof
+                    peers = through[id(cur)]
+                    job = pending.get(id(cur))
+                    if job is None:
+                        job = pending[id(cur)] = (cur.scheme, [], [])
+                    _, at, items = job
                 pe = adm.pe
-                for j in range(start, len(acts)):
-                    a = acts[j]
-                    if peers and type(a) is Forward and links[a.link].peer in peers:
-                        continue
-                    todo.append((j, pe))
+                for a in self._route(msg, link, adm, found[i], now, False):
+                    lk = a.link
+                    kind = type(a)
+                    if kind is DeliverTo or (
+                        kind is Forward and not (peers and links[lk].peer in peers)
+                    ):
+                        ctx = ctxs.get(lk)
+                        if ctx is None:
+                            ctx = ctxs[lk] = CheckContext(now, links[lk], self.broker_id)
+                        at.append(len(acts))
+                        items.append((a.message, pe, ctx))  # type: ignore[union-attr]
+                    acts.append(a)
             else:
                 acts += self._route(msg, link, adm, found[i], now)
         rewritten = False
-        for scheme, todo in pending.values():
-            if todo:
-                self._outgoing_run(acts, todo, now, scheme)
+        for scheme, at, items in pending.values():
+            if at:
+                self._outgoing_run(acts, at, items, scheme)
                 rewritten = True
         out += [a for a in acts if a is not None] if rewritten else acts  # type: ignore[arg-type]
 
@@ -1048,35 +1064,24 @@ class Broker:
     def _outgoing_run(
         self,
         acts: list[Action | None],
-        todo: list[tuple[int, Any]],
-        now: float,
+        at: list[int],
+        items: list[tuple[Any, Any, CheckContext]],
         scheme: BrokerScheme,
     ) -> None:
-        """``_outgoing`` of the actions at ``todo`` (one run's, of one scheme; each with its
-        publication's decoded routing) in one ``outgoing_run`` call, in place: a suppressed
-        message's action becomes None (``_route`` counted it as sent; it is taken back)."""
-        links = self.links
-        ctxs: dict[str, CheckContext] = {}
-        at: list[int] = []
-        items: list[tuple[Any, Any, CheckContext]] = []
-        for i, pe in todo:
-            a = acts[i]
-            if not isinstance(a, Forward | DeliverTo):
-                continue
-            ctx = ctxs.get(a.link)
-            if ctx is None:
-                ctx = ctxs[a.link] = CheckContext(now, links[a.link], self.broker_id)
-            at.append(i)
-            items.append((a.message, pe, ctx))
+        """``_outgoing`` of the actions at ``at`` (one run's, of one scheme; ``items`` their
+        ``(message, decoded routing, context)``, built by ``_route_run`` as it routes) in one
+        ``outgoing_run`` call, in place: a suppressed message's action becomes None
+        (``_route`` counted it as sent; it is taken back)."""
         suppressed = 0
+        new = tuple.__new__  # the action's own ``__new__``, without its Python frame
         for i, m2 in zip(at, scheme.outgoing_run(items), strict=True):
-            a = acts[i]
-            assert isinstance(a, Forward | DeliverTo)
             if m2 is None:
                 suppressed += 1
                 acts[i] = None
-            elif m2 is not a.message:
-                acts[i] = type(a)(a.link, m2)
+            else:
+                a = acts[i]
+                if m2 is not a.message:  # type: ignore[union-attr]
+                    acts[i] = new(type(a), (a.link, m2))  # type: ignore[union-attr,type-var]
         if suppressed:
             self.counters["suppressed"] += suppressed
             self.counters["sent"] -= suppressed

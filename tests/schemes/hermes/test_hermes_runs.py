@@ -162,17 +162,28 @@ def test_a_run_of_sealed_events_opens_as_one_message_at_a_time(
 
 def test_a_phb_run_is_sealed_in_one_aead_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The point of the run hooks: a micro-batch of four events with three attributes each
-    is sealed, with its wire ids, in one ``seal_attribute_publish_run`` call (twelve
-    attributes: one native call when the extension is built), and opened in one."""
+    is sealed, with its wire ids, in one call (twelve attributes: one native
+    ``Crypter.seal_publish_run`` when the extension is built, else one
+    ``seal_attribute_publish_run``), and opened in one
+    (``Crypter.open_sealed_run``: headers and tuples, one native call when built)."""
     from pubguard.schemes.hermes import content
 
     calls: list[tuple[int, int]] = []
-    seal, open_ = content.seal_attribute_publish_run, content.open_attribute_run
+    seal = content.seal_attribute_publish_run
     monkeypatch.setattr(
         content,
         "seal_attribute_publish_run",
         lambda jobs, c: calls.append((len(jobs), sum(len(j[5]) for j in jobs))) or seal(jobs, c),
     )
+    seal_run = content.Crypter.seal_publish_run  # the same, with the routings (native only)
+
+    def counted(self: Any, view: Any, ts: int, items: list[Any]) -> Any:
+        got = seal_run(self, view, ts, items)
+        if got is not None:
+            calls.append((len(items), sum(len(a) for a, _ in items)))
+        return got
+
+    monkeypatch.setattr(content.Crypter, "seal_publish_run", counted)
     w = _world("hermes-attribute")
     menu = _client_menu(w, "hermes-attribute")
     w.brokers["met1"].core.handle(menu[0], "c:camera", NOW)  # the profile's first use
@@ -182,8 +193,11 @@ def test_a_phb_run_is_sealed_in_one_aead_batch(monkeypatch: pytest.MonkeyPatch) 
     assert calls == [(4, 12)]
     frames = [msgpack.unpackb(pack(a.message.to_wire()), raw=False) for a in acts]
     opened: list[int] = []
+    open_run = content.Crypter.open_sealed_run
     monkeypatch.setattr(
-        content, "open_attribute_run", lambda jobs: opened.append(len(jobs)) or open_(jobs)
+        content.Crypter,
+        "open_sealed_run",
+        lambda self, jobs: opened.append(len(jobs)) or open_run(self, jobs),
     )
     w.brokers["metgw"].scheme.learn_neighbour("met1", [], now=NOW)  # no cache: it decrypts
     w.brokers["metgw"].core.handle_batch(frames, "met1", NOW)

@@ -9,8 +9,9 @@ Theory of operation
   wire codec (msgpack), and the publisher hosting broker seals (event or attribute mode)
   and the subscriber hosting broker opens; plaintext is the ``plain`` profile on the same
   harness. Publications are fed in micro-batches (``Broker.handle_batch``): the PHB seals a
-  micro-batch's attributes, with their wire ids, in one call and the SHB opens them in one
-  (``content.seal_attribute_publish_run`` / ``open_attribute_run``, native when built).
+  micro-batch into its routings, with their wire ids, in one call and the SHB parses and
+  opens them in one (``Crypter.seal_publish_run`` / ``Crypter.open_sealed_run``, native
+  when built).
   Throughput is events per second over a timed run, the best of the runs after one untimed
   run per profile; the ratio to plaintext is the figure to compare (the paper: 46 % with 1
   attribute, 11.7 % with 10). Time is the process's CPU time (``time.process_time``), so

@@ -55,7 +55,7 @@ from pubguard.crypto.counter_aead import (
     seal_batch,
     seal_each,
 )
-from pubguard.errors import InvalidToken, ValidationError
+from pubguard.errors import InvalidToken, StateError, ValidationError
 from pubguard.model.codec import constraint_from_json
 from pubguard.model.constraints import Constraint
 from pubguard.model.filters import Filter
@@ -306,6 +306,9 @@ class TypeView:
     types: Mapping[str, str]  # attribute name -> its declared value type
     # attribute name -> the head of its associated data, ``_AAD_ATTR || type id || attr id``
     aad_heads: Mapping[str, bytes]
+    name: str  # the type's name (what a delivery names it by)
+    # attribute name -> the exact value types its declared type takes (``type_check``)
+    accepts: Mapping[str, frozenset[type]]
 
     @classmethod
     def of(cls, stype: SecureEventType) -> TypeView:
@@ -313,12 +316,26 @@ class TypeView:
         types = {a.name: a.type for a in stype.etype.attributes}
         tid = stype.type_id
         heads = {k: b"hermes-a\x00" + tid + aid for k, aid in ids.items()}
-        return cls(stype, tid, tid.hex(), ids, {v: k for k, v in ids.items()}, types, heads)
+        accepts = {
+            k: frozenset(
+                t for t, n in _TYPE_NAMES.items() if n == w or (w == "float" and n == "int")
+            )
+            for k, w in types.items()
+        }
+        names = {v: k for k, v in ids.items()}
+        return cls(stype, tid, tid.hex(), ids, names, types, heads, stype.name, accepts)
 
     def type_check(self, attrs: Mapping[str, Any]) -> None:
         """ValidationError unless ``attrs`` conform to the type (``EventType.validate`` of
         ``Event(attrs)``, in one pass: the PHB's check of every publication, §2.1)."""
-        types = self.types
+        accepts = self.accepts
+        for k, v in attrs.items():  # the common case: exact types, finite floats
+            ok = accepts.get(k)
+            if ok is None or type(v) not in ok or (type(v) is float and not math.isfinite(v)):
+                break
+        else:
+            return
+        types = self.types  # the first failure, worded
         for k, v in attrs.items():
             want = types.get(k)
             if want is None:
@@ -577,7 +594,10 @@ class Crypter:
             n = take(max(1, len(attrs)))
             run.append((view.type_id, ts_ms, n, phb, app_id, attrs, keys))
             ok.append(True)
-        done = iter(seal_attribute_publish_run(run, self))
+        blobs = seal_attribute_publish_run(run, self)
+        if len(run) == len(jobs):  # every event sealed (the common run)
+            return [({"t": j[0], "s": b}, w) for j, (b, w) in zip(run, blobs, strict=True)]
+        done = iter(blobs)
         it = iter(run)
         res: list[tuple[dict[str, Any], str] | None] = []
         for y in ok:
@@ -587,6 +607,37 @@ class Crypter:
             else:
                 res.append(None)
         return res
+
+    def seal_publish_run(
+        self, view: TypeView, ts_ms: int, items: list[tuple[Mapping[str, Any], str]]
+    ) -> list[tuple[dict[str, Any], str]] | None:
+        """:meth:`seal_publications` of a run of one type at one instant, each ``(attrs,
+        app_id)``, in one native call that also builds each sealed routing
+        (``hermes_seal_routing_run``): the same routings, wire ids and counter values. None
+        when it does not apply (event mode, no extension, an attribute without a key here,
+        a value the extension does not take, the counter's end): nothing was taken, and the
+        caller takes :meth:`seal_publications`, which decides and words each refusal."""
+        nat = nb.NATIVE
+        key = self._id_native
+        if nat is None or key is None or self.mode != "attribute" or not items:
+            return None
+        counter = self.counter
+        n = counter.next_value
+        try:
+            out, used = nat.hermes_seal_routing_run(
+                view.type_id,
+                ts_ms,
+                n,
+                self.broker.encode(),
+                self._plan(view, ts_ms, self.broker).by_name,
+                items,
+                key,
+            )
+            if counter.take(used) != n:  # nothing else takes between (one core, one thread)
+                raise StateError("nonce counter moved during a run")
+        except (TypeError, ValueError, AttributeError, OverflowError, KeyError, StateError):
+            return None
+        return out  # type: ignore[no-any-return]
 
     def open_event(
         self, view: TypeView, routing: Mapping[str, Any], skip: frozenset[str] = frozenset()
@@ -634,6 +685,41 @@ class Crypter:
             run.append((view.type_id, sealed.ts, sealed.n, sealed.body, keys))
         got = open_attribute_run(run)
         return [({}, None) if r is None else r for r in got]
+
+    def open_sealed_run(
+        self, jobs: list[tuple[TypeView, bytes]]
+    ) -> list[tuple[dict[str, Any], str | None] | None]:
+        """The SHB's step for a run, attribute mode: each ``(view, sealed)``, a sealed
+        routing field, parsed (:meth:`Sealed.parse`) and opened (:meth:`open_events` with
+        nothing skipped), in one native call when built (``hermes_open_sealed_run``: the
+        per-event header, plan look-up and tuples never go through Python); None for a
+        malformed header. The same results either way."""
+        nat = nb.NATIVE
+        if nat is not None and self.mode == "attribute" and jobs:
+            plan = self._plan
+            try:
+                return nat.hermes_open_sealed_run(  # type: ignore[no-any-return]
+                    [(v, v.type_id, blob) for v, blob in jobs],
+                    lambda v, ts, phb: plan(v, ts, phb).by_aid,
+                )
+            except (TypeError, ValueError, AttributeError, OverflowError, KeyError):
+                pass  # something the extension does not take: the reference decides
+        return self._open_sealed_run(jobs)
+
+    def _open_sealed_run(
+        self, jobs: list[tuple[TypeView, bytes]]
+    ) -> list[tuple[dict[str, Any], str | None] | None]:
+        """:meth:`open_sealed_run`'s reference: :meth:`Sealed.parse`, then one
+        :meth:`open_events` of the well-formed ones."""
+        parsed: list[Sealed | None] = []
+        for _, blob in jobs:
+            try:
+                parsed.append(Sealed.parse(blob))
+            except ValidationError:
+                parsed.append(None)
+        todo = [(v, p, frozenset[str]()) for (v, _), p in zip(jobs, parsed, strict=True) if p]
+        got = iter(self.open_events(todo))
+        return [None if p is None else next(got) for p in parsed]
 
     def wire_id(self, view: TypeView, app_id: str) -> str:
         """The id an event sealed here carries between brokers instead of ``app_id``:
