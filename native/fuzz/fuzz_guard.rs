@@ -11,7 +11,8 @@
 //!
 //! PSGuard's guard (`guard/psguard.rs`: records signed one by one and in Merkle batches) and
 //! narada's (`guard/narada.rs`: token, window, signature, replay) get the same treatment with
-//! their own generators, a fifth as many inputs each.
+//! their own generators, a fifth as many inputs each. The routing decoders (`guard/routing.rs`)
+//! take the raw bytes too, checked against their rules.
 //!
 //! Built with overflow checks and debug assertions; any panic aborts the run with the seed
 //! and input number, so a crash reproduces with `fuzz-guard <n> <seed>`. Unmutated
@@ -25,6 +26,8 @@ mod psguard;
 #[allow(dead_code)]
 #[path = "../src/guard/narada.rs"]
 mod narada;
+#[path = "../src/guard/routing.rs"]
+mod routing;
 
 use core::{AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, Reason, RecordMeta, RootVerifier, Val, Verdict};
 use narada::{NdEnv, NdMeta, NdToken};
@@ -259,6 +262,44 @@ fn leaf_of(p: &Pub) -> Option<[u8; 32]> {
 fn meta_of(p: &Pub) -> EgMeta<'_> {
     let v: Vec<Val<'_>> = p.fields.iter().map(|f| f.view()).collect();
     EgMeta { p: v[0], e: v[1], ts: v[2], sig: v[3], mi: v[4], mn: v[5], mp: v[6], wk: v[7], ad: v[8] }
+}
+
+/// The routing decoders (`guard/routing.rs`) on raw bytes, against their rules stated
+/// plainly: a nonce of the mode's length, whole int64 tags (at most `MAX_EVENT_TAGS`) that
+/// pack back to the input; whole 32-byte EventGuard tokens, 1..=`MAX_TOPICS` of them.
+fn fuzz_routing(rng: &mut Rng, raw: &[u8]) {
+    use routing::{eg_token_count, token_tags, Mode, MAX_EVENT_TAGS, MAX_TOPICS, NONCE_BYTES, TOKEN_BYTES};
+    let modes = ["r", "d", "x", "", "rd"];
+    let mode = Mode::from_wire(modes[rng.below(5) as usize]);
+    // mostly the shapes parse_routing accepts (a nonce of 16 or 0 bytes, whole tags), then
+    // anything
+    let cut = match rng.below(3) {
+        0 => NONCE_BYTES.min(raw.len()),
+        1 => 0,
+        _ => rng.below(raw.len() as u64 + 1) as usize,
+    };
+    let (nonce, packed) = raw.split_at(cut);
+    let packed = if rng.below(2) == 0 { &packed[..packed.len() / 8 * 8] } else { packed };
+    // long packed tags too (past the limit), from the raw bytes repeated
+    let long: Vec<u8> = if rng.below(64) == 0 {
+        packed.iter().copied().cycle().take(8 * (MAX_EVENT_TAGS - 2 + rng.below(5) as usize)).collect()
+    } else {
+        packed.to_vec()
+    };
+    if let Some(m) = mode {
+        let want_nonce = if m == Mode::Randomized { NONCE_BYTES } else { 0 };
+        let ok = nonce.len() == want_nonce && long.len() % 8 == 0 && long.len() / 8 <= MAX_EVENT_TAGS;
+        match token_tags(m, nonce, &long) {
+            Some(tags) => {
+                assert!(ok, "token_tags accepted a part parse_routing refuses");
+                let back: Vec<u8> = tags.iter().flat_map(|t| t.to_be_bytes()).collect();
+                assert_eq!(back, long, "tags do not pack back to their bytes");
+            }
+            None => assert!(!ok, "token_tags refused a part parse_routing accepts"),
+        }
+    }
+    let ok = raw.len() % TOKEN_BYTES == 0 && (1..=MAX_TOPICS).contains(&(raw.len() / TOKEN_BYTES));
+    assert_eq!(eg_token_count(raw).is_some(), ok, "eg_token_count disagrees with parse_tokens");
 }
 
 fn mutate_bytes(rng: &mut Rng, b: &mut Vec<u8>) {
@@ -770,6 +811,7 @@ fn main() {
             let _ = core::parse_tokens(&raw);
             let (i, s) = (rng.below(70_000) as i64 - 3, rng.below(70_000) as i64 - 3);
             let _ = core::climb(&raw[..raw.len().min(40)], i, s, &raw, None);
+            fuzz_routing(&mut rng, &raw);
             done += 1;
         }
         if done % 1_000_000 < 1100 {

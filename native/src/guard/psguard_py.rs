@@ -3,9 +3,10 @@
 
 use super::psguard::{check, PsEnv, PsMeta};
 use super::py::{
-    is_invalid_token, meta_items, missing_marker, record_keys, run_frames, token_frame,
+    is_invalid_token, meta_items, missing_marker, record_keys, run_frames, run_items, token_frame,
     PyRootVerifier,
 };
+use super::routing_py::token_items;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -135,6 +136,25 @@ impl PyPsGuard {
     ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
         let _ = broker_id;
         run_frames(py, frames, 6, stop_on_strike, |t| {
+            self.check_frame(py, t, now)
+        })
+    }
+
+    /// `check_run` on the core's run of `Publish` messages and their decoded `TokenEvent`s
+    /// (the default guard's `check_msgs`, so one driver serves both).
+    #[pyo3(signature = (messages, events, now, broker_id = None, *, stop_on_strike = false))]
+    fn check_msgs(
+        &mut self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        events: &Bound<'_, PyAny>,
+        now: f64,
+        broker_id: Option<&Bound<'_, PyAny>>,
+        stop_on_strike: bool,
+    ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+        let _ = broker_id;
+        let frames = token_items(py, messages, events)?;
+        run_items(py, frames.into_iter().map(Ok), stop_on_strike, |t| {
             self.check_frame(py, t, now)
         })
     }

@@ -9,11 +9,12 @@ use super::core::{
     SigItem, Val, VerifyError, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_NODES, DIGEST, HOT_CAPACITY,
     MAX_PATH,
 };
+use super::routing_py::{eg_items, token_items};
 use pyo3::exceptions::PyKeyError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PySet, PyString, PyTuple};
 use std::collections::{HashMap, HashSet};
 
 static INVALID_TOKEN: GILOnceCell<PyObject> = GILOnceCell::new();
@@ -47,11 +48,22 @@ pub(super) fn run_frames<'py>(
     frames: &Bound<'py, PyAny>,
     arity: usize,
     stop_on_strike: bool,
+    one: impl FnMut(&[Bound<'py, PyAny>]) -> PyResult<&'static str>,
+) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+    let items = frames.try_iter()?.map(|f| frame_items(&f?, arity));
+    run_items(py, items, stop_on_strike, one)
+}
+
+/// `run_frames` over frames whose items were read already (`routing_py.rs`, `check_msgs`).
+pub(super) fn run_items<'py>(
+    py: Python<'py>,
+    frames: impl Iterator<Item = PyResult<Vec<Bound<'py, PyAny>>>>,
+    stop_on_strike: bool,
     mut one: impl FnMut(&[Bound<'py, PyAny>]) -> PyResult<&'static str>,
 ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
     let mut out = Vec::new();
-    for f in frames.try_iter()? {
-        let items = frame_items(&f?, arity)?;
+    for items in frames {
+        let items = items?;
         match one(&items) {
             Ok("fallback") => break,
             Ok(v) => {
@@ -524,10 +536,9 @@ fn prepass<'py>(
     arity: usize,
     meta_at: usize,
     missing: &Bound<'py, PyAny>,
-    mut item: impl FnMut(&[Bound<'py, PyAny>]) -> Option<SigItem>,
+    item: impl FnMut(&[Bound<'py, PyAny>]) -> Option<SigItem>,
 ) -> PyResult<()> {
-    let mut items = Vec::new();
-    let mut seen = HashSet::new();
+    let mut parts = Vec::new();
     for f in frames.try_iter()? {
         let Ok(t) = f?.downcast_into::<PyTuple>() else {
             break;
@@ -535,11 +546,27 @@ fn prepass<'py>(
         if t.len() != arity {
             break;
         }
-        let parts: Vec<Bound<'py, PyAny>> = t.iter().collect();
+        parts.push(t.iter().collect());
+    }
+    prepass_items(py, batches, &parts, meta_at, missing, item)
+}
+
+/// `prepass` over frames whose items were read already (`check_msgs`).
+pub(super) fn prepass_items<'py>(
+    py: Python<'py>,
+    batches: &mut SigBatches,
+    frames: &[Vec<Bound<'py, PyAny>>],
+    meta_at: usize,
+    missing: &Bound<'py, PyAny>,
+    mut item: impl FnMut(&[Bound<'py, PyAny>]) -> Option<SigItem>,
+) -> PyResult<()> {
+    let mut items = Vec::new();
+    let mut seen = HashSet::new();
+    for parts in frames {
         if !single_signature(py, &parts[meta_at], missing) {
             continue;
         }
-        if let Some(it) = item(&parts) {
+        if let Some(it) = item(parts) {
             if batches.untried(&it.sig) && seen.insert(it.sig.clone()) {
                 items.push(it);
             }
@@ -597,6 +624,24 @@ impl PyEgGuard {
         let roots = self.roots.bind(py).borrow();
         let inner = &self.inner;
         prepass(py, &mut self.batches, frames, 5, 4, &missing, |items| {
+            with_eg_frame(py, &missing, items, |eid, prof, toks, body, m| {
+                inner.batch_item(&roots.inner, eid, prof, toks, body, m, now)
+            })
+            .flatten()
+        })
+    }
+
+    /// `batch` over frames read from the core's publications (`check_msgs`).
+    fn batch_items(
+        &mut self,
+        py: Python<'_>,
+        frames: &[Vec<Bound<'_, PyAny>>],
+        now: f64,
+    ) -> PyResult<()> {
+        let missing = self.missing.clone_ref(py).into_bound(py);
+        let roots = self.roots.bind(py).borrow();
+        let inner = &self.inner;
+        prepass_items(py, &mut self.batches, frames, 4, &missing, |items| {
             with_eg_frame(py, &missing, items, |eid, prof, toks, body, m| {
                 inner.batch_item(&roots.inner, eid, prof, toks, body, m, now)
             })
@@ -699,6 +744,26 @@ impl PyEgGuard {
             self.check_one(py, &t[0], &t[1], &t[2], &t[3], &t[4], now)
         })
     }
+
+    /// `check_run` on the core's run of `Publish` messages themselves: each one's
+    /// `(event_id, profile, routing, body, meta)` read here (`routing_py.rs`), not packed
+    /// into a tuple per frame in Python; the same verdicts and state.
+    #[pyo3(signature = (messages, now, *, stop_on_strike))]
+    fn check_msgs(
+        &mut self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        now: f64,
+        stop_on_strike: bool,
+    ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+        let frames = eg_items(py, messages)?;
+        if self.batches.enabled {
+            self.batch_items(py, &frames, now)?;
+        }
+        run_items(py, frames.into_iter().map(Ok), stop_on_strike, |t| {
+            self.check_one(py, &t[0], &t[1], &t[2], &t[3], &t[4], now)
+        })
+    }
 }
 
 /// The default profile's callbacks, seen by the core as a `DfEnv`.
@@ -707,15 +772,24 @@ struct PyDfEnv<'a, 'py> {
     now: f64,
     broker_id: &'a Bound<'py, PyAny>,
     permit_fields: &'a Bound<'py, PyAny>,
-    revoked: &'a Bound<'py, PyAny>,
+    revoked_keys: &'a Bound<'py, PyAny>,
+    revoked_serials: &'a Bound<'py, PyAny>,
     replay: &'a Bound<'py, PyAny>,
-    /// permit blob -> (the Python permit, its parsed key, its raw key)
+    /// the replay state's containers for this run (`ReplayState.run_state`), if any
+    run: Option<&'a RunReplay<'py>>,
+    /// permit blob -> its Python objects
     objs: &'a mut HashMap<Vec<u8>, DfObjs>,
     batches: &'a SigBatches,
 }
 
-/// A verified permit's Python objects: the permit, its parsed key, and the key's bytes.
-type DfObjs = (PyObject, PyObject, Vec<u8>);
+/// A verified permit's Python objects: its parsed key, the key's bytes (raw, and as the
+/// permit's `bytes`), and its certificate serial.
+struct DfObjs {
+    verify_key: PyObject,
+    raw: Vec<u8>,
+    key: PyObject,
+    serial: PyObject,
+}
 
 impl DfEnv for PyDfEnv<'_, '_> {
     type Err = PyErr;
@@ -739,26 +813,31 @@ impl DfEnv for PyDfEnv<'_, '_> {
         }
         self.objs.insert(
             blob.to_vec(),
-            (
-                t.get_item(7)?.unbind(),
-                t.get_item(8)?.unbind(),
-                p.key.clone(),
-            ),
+            DfObjs {
+                verify_key: t.get_item(8)?.unbind(),
+                raw: p.key.clone(),
+                key: t.get_item(2)?.unbind(),
+                serial: t.get_item(9)?.unbind(),
+            },
         );
         Ok(p)
     }
 
+    /// `p.key in revoked or p.serial in revoked_serials`, on the scheme's live sets.
     fn revoked(&mut self, blob: &[u8]) -> PyResult<bool> {
-        let p = self.obj(blob)?.0;
-        self.revoked.call1((p,))?.is_truthy()
+        self.ensure(blob)?;
+        let o = &self.objs[blob];
+        Ok(self.revoked_keys.contains(o.key.bind(self.py))?
+            || self.revoked_serials.contains(o.serial.bind(self.py))?)
     }
 
     fn verify(&mut self, blob: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
-        let (_, k, raw) = self.obj(blob)?;
-        if self.batches.verified(&raw, sig, message) {
+        self.ensure(blob)?;
+        let o = &self.objs[blob];
+        if self.batches.verified(&o.raw, sig, message) {
             return Ok(()); // verified in its run's batch (batch.rs)
         }
-        k.bind(self.py).call_method1(
+        o.verify_key.bind(self.py).call_method1(
             intern!(self.py, "verify"),
             (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)),
         )?;
@@ -766,6 +845,33 @@ impl DfEnv for PyDfEnv<'_, '_> {
     }
 
     fn replayed(&mut self, key: &[u8], ts: i64, seq: i64) -> PyResult<bool> {
+        if let Some((mem, dirty)) = self.run {
+            // replay.py `check_and_accept`'s common case on its own containers: refused
+            // unless after the entity's last accepted (ts, seq); accepted, it is marked to
+            // be flushed with the broker's batch (narada §V-B)
+            let k = PyTuple::new(
+                self.py,
+                [
+                    self.broker_id.clone(),
+                    PyBytes::new(self.py, key).into_any(),
+                ],
+            )?;
+            // None: a stored value the port does not model; Some(None): no message yet
+            let last = match mem.get_item(&k)? {
+                Some(prev) if !prev.is_none() => prev.extract::<(i64, i64)>().ok().map(Some),
+                _ => Some(None),
+            };
+            if let Some(last) = last {
+                if last.is_some_and(|last| (ts, seq) <= last) {
+                    return Ok(true);
+                }
+                mem.set_item(&k, (ts, seq))?;
+                if let Some(d) = dirty {
+                    d.add(&k)?;
+                }
+                return Ok(false);
+            } // a stored value the port does not model: the Python method decides
+        }
         let r = self
             .replay
             .call1((self.broker_id, PyBytes::new(self.py, key), ts, seq))?;
@@ -773,14 +879,18 @@ impl DfEnv for PyDfEnv<'_, '_> {
     }
 }
 
+/// The replay state's containers for a run: `(last (ts, seq) by (scope, entity), the
+/// entities to flush or None)`.
+type RunReplay<'py> = (Bound<'py, PyDict>, Option<Bound<'py, PySet>>);
+
 impl PyDfEnv<'_, '_> {
-    fn obj(&mut self, blob: &[u8]) -> PyResult<DfObjs> {
+    /// The permit's objects are in `objs` (asked again if dropped with the bounded map:
+    /// the scheme's cache answers).
+    fn ensure(&mut self, blob: &[u8]) -> PyResult<()> {
         if !self.objs.contains_key(blob) {
-            // dropped with the bounded map: ask again (the scheme's cache answers)
             self.permit(blob)?;
         }
-        let (p, k, raw) = &self.objs[blob];
-        Ok((p.clone_ref(self.py), k.clone_ref(self.py), raw.clone()))
+        Ok(())
     }
 }
 
@@ -791,8 +901,10 @@ pub struct PyDfGuard {
     inner: DfGuard,
     roots: Py<PyRootVerifier>,
     permit_fields: PyObject,
-    revoked: PyObject,
+    revoked_keys: PyObject,
+    revoked_serials: PyObject,
     replay: PyObject,
+    replay_state: Option<PyObject>,
     objs: HashMap<Vec<u8>, DfObjs>,
     missing: PyObject,
     batches: SigBatches,
@@ -801,19 +913,25 @@ pub struct PyDfGuard {
 #[pymethods]
 impl PyDfGuard {
     /// `permit_fields(blob, now)`: the verified publish permit's `(is_publish, subject, key,
-    /// epoch, not_before, not_after, H(blob), permit, parsed key)`, raising as the scheme's
-    /// `permit`; `revoked(permit)`: whether its key or certificate is revoked now;
-    /// `replay(broker_id, key, ts, seq)`: the replay state's `check_and_accept`.
+    /// epoch, not_before, not_after, H(blob), permit, parsed key, certificate serial)`,
+    /// raising as the scheme's `permit`; `revoked_keys`, `revoked_serials`: the scheme's
+    /// sets of revoked publisher keys and certificate serials (read live: a permit is
+    /// revoked when its key or serial is in them); `replay(broker_id, key, ts, seq)`: the
+    /// replay state's `check_and_accept`; `replay_state(broker_id)`: its `run_state`, the
+    /// containers a run then reads and updates itself (None: `replay` per publication).
     #[new]
     /// `batch_verify`: try a run's single signatures as one Ed25519 batch (`batch.rs`).
-    #[pyo3(signature = (roots, *, max_delay, permit_fields, revoked, replay, batch_verify = true))]
+    #[pyo3(signature = (roots, *, max_delay, permit_fields, revoked_keys, revoked_serials, replay, replay_state = None, batch_verify = true))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         roots: Py<PyRootVerifier>,
         max_delay: f64,
         permit_fields: PyObject,
-        revoked: PyObject,
+        revoked_keys: PyObject,
+        revoked_serials: PyObject,
         replay: PyObject,
+        replay_state: Option<PyObject>,
         batch_verify: bool,
     ) -> PyResult<Self> {
         let missing = missing_marker(py)?;
@@ -821,8 +939,10 @@ impl PyDfGuard {
             inner: DfGuard::new(max_delay),
             roots,
             permit_fields,
-            revoked,
+            revoked_keys,
+            revoked_serials,
             replay,
+            replay_state,
             objs: HashMap::new(),
             missing,
             batches: SigBatches::new(batch_verify),
@@ -860,6 +980,7 @@ impl PyDfGuard {
             &[event_id, mode, nonce, toks, body, meta],
             now,
             broker_id,
+            None,
         )
     }
 
@@ -877,8 +998,32 @@ impl PyDfGuard {
         if self.batches.enabled {
             self.batch(py, frames, now)?;
         }
+        let run = self.run_replay(py, broker_id)?;
         run_frames(py, frames, 6, stop_on_strike, |t| {
-            self.check_frame(py, t, now, broker_id)
+            self.check_frame(py, t, now, broker_id, run.as_ref())
+        })
+    }
+
+    /// `check_run` on the core's run of `Publish` messages and the `TokenEvent`s their
+    /// routing parts decoded to: each frame's items read here (`routing_py.rs`), not
+    /// packed into a tuple per frame in Python; the same verdicts and state.
+    #[pyo3(signature = (messages, events, now, broker_id, *, stop_on_strike))]
+    fn check_msgs(
+        &mut self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        events: &Bound<'_, PyAny>,
+        now: f64,
+        broker_id: &Bound<'_, PyAny>,
+        stop_on_strike: bool,
+    ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
+        let frames = token_items(py, messages, events)?;
+        if self.batches.enabled {
+            self.batch_items(py, &frames, now)?;
+        }
+        let run = self.run_replay(py, broker_id)?;
+        run_items(py, frames.into_iter().map(Ok), stop_on_strike, |t| {
+            self.check_frame(py, t, now, broker_id, run.as_ref())
         })
     }
 }
@@ -914,6 +1059,24 @@ fn with_df_frame<R>(
 }
 
 impl PyDfGuard {
+    /// The replay state's containers for a run of `broker_id`'s (`replay_state`), or None
+    /// (the `replay` callback per publication).
+    fn run_replay<'py>(
+        &self,
+        py: Python<'py>,
+        broker_id: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<RunReplay<'py>>> {
+        let Some(f) = &self.replay_state else {
+            return Ok(None);
+        };
+        let r = f.bind(py).call1((broker_id,))?;
+        if r.is_none() {
+            return Ok(None);
+        }
+        let (mem, dirty): (Bound<'py, PyDict>, Option<Bound<'py, PySet>>) = r.extract()?;
+        Ok(Some((mem, dirty)))
+    }
+
     /// `check_publish` on a frame's items.
     fn check_frame(
         &mut self,
@@ -921,6 +1084,7 @@ impl PyDfGuard {
         items: &[Bound<'_, PyAny>],
         now: f64,
         broker_id: &Bound<'_, PyAny>,
+        run: Option<&RunReplay<'_>>,
     ) -> PyResult<&'static str> {
         let missing = self.missing.clone_ref(py).into_bound(py);
         let mut env = PyDfEnv {
@@ -928,8 +1092,10 @@ impl PyDfGuard {
             now,
             broker_id,
             permit_fields: self.permit_fields.bind(py),
-            revoked: self.revoked.bind(py),
+            revoked_keys: self.revoked_keys.bind(py),
+            revoked_serials: self.revoked_serials.bind(py),
             replay: self.replay.bind(py),
+            run,
             objs: &mut self.objs,
             batches: &self.batches,
         };
@@ -961,6 +1127,25 @@ impl PyDfGuard {
         let roots = self.roots.bind(py).borrow();
         let inner = &self.inner;
         prepass(py, &mut self.batches, frames, 6, 5, &missing, |items| {
+            with_df_frame(py, &missing, items, |f, m| {
+                let (eid, mode, nonce, toks, body) = (f.event_id, f.mode, f.nonce, f.toks, f.body);
+                inner.batch_item(&roots.inner, eid, mode, nonce, toks, body, m, now)
+            })
+            .flatten()
+        })
+    }
+
+    /// `batch` over frames read from the core's publications (`check_msgs`).
+    fn batch_items(
+        &mut self,
+        py: Python<'_>,
+        frames: &[Vec<Bound<'_, PyAny>>],
+        now: f64,
+    ) -> PyResult<()> {
+        let missing = self.missing.clone_ref(py).into_bound(py);
+        let roots = self.roots.bind(py).borrow();
+        let inner = &self.inner;
+        prepass_items(py, &mut self.batches, frames, 5, &missing, |items| {
             with_df_frame(py, &missing, items, |f, m| {
                 let (eid, mode, nonce, toks, body) = (f.event_id, f.mode, f.nonce, f.toks, f.body);
                 inner.batch_item(&roots.inner, eid, mode, nonce, toks, body, m, now)

@@ -27,12 +27,14 @@ one's ``ValidationError``) pass through unchanged, as the Python guard raises th
 :func:`~pubguard.schemes.common.guard_check.checked`.
 
 A run of publications (``BrokerScheme.broker_check_run``, which ``Broker.handle_batch`` calls
-for a batch read from one link) is one native call, ``check_run``, driven by
-:func:`check_run`: the guard's state must evolve exactly as one call per frame leaves it, so
-the call stops where Python has to act before the next frame: after a verdict that strikes
-the source (it may be banned for the next frame: eventguard.txt §4.7, Fig. 3 containment;
-narada §V-A), before a frame the port hands back, and at a callback's exception (mapped here
-as ``checked`` and the core map it). The core checks a frame the run did not decide itself.
+for a batch read from one link) is one native call, ``check_msgs`` on the core's
+``Publish`` messages (the guard reads each one's fields itself; ``check_run`` takes the same
+as tuples), driven by :func:`check_run`: the guard's state must evolve exactly as one call
+per frame leaves it, so the call stops where Python has to act before the next frame: after
+a verdict that strikes the source (it may be banned for the next frame: eventguard.txt §4.7,
+Fig. 3 containment; narada §V-A), before a frame the port hands back, and at a callback's
+exception (mapped here as ``checked`` and the core map it). The core checks a frame the run
+did not decide itself.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ from pubguard.schemes.common.replay import DEFAULT_CACHE_CAPACITY
 
 __all__ = ["FALLBACK", "REASONS", "check_run", "is_native", "root_verifier", "token_run"]
 
-#: a native guard's ``check_run`` over frames: ``(verdicts, exception or None)``
-RunCall = Callable[[list[tuple[Any, ...]], bool], tuple[list[str], BaseException | None]]
+#: a native guard's ``check_run`` over frames (or its ``check_msgs`` over the core's
+#: publications): ``(verdicts, exception or None)``
+RunCall = Callable[[Sequence[Any], bool], tuple[list[str], BaseException | None]]
 
 #: the native guard's verdict when the Python guard must decide
 FALLBACK: Final = "fallback"
@@ -94,7 +97,7 @@ def is_native(verifier: Any) -> bool:
 
 def check_run(
     call: RunCall,
-    frames: list[tuple[Any, ...]],
+    frames: Sequence[Any],
     strikes: StrikeCounter | None,
     ctx: CheckContext,
     *,
@@ -138,13 +141,10 @@ def token_run(
     without it (the Python backend, or a verifier swapped since)."""
     if fast is None or fast.roots is not roots:
         return []
-    frames = [
-        (m.event_id, te.mode, te.nonce, m.routing.get("t"), m.body, m.meta)
-        for m, te in zip(messages, events, strict=True)
-    ]
+    # the frames (event_id, mode, nonce, routing's t, body, meta) are read natively
     return check_run(
-        lambda fs, stop: fast.check_run(fs, ctx.now, ctx.broker_id, stop_on_strike=stop),
-        frames,
+        lambda ms, stop: fast.check_msgs(ms, events, ctx.now, ctx.broker_id, stop_on_strike=stop),
+        messages,
         strikes,
         ctx,
         strike_brokers=strike_brokers,

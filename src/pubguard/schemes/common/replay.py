@@ -165,6 +165,23 @@ class ReplayState:
         self.accept(scope, entity, ts_ms, seq)
         return None
 
+    def run_state(
+        self, scope: str
+    ) -> tuple[dict[tuple[str, bytes], tuple[int, int]], set[tuple[str, bytes]] | None] | None:
+        """For a native guard about to check a run of messages of ``scope``: the containers
+        :meth:`check_and_accept`'s common case reads and updates, ``(last accepted (ts, seq)
+        by (scope, entity), the entities to flush, or None when nothing is persisted)``, so
+        the guard does exactly that per message without calling back; None when the state is
+        written at once (a database that is not deferred: call :meth:`check_and_accept`).
+        Valid until the next :meth:`flush_pending` (the broker's commit, after the run)."""
+        if scope not in self._loaded:
+            self._load(scope)
+        if self._db is None:
+            return self._mem, None
+        if self._deferred:
+            return self._mem, self._dirty
+        return None
+
     def flush_pending(self) -> None:
         """``deferred``: write the exact state of the entities accepted since the last call,
         inside the caller's open transaction (the broker's batch)."""

@@ -369,7 +369,8 @@ class DefaultBroker(TokenRouting):
         self.window = TimestampWindow(max_delay)
         self.revoked: set[bytes] = {bytes(k) for k in revoked}
         self.ca_cert = ca_cert
-        self._revoked_serials: frozenset[int] = frozenset()
+        # updated in place (update_crl): the native guard reads this very set
+        self._revoked_serials: set[int] = set()
         if crl is not None:
             self.update_crl(crl, now=now)
         self.replay = replay if replay is not None else ReplayState(db)
@@ -388,8 +389,10 @@ class DefaultBroker(TokenRouting):
             max_delay=max_delay,
             permit=self.permit,
             key_of=self._key,
-            revoked=lambda p: p.key in self.revoked or p.serial in self._revoked_serials,
+            revoked_keys=self.revoked,
+            revoked_serials=self._revoked_serials,
             replay=self.replay.check_and_accept,
+            replay_state=self.replay.run_state,
             batch_verify=batch_verify,
         )
 
@@ -405,7 +408,9 @@ class DefaultBroker(TokenRouting):
         if self.ca_cert is None:
             raise ValidationError("no CA certificate to check the CRL against")
         crl.check(self.ca_cert, now)
-        self._revoked_serials = crl.serials
+        serials = self._revoked_serials
+        serials.clear()
+        serials.update(crl.serials)
 
     # decoding, matching, covering: TokenRouting (as the psguard profile)
 

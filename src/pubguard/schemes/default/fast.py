@@ -26,14 +26,20 @@ def publication_guard(
     max_delay: float,
     permit: Callable[[bytes, float], Any],
     key_of: Callable[[bytes], VerifyKey],
-    revoked: Callable[[Any], bool],
+    revoked_keys: set[bytes],
+    revoked_serials: set[int],
     replay: Callable[[str, bytes, int, int], Any],
+    replay_state: Callable[[str], Any] | None = None,
     batch_verify: bool = True,
 ) -> Any | None:
     """The native guard for a scheme's publications, or None on the Python backend (or when
     ``roots`` is not the native verifier). ``permit(blob, now)``: the verified permit (raising
-    as the scheme does); ``key_of(raw)``: its parsed key; ``revoked(permit)``: whether its key
-    or certificate is revoked now; ``replay(broker_id, key, ts, seq)``: check-and-accept;
+    as the scheme does); ``key_of(raw)``: its parsed key; ``revoked_keys``,
+    ``revoked_serials``: the scheme's sets of revoked keys and certificate serials, read live
+    (the permit is revoked when its key or serial is in them: no call back into Python per
+    publication); ``replay(broker_id, key, ts, seq)``: check-and-accept; ``replay_state(
+    broker_id)``: its containers for a run (``ReplayState.run_state``), which the guard then
+    reads and updates as ``replay`` would, with no call per publication;
     ``batch_verify``: a run's single-signature publications have their signatures verified
     as one Ed25519 batch first (RFC 8032 §5.1.7; ``native/src/guard/batch.rs``), with the
     verdicts and state of one check per frame."""
@@ -48,13 +54,16 @@ def publication_guard(
             H(blob),
             p,
             k,
+            p.serial,
         )
 
     return mod.DefaultPublicationGuard(
         roots,
         max_delay=max_delay,
         permit_fields=fields,
-        revoked=revoked,
+        revoked_keys=revoked_keys,
+        revoked_serials=revoked_serials,
         replay=replay,
+        replay_state=replay_state,
         batch_verify=batch_verify,
     )

@@ -226,10 +226,10 @@ class EventGuardBroker(BrokerScheme):
         fast = self._fast
         if fast is None or fast.roots is not self.roots:  # swapped (EventGuard-nosig)
             return []
-        frames = [(m.event_id, m.profile, m.routing, m.body, m.meta) for m in messages]
+        # each frame's (event_id, profile, routing, body, meta) is read natively
         return check_run(
-            lambda fs, stop: fast.check_run(fs, ctx.now, stop_on_strike=stop),
-            frames,
+            lambda ms, stop: fast.check_msgs(ms, ctx.now, stop_on_strike=stop),
+            messages,
             self._per(ctx).strikes,
             ctx,
             strike_brokers=self.ban_brokers,

@@ -34,6 +34,8 @@ __all__ = ["Clause", "TokenMatcher"]
 # -- the token index ----------------------------------------------------------------------------
 
 Clause = tuple[Hashable, int]  # (subscription key, scope index)
+#: an anchor token's ``(F_T, clauses, all single-group, the clauses' subscription keys)``
+_Anchor = tuple[Callable[[bytes], bytes], frozenset[Clause], bool, tuple[Hashable, ...]]
 _first64 = struct.Struct(">q").unpack_from  # tok64 of a PRF output block
 
 
@@ -68,7 +70,7 @@ class TokenMatcher:
         # parsed nonces (16 bytes each, checked by parse_routing)
         self._prf: dict[bytes, Callable[[bytes], bytes]] = {}
         self.evaluations = 0  # F_T(r) evaluations (AES calls in single-event matching)
-        self._alist: list[tuple[Callable[[bytes], bytes], frozenset[Clause], bool]] | None = None
+        self._alist: list[_Anchor] | None = None
         self._afs: TokenSet | None = None  # the anchor tokens, in _anchor_list order
 
     def __len__(self) -> int:
@@ -122,10 +124,10 @@ class TokenMatcher:
         rest: list[frozenset[Clause]] = []
         # stage 1: the anchor tokens (psguard.txt §4.1 F_T(r), one kept AES context each), in
         # one tight loop: a token's tag is the first 64 bits of its PRF block
-        for prf, clauses, single in self._anchor_list():
+        for prf, clauses, single, keys in self._anchor_list():
             if _first64(prf(nonce))[0] in tags:
                 if single:  # every clause of this anchor has one group (a topic filter)
-                    out.update(c[0] for c in clauses)
+                    out.update(keys)
                 else:
                     rest.append(clauses)
         self.evaluations += len(self._anchor)
@@ -150,12 +152,18 @@ class TokenMatcher:
                     out.add(c[0])
         return out
 
-    def _anchor_list(self) -> list[tuple[Callable[[bytes], bytes], frozenset[Clause], bool]]:
-        """``(F_T, clauses, all single-group)`` per anchor token, rebuilt after a change."""
+    def _anchor_list(self) -> list[_Anchor]:
+        """``(F_T, clauses, all single-group, the clauses' keys)`` per anchor token, rebuilt
+        after a change (the keys: what a met single-group anchor adds to a match)."""
         al = self._alist
         if al is None:
             al = self._alist = [
-                (self._prf[t], frozenset(cs), all(len(self._clauses[c][1]) == 1 for c in cs))
+                (
+                    self._prf[t],
+                    frozenset(cs),
+                    all(len(self._clauses[c][1]) == 1 for c in cs),
+                    tuple({c[0] for c in cs}),
+                )
                 for t, cs in self._anchor.items()
             ]
         return al
@@ -192,9 +200,9 @@ class TokenMatcher:
         # in one block against the events' tags
         cand: list[list[frozenset[Clause]]] = [[] for _ in rnd]
         for e, t in self._anchor_set.match_batch(nonces, tags):
-            _, clauses, single = al[t]
+            _, clauses, single, keys = al[t]
             if single:  # a topic filter: its clauses are met
-                out[rnd[e]].update(c[0] for c in clauses)
+                out[rnd[e]].update(keys)
             else:
                 cand[e].append(clauses)
         if not any(cand):

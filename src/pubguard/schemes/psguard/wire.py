@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
+from pubguard import native
 from pubguard.errors import ValidationError
 from pubguard.schemes.base import ProtectedEvent
 from pubguard.schemes.common.merkle import MAX_BATCH, unpack_path
@@ -156,6 +157,15 @@ def _unpacker(n: int) -> Callable[[bytes], tuple[int, ...]]:
 
 
 def parse_routing(routing: Mapping[str, Any]) -> TokenEvent:
+    """A publication's ``{m, n, t}`` routing part decoded (psguard.txt §3.1: the mode, the
+    nonce ``r`` and the tags ``F_T(r)``), ValidationError if malformed. On the native
+    backend the common case is decoded in one call (``native/src/guard/routing.rs``), which
+    leaves anything it does not accept, and the errors' wording, to this function."""
+    fast = native.NATIVE
+    if fast is not None and type(routing) in _FLAT_TYPES:
+        t = fast.token_routing(routing)
+        if t is not None:
+            return _new_token_event(TokenEvent, t)  # type: ignore[no-any-return]
     if type(routing) not in _FLAT_TYPES and not isinstance(routing, Mapping):
         raise ValidationError("psguard routing is exactly {m, n, t}")
     if routing.keys() != _ROUTING_KEYS:
