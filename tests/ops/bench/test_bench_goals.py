@@ -59,3 +59,21 @@ def test_eventguard_default_and_narada_goals() -> None:
     assert slow["met"] is False
     (none,) = goal_verdicts("narada", {})
     assert none["met"] is None
+
+
+def test_steady_goal_per_backend_including_psguard_paper_run_alone() -> None:
+    from pubguard.ops.bench.steady import steady_goal
+
+    steady = {
+        "python": {"psguard-paper": {"cpu_ratio": 1.01}},
+        "native": {"psguard-paper": {"cpu_ratio": 1.05}},
+    }
+    for profile in ("psguard", "psguard-paper"):  # psguard's headline run, or the profile
+        got = steady_goal(profile, "psguard-paper", steady)
+        assert [(g["name"], g["limit"], g["ours"], g["met"]) for g in got] == [
+            ("broker CPU ratio, steady (python)", 1.02, 1.01, True),
+            ("broker CPU ratio, steady (native)", 1.02, 1.05, False),
+        ]
+    missing = steady_goal("default", "default-merkle", {"native": {}})
+    assert [(g["ours"], g["met"]) for g in missing] == [(None, None)]
+    assert steady_goal("plain", "plain", steady) == []

@@ -65,7 +65,14 @@ __all__ = [
 STEADY_LOAD: Final = 0.8  # of the slowest configuration's median maximum throughput
 STEADY_S: Final = 4.0  # seconds per run (CPU clock ticks are 10 ms: >= 400 ticks a run)
 #: broker CPU per publication, at most this many times plain's, on the steady headline run
-CPU_RATIO_GOAL: Final = {"eventguard": 1.11, "default": 1.11, "psguard": 1.02}
+#: (``psguard``'s goal is judged on its ``psguard-paper`` run, psguard.txt §2's configuration,
+#: which is also a profile of its own)
+CPU_RATIO_GOAL: Final = {
+    "eventguard": 1.11,
+    "default": 1.11,
+    "psguard": 1.02,
+    "psguard-paper": 1.02,
+}
 
 
 def backends() -> list[str]:
