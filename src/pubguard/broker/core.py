@@ -332,14 +332,14 @@ class Broker:
         matcher has ``match_batch`` (the token profiles: psguard.txt §3.1, one AES call per
         token over the batch's nonces) join runs, unless the profile has both guards and
         outgoing rewrites (see ``Profile``) and does not rewrite runs (``rewrites_in_runs``:
-        the run's outgoing messages are then rewritten in one ``outgoing_run``, hermes). So
+        the run's actions are then rewritten by ``outgoing_routed``, hermes). So
         do those of a profile whose scheme checks a run of publications in one call
         (``checks_in_runs``: the native guard): their guards run together,
         ``broker_check_run``, after decoding and before their ids are recorded (``_hold_pub``,
         ``_check_held``), unless the scheme decides the link's guard per link
         (``link_guard``, asked once per batch: then admitted one by one, as plain's). A run
         whose every message would leave unchanged (``passes_through`` covers every link it
-        can reach) is routed as plain's is, with no ``outgoing_run``."""
+        can reach) is routed as plain's is, with no rewriting."""
         link = self._link(from_link)
         out: list[Action] = []
         run: list[tuple[Publish, _Admitted | None, list[Action]]] = []
@@ -580,8 +580,8 @@ class Broker:
     ) -> list[Action]:
         """The actions for an admitted publication whose matching keys are ``keys``: see the
         module docstring for why this is exactly once on a tree. ``rewrite`` False: the
-        scheme's ``outgoing`` is left to the caller (``_route_run``: one ``outgoing_run``,
-        which takes back from ``sent`` what it suppresses)."""
+        scheme's ``outgoing`` is left to the caller (``_route_run``: the scheme's
+        ``outgoing_routed``, and the core takes back from ``sent`` what it suppresses)."""
         out: list[Action] = []
         src = link.link_id
         delivered = 0
@@ -664,8 +664,6 @@ class Broker:
             for i, (msg, adm, dropped) in enumerate(run):
                 out += dropped if adm is None else self._route(msg, link, adm, found[i], now)
             return
-        # its actions are rewritten together, one ``outgoing_run`` per scheme, and kept in
-        # arrival order
         # (a message to a peer the scheme ``passes_through`` from this link leaves as it is)
         through = {k: p.scheme.passes_through(link, now) for k, p in in_runs.items()}
         if not others_rewrite and self._passes_all(link, through.values()):
@@ -673,53 +671,51 @@ class Broker:
             for i, (msg, adm, dropped) in enumerate(run):
                 out += dropped if adm is None else self._route(msg, link, adm, found[i], now, False)
             return
-        acts: list[Action | None] = []
-        # per scheme: the positions in ``acts`` to rewrite, and their ``outgoing_run`` items
-        pending: dict[int, tuple[BrokerScheme, list[int], list[tuple[Any, Any, CheckContext]]]]
-        pending = {}
-        ctxs: dict[str, CheckContext] = {}  # one context per outgoing link, for the run
-        links = self.links
-        cur: Profile | None = None  # the profile of the previous event rewritten in runs
-        peers: frozenset[str] = frozenset()
-        at: list[int] = []
-        items: list[tuple[Any, Any, CheckContext]] = []
+        # each run of consecutive publications of one such profile goes to its scheme's
+        # ``outgoing_routed`` with the actions ``_route`` routed them to, and comes back as
+        # their final actions (a message to a peer in ``through`` leaves as it is)
+        contexts = _Contexts(now, self.links, self.broker_id)
+        cur: Profile | None = None
+        seg: list[tuple[Publish, Any, list[Action]]] = []
         for i, (msg, adm, dropped) in enumerate(run):
-            if adm is None:
-                acts += dropped
-            elif adm.prof.in_runs:
+            if adm is not None and adm.prof.in_runs:
                 if adm.prof is not cur:
+                    if seg:
+                        self._outgoing_routed(cur, seg, through, contexts, out)
+                        seg = []
                     cur = adm.prof
-                    peers = through[id(cur)]
-                    job = pending.get(id(cur))
-                    if job is None:
-                        job = pending[id(cur)] = (cur.scheme, [], [])
-                    _, at, items = job
-                pe = adm.pe
-                for a in self._route(msg, link, adm, found[i], now, False):
-                    lk = a.link
-                    kind = type(a)
-                    if kind is DeliverTo or (
-                        kind is Forward and not (peers and links[lk].peer in peers)
-                    ):
-                        ctx = ctxs.get(lk)
-                        if ctx is None:
-                            ctx = ctxs[lk] = CheckContext(now, links[lk], self.broker_id)
-                        at.append(len(acts))
-                        items.append((a.message, pe, ctx))  # type: ignore[union-attr]
-                    acts.append(a)
-            else:
-                acts += self._route(msg, link, adm, found[i], now)
-        rewritten = False
-        for scheme, at, items in pending.values():
-            if at:
-                self._outgoing_run(acts, at, items, scheme)
-                rewritten = True
-        out += [a for a in acts if a is not None] if rewritten else acts  # type: ignore[arg-type]
+                seg.append((msg, adm.pe, self._route(msg, link, adm, found[i], now, False)))
+                continue
+            if seg:
+                self._outgoing_routed(cur, seg, through, contexts, out)
+                seg = []
+            out += dropped if adm is None else self._route(msg, link, adm, found[i], now)
+        if seg:
+            self._outgoing_routed(cur, seg, through, contexts, out)
+
+    def _outgoing_routed(
+        self,
+        prof: Profile | None,
+        seg: list[tuple[Publish, Any, list[Action]]],
+        through: dict[int, frozenset[str]],
+        contexts: Mapping[str, CheckContext],
+        out: list[Action],
+    ) -> None:
+        """Append the final actions of ``seg`` (consecutive publications of ``prof``, with
+        the actions ``_route`` counted as sent) from the scheme's ``outgoing_routed``: what
+        it suppressed is taken back from ``sent``."""
+        assert prof is not None
+        got = prof.scheme.outgoing_routed(seg, through[id(prof)], contexts)
+        suppressed = sum([len(r[2]) for r in seg]) - len(got)
+        if suppressed:
+            self.counters["suppressed"] += suppressed
+            self.counters["sent"] -= suppressed
+        out += got
 
     def _passes_all(self, link: LinkInfo, peer_sets: Iterable[frozenset[str]]) -> bool:
         """Whether every message a run from broker link ``link`` can send leaves as it is:
         every other link is a broker link whose peer is in each of ``peer_sets`` (what the
-        run's schemes ``passes_through``), so no ``outgoing_run`` is needed."""
+        run's schemes ``passes_through``), so nothing is rewritten."""
         if link.kind is LinkKind.CLIENT:
             return False
         sets = list(peer_sets)
@@ -1061,31 +1057,6 @@ class Broker:
         self.counters["sent"] += len(out)
         return out
 
-    def _outgoing_run(
-        self,
-        acts: list[Action | None],
-        at: list[int],
-        items: list[tuple[Any, Any, CheckContext]],
-        scheme: BrokerScheme,
-    ) -> None:
-        """``_outgoing`` of the actions at ``at`` (one run's, of one scheme; ``items`` their
-        ``(message, decoded routing, context)``, built by ``_route_run`` as it routes) in one
-        ``outgoing_run`` call, in place: a suppressed message's action becomes None
-        (``_route`` counted it as sent; it is taken back)."""
-        suppressed = 0
-        new = tuple.__new__  # the action's own ``__new__``, without its Python frame
-        for i, m2 in zip(at, scheme.outgoing_run(items), strict=True):
-            if m2 is None:
-                suppressed += 1
-                acts[i] = None
-            else:
-                a = acts[i]
-                if m2 is not a.message:  # type: ignore[union-attr]
-                    acts[i] = new(type(a), (a.link, m2))  # type: ignore[union-attr,type-var]
-        if suppressed:
-            self.counters["suppressed"] += suppressed
-            self.counters["sent"] -= suppressed
-
     def _persist(self, table: str, key: str, value: Mapping[str, Any]) -> None:
         if self.store is not None:
             self.store.put(table, key, value)
@@ -1162,6 +1133,23 @@ class Broker:
                 raise StateError("stored advertisement is not an advertise message")
             key = (str(v["link"]), adv.adv_id)
             self._adverts.restore(key, adv, self._advert_lease(key, adv))
+
+
+class _Contexts(dict[str, CheckContext]):
+    """The check contexts of a run's outgoing links at one instant, each built when first
+    asked for (``BrokerScheme.outgoing_routed``)."""
+
+    __slots__ = ("_broker_id", "_links", "_now")
+
+    def __init__(self, now: float, links: Mapping[str, LinkInfo], broker_id: str) -> None:
+        super().__init__()
+        self._now = now
+        self._links = links
+        self._broker_id = broker_id
+
+    def __missing__(self, link_id: str) -> CheckContext:
+        ctx = self[link_id] = CheckContext(self._now, self._links[link_id], self._broker_id)
+        return ctx
 
 
 def _profile_of(m: Message) -> str:

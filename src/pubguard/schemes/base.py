@@ -63,9 +63,13 @@ A scheme has two faces:
   ``outgoing`` for a run's messages in one call (hermes: one sealing or opening per
   micro-batch); a profile with both guards and rewrites joins ``handle_batch``'s runs only
   with it. Default: one ``outgoing`` per message.
+- optional ``outgoing_routed(routed, through, contexts) -> list[action]`` with
+  ``rewrites_in_runs``: the final actions of a run's publications, given the actions the
+  core routed them to, so a scheme builds each outgoing message and action once (hermes).
+  Default: ``outgoing_run`` of the actions not to ``through`` peers, each rebuilt.
 - optional ``passes_through(link, now) -> frozenset[peer]``: the broker peers a run's
   publications from ``link`` leave to unchanged (hermes: neighbours of equal credentials,
-  decided at the credential handshake); the core skips ``outgoing_run`` for them. Default:
+  decided at the credential handshake); ``outgoing_routed`` leaves them as routed. Default:
   none.
 - optional ``lease_end(message) -> float | None``: when a stored subscription's (or
   advertisement's) authority runs out (a permit of one key epoch, plus ``max_delay``); the
@@ -292,12 +296,48 @@ class BrokerScheme(Protocol):
         micro-batch in one call)."""
         return [self.outgoing(m, ctx) for m, _, ctx in items]
 
+    def outgoing_routed(
+        self,
+        routed: Sequence[tuple[Any, Any, Sequence[Any]]],
+        through: frozenset[str],
+        contexts: Mapping[str, CheckContext],
+    ) -> list[Any]:
+        """The final actions of a run's publications of this profile, in arrival order
+        (``Broker.handle_batch``, when ``rewrites_in_runs``): ``routed`` holds each
+        publication, its event as ``decode_event`` decoded it, and the actions the core
+        routed it to, each a ``(link, message)`` named pair of the broker layer (a forward
+        on a broker link, a delivery on a client link). Each comes back as it is (a forward
+        to a peer in ``through``, see :meth:`passes_through`, or a message ``outgoing``
+        leaves as it is), rebuilt around the message ``outgoing`` gives
+        (``tuple.__new__(type(action), (link, message))``), or is left out (suppressed).
+        ``contexts[link]``: the outgoing link's check context at the run's instant. A scheme
+        that rewrites whole runs overrides it to build each outgoing message, and its action,
+        once (hermes). The default: :meth:`outgoing_run` of the actions not to ``through``."""
+        acts: list[Any] = []
+        at: list[int] = []
+        items: list[tuple[Any, Any, CheckContext]] = []
+        client = LinkKind.CLIENT
+        for _, pe, routed_acts in routed:
+            for a in routed_acts:
+                ctx = contexts[a[0]]
+                if ctx.link.kind is client or ctx.link.peer not in through:
+                    at.append(len(acts))
+                    items.append((a[1], pe, ctx))
+                acts.append(a)
+        if not items:
+            return acts
+        new = tuple.__new__
+        for i, m2 in zip(at, self.outgoing_run(items), strict=True):
+            a = acts[i]
+            acts[i] = None if m2 is None else a if m2 is a[1] else new(type(a), (a[0], m2))
+        return [a for a in acts if a is not None]
+
     def passes_through(self, link: LinkInfo, now: float) -> frozenset[str]:
         """The broker peers to which every publication of this profile arriving on ``link``
         leaves exactly as it came (``outgoing`` would return the message itself, whatever the
         publication: hermes §3.4 between brokers of equal credentials). ``Broker.handle_batch``
-        asks once per run (when ``rewrites_in_runs``) and leaves those messages out of
-        ``outgoing_run``. The default: none."""
+        asks once per run (when ``rewrites_in_runs``) and hands it to ``outgoing_routed``,
+        which leaves those messages as routed. The default: none."""
         return frozenset()
 
     def covers(self, f1: Any, f2: Any) -> bool: ...

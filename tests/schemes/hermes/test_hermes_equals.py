@@ -110,15 +110,15 @@ def test_between_equals_a_run_is_routed_as_one_message_at_a_time(
 def test_between_equals_the_run_takes_no_per_message_hook(
     profile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """m asks ``passes_through`` once per run and never calls ``outgoing_run``: the frames
+    """m asks ``passes_through`` once per run and never calls ``outgoing_routed``: the frames
     leave as they arrived (ciphertext and cache untouched and unread, §3.4)."""
     w = _chain(profile)
     core, scheme = w.brokers["m"].core, w.brokers["m"].scheme
     assert scheme.passes_through(core.links["a"], NOW) == frozenset({"c"})
     frames = _frames(w, profile, 4)
     core.handle(frames[0], "a", NOW)  # the profile's first use
-    calls = {"outgoing_run": 0, "passes_through": 0}
-    real_out, real_pass = scheme.outgoing_run, scheme.passes_through
+    calls = {"outgoing_routed": 0, "passes_through": 0}
+    real_out, real_pass = scheme.outgoing_routed, scheme.passes_through
 
     def count(name: str, real: Any) -> Any:
         def wrapped(*a: Any) -> Any:
@@ -127,10 +127,10 @@ def test_between_equals_the_run_takes_no_per_message_hook(
 
         return wrapped
 
-    monkeypatch.setattr(scheme, "outgoing_run", count("outgoing_run", real_out))
+    monkeypatch.setattr(scheme, "outgoing_routed", count("outgoing_routed", real_out))
     monkeypatch.setattr(scheme, "passes_through", count("passes_through", real_pass))
     acts = core.handle_batch(frames[1:], "a", NOW)
-    assert calls == {"outgoing_run": 0, "passes_through": 1}
+    assert calls == {"outgoing_routed": 0, "passes_through": 1}
     assert [a.link for a in acts] == ["c"] * 3
     for a, f in zip(acts, frames[1:], strict=True):
         assert isinstance(a, Forward) and a.message.wire is f  # the frame as it came
@@ -139,7 +139,7 @@ def test_between_equals_the_run_takes_no_per_message_hook(
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_a_neighbour_that_is_not_an_equal_takes_the_rewriting_path(profile: str) -> None:
-    """Once c's credentials are gone, the same run goes through ``outgoing_run``: the cache
+    """Once c's credentials are gone, the same run goes through ``outgoing_routed``: the cache
     is stripped before the hop to the (now) unauthorised broker."""
     w = _chain(profile)
     core, scheme = w.brokers["m"].core, w.brokers["m"].scheme

@@ -7,6 +7,7 @@ builds a run's rewritten publications, row for row as ``Publish.trusted``."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -30,7 +31,7 @@ from pubguard.schemes.hermes import (
     content,
 )
 from pubguard.schemes.hermes.content import Sealed
-from pubguard.wire.messages import Publish
+from pubguard.wire.messages import Deliver, Publish
 from tests.native_backends import BACKENDS, requires_native
 
 NAMES = [f"a{i}" for i in range(4)]
@@ -253,6 +254,20 @@ def test_a_run_of_trusted_publications_is_trusted_row_by_row(
             assert p is None
             continue
         assert p == want and p.wire == want.wire
+        assert type(p) is Publish  # frozen, as ``trusted`` builds it
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            p.event_id = "x"  # type: ignore[misc]
+
+
+def test_a_run_of_trusted_deliveries_is_trusted_one_by_one() -> None:
+    pubs = [Publish(f"e{i}", "hermes-attribute", {"a": i}) for i in range(3)]
+    pairs = [(pubs[0], ("s1",)), (pubs[1], ("s1", "s2")), (pubs[0], ("s3",))]
+    got = Deliver.trusted_run(pairs)
+    assert got == [Deliver.trusted(p, sids) for p, sids in pairs]
+    assert [type(d) for d in got] == [Deliver] * 3 and got[2].event is pubs[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].sub_ids = ()  # type: ignore[misc]
+    assert Deliver.trusted_run([]) == []
 
 
 kinds = st.one_of(

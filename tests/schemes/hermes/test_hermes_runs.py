@@ -1,4 +1,4 @@
-"""``Broker.handle_batch`` on Hermes runs (``broker_check_run`` + ``outgoing_run``: one AEAD
+"""``Broker.handle_batch`` on Hermes runs (``broker_check_run`` + ``outgoing_routed``: one AEAD
 batch per micro-batch) against one ``handle`` per message: the same actions, byte for byte
 (the same nonces, wire ids and caches), and the same state, on mixed runs with malformed,
 unauthorised, forged, duplicate and plaintext-from-a-broker frames, at the publisher's
@@ -209,9 +209,9 @@ def test_between_equals_a_run_leaves_without_the_per_message_hook(
     profile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """§3.4 between equals, decided per neighbour pair at the handshake
-    (``passes_through``): metgw hands a run from met1 to met2 as it came, without calling
-    ``outgoing_run`` for those messages; the hop to the CCS (numberplate only) and to the
-    unauthorised root still goes through it, cut and stripped."""
+    (``passes_through``): metgw hands a run from met1 to met2 as it came, without the
+    per-message rewrite (``_outgoing``) for those messages; the hop to the CCS (numberplate
+    only) and to the unauthorised root still goes through it, cut and stripped."""
     w = _world(profile)
     scheme = w.brokers["metgw"].scheme
     core = w.brokers["metgw"].core
@@ -220,11 +220,9 @@ def test_between_equals_a_run_leaves_without_the_per_message_hook(
     assert scheme.passes_through(core.links["isp1"], NOW) == frozenset()
     frames = _broker_menu(w, profile)[:3]
     seen: list[str] = []
-    real = scheme.outgoing_run
+    real = scheme._outgoing
     monkeypatch.setattr(
-        scheme,
-        "outgoing_run",
-        lambda items: seen.extend(c.link.peer for _, _, c in items) or real(items),
+        scheme, "_outgoing", lambda m, pe, ctx: seen.append(ctx.link.peer) or real(m, pe, ctx)
     )
     w.subscribe("smith", Filter.of(("camera", ">=", 0)), "all")  # every event goes to met2
     acts = core.handle_batch(frames, "met1", NOW)

@@ -34,10 +34,11 @@ entries that neighbour was authorised to read instead of decrypting them again.
 Hook use (``pubguard.schemes.base``): ``decode_event`` / ``decode_filter`` parse (the core
 calls them first; a sealed event's opaque part is parsed only by a broker that opens or
 filters it), ``broker_check`` applies the guards with the link in hand, the matcher opens
-lazily, and ``outgoing`` seals, caches, strips and decrypts per link; ``outgoing_run`` is
-the run-level twin at the hosting brokers (a client's micro-batch sealed into its
-routings with its wire ids, or a broker's parsed and opened, in one native call, then each
-outgoing or delivered publication built once per event and grant, the run's in one
+lazily, and ``outgoing`` seals, caches, strips and decrypts per link; ``outgoing_routed``
+is the run-level twin at the hosting brokers: given the actions the core routed a run to,
+it returns the run's final actions (a client's micro-batch sealed into its routings with
+its wire ids, or a broker's parsed and opened, in one native call, then each outgoing or
+delivered publication, and its action, built once per event and grant, the run's in one
 ``Publish.trusted_run``), and ``passes_through`` names, per neighbour pair, the hops
 between equals that need no ``outgoing`` at all (§3.4). The event the
 core decoded last is remembered by identity (one entry), so ``broker_check``, the matcher
@@ -208,7 +209,7 @@ class HermesMatcher:
                 out.append(set())
             elif len(fs) == 1:  # one filter of the type (a subscriber's hosting broker)
                 ((k, f),) = fs.items()
-                out.append({k} if _decides_match(f, pe) else set())
+                out.append({k} if f.readable is None or _decides_match(f, pe) else set())
             else:
                 out.append({k for k, f in fs.items() if _decides_match(f, pe)})
         return out
@@ -539,9 +540,8 @@ class HermesBroker(BrokerScheme):
                     pe.plain = {}
                     _parsed(pe)  # a malformed header: logged, nothing of it is read
                     continue
-                pe.plain, app_id = got
-                if pe.app_id is None:
-                    pe.app_id = app_id
+                # no cache (so no application id from one): both from the opening
+                pe.plain, pe.app_id = got
         if not jobs:
             return
         for pe, (values, app_id) in zip(todo, self.crypter.open_events(jobs), strict=True):
@@ -760,184 +760,174 @@ class HermesBroker(BrokerScheme):
     def outgoing(self, message: Any, ctx: CheckContext) -> Any | None:
         return self._outgoing(message, None, ctx)
 
-    def outgoing_run(
-        self, items: Sequence[tuple[Any, HermesEvent, CheckContext]]
-    ) -> list[Any | None]:
-        """``outgoing`` of a run's messages (``Broker.handle_batch``), run-level at the
-        hosting brokers: the PHB seals every event that leaves on a broker link, in arrival
-        order (so each takes the nonces it takes alone) and with its wire id, in one call,
-        then builds each event's outgoing publication once per cache it carries
-        (``_phb_publications``); the SHB opens every event it delivers in one call, then
-        builds each delivered publication once per grant (``_deliveries``). The rest (a
-        forwarded event's cache cut per neighbour, filters) goes message by message."""
+    def outgoing_routed(
+        self,
+        routed: Sequence[tuple[Any, HermesEvent, Sequence[Any]]],
+        through: frozenset[str],
+        contexts: Mapping[str, CheckContext],
+    ) -> list[Any]:
+        """The final actions of a run's publications (``Broker.handle_batch``), each outgoing
+        message and its action built once, run-level at the hosting brokers: the PHB seals
+        every event that leaves on a broker link, in arrival order (each takes the nonces it
+        takes alone) and with its wire id, in one call (``_seal_run``), and the SHB opens every
+        event it delivers in one (``open_run``); then, in one pass, each event's publication
+        is built once per cache it carries (§3.4: cut per neighbour's grants) and each
+        delivered publication once per grant (§4: a client's capability, re-checked here),
+        the run's publications without a cache in one ``Publish.trusted_run``. The rest (a
+        forwarded event's cache cut per neighbour, filters) goes message by message, as
+        ``outgoing`` does. The same messages and state as one ``outgoing`` per action."""
+        client = LinkKind.CLIENT
         seal: dict[int, tuple[HermesEvent, float, str]] = {}
         opening: list[HermesEvent] = []
-        equals: dict[tuple[str | None, str | None, bytes], bool] = {}
-        client = LinkKind.CLIENT
-        out: list[Any | None] = []
-        phb: list[int] = []  # sealed here, to a broker link
-        deliver: list[int] = []  # to a local client
-        rest: list[int] = []  # the per-message rest, after the batches
-        for m, pe, ctx in items:
-            link = ctx.link
-            if link.kind is client:
-                if m.op == "deliver":
-                    if not pe.opened:
+        for m, pe, acts in routed:
+            if pe.local:
+                if not pe.sealed and id(pe) not in seal:
+                    for a in acts:
+                        c = contexts[a[0]]
+                        if c.link.kind is not client:
+                            seal[id(pe)] = (pe, c.now, m.event_id)
+                            break
+            elif not pe.opened:
+                for a in acts:
+                    if contexts[a[0]].link.kind is client:
                         opening.append(pe)
-                    deliver.append(len(out))
-                else:
-                    rest.append(len(out))
-            elif m.op == "publish":
-                if pe.local:
-                    if not pe.sealed and id(pe) not in seal:
-                        seal[id(pe)] = (pe, ctx.now, m.event_id)
-                    phb.append(len(out))
-                else:
-                    k = (pe.src, link.peer, pe.type_id)
-                    eq = equals.get(k)
-                    if eq is None:
-                        eq = equals[k] = self._between_equals(k[0], k[1], k[2], ctx.now)
-                    if eq:  # §3.4: passes on as it came (``_to_broker``), decided once per run
-                        out.append(m)
-                        continue
-                    rest.append(len(out))
-            else:
-                rest.append(len(out))
-            out.append(None)
+                        break
         if seal:
             self._seal_run(list(seal.values()))
         if opening:
             self.open_run(opening)
-        if phb:
-            self._phb_publications(items, phb, out)
-        if deliver:
-            self._deliveries(items, deliver, out)
-        one = self._outgoing
-        for i in rest:
-            m, pe, ctx = items[i]
-            out[i] = one(m, pe, ctx)
-        return out
-
-    def _phb_publications(
-        self,
-        items: Sequence[tuple[Any, HermesEvent, CheckContext]],
-        at: list[int],
-        out: list[Any | None],
-    ) -> None:
-        """``_to_broker`` of the PHB's sealed events at ``at``: each event's publication is
-        its ciphertext, under its wire id, with the cache the next broker may read (§3.4: cut
-        per neighbour's grants, the neighbour's table read once per link), built once per
-        event and grant and shared by every link that takes the same; the run's publications
-        without a cache in one ``Publish.trusted_run``. An event that could not be sealed
-        goes through ``outgoing`` alone (and fails as it does there)."""
+        out: list[Any] = []
+        rows: list[tuple[str, dict[str, Any], bytes]] = []
+        fwd: list[tuple[int, int, Any]] = []  # (position in ``out``, row, routed action)
+        dlv: list[tuple[int, int, Any]] = []  # the same, for deliveries
+        new = tuple.__new__
+        profile = self.profile
         neighbours = self._neighbours
         tables: dict[str | None, Mapping[bytes, frozenset[str]]] = {}  # per neighbour
         bare: dict[int, int] = {}  # per event: the row of its publication without a cache
-        rows: list[tuple[str, dict[str, Any], bytes]] = []
-        bare_at: list[tuple[int, int]] = []  # (position, row)
-        built: dict[tuple[int, frozenset[str]], Publish] = {}
-        event_mode = self.mode == "event"
-        profile = self.profile
-        for i in at:
-            m, pe, ctx = items[i]
-            wid = pe.wire_id
-            if wid is None or not pe.sealed or m.profile != profile:
-                out[i] = self._outgoing(m, pe, ctx)
-                continue
-            peer = ctx.link.peer
-            table = tables.get(peer)
-            if table is None:
-                got = neighbours.get(peer) if peer is not None else None
-                table = tables[peer] = _NO_GRANTS if got is None else got
-            g = table.get(pe.type_id)
-            if not g:  # sealed here: ``{"t", "s"}``, no cache
-                k = bare.get(id(pe))
-                if k is None:
-                    k = bare[id(pe)] = len(rows)
-                    rows.append((wid, pe.routing, m.body))  # type: ignore[arg-type]
-                bare_at.append((i, k))
-                continue
-            bk = (id(pe), g)
-            p = built.get(bk)
-            if p is None:
-                view = pe.view
-                assert view is not None
-                routing = pe.routing
-                cache = {k: v for k, v in pe.plain.items() if k in g}
-                if event_mode and set(cache) != set(view.ids):
-                    cache = {}
-                if cache:
-                    routing = {**routing, "k": pack_cache(cache, view, pe.app_id)}
-                p = built[bk] = _publish(wid, profile, routing, m.body)
-            out[i] = p
-        if rows:
-            pubs = Publish.trusted_run(profile, rows)
-            for i, k in bare_at:
-                p = pubs[k]
-                if p is None:  # outside the common shape: the constructor decides
-                    p = pubs[k] = Publish(rows[k][0], profile, rows[k][1], rows[k][2], {})
-                out[i] = p
-
-    def _deliveries(
-        self,
-        items: Sequence[tuple[Any, HermesEvent, CheckContext]],
-        at: list[int],
-        out: list[Any | None],
-    ) -> None:
-        """``_deliver`` of the SHB's deliveries at ``at`` (their events opened together):
-        a client's grant is asked once per client and type (``_delivery_grant``), and the
-        delivered publication (``_delivered_row``) is built once per event and grant,
-        shared by the clients of the same grant (§4: each gets the attributes its
-        capability grants); the run's publications in one ``Publish.trusted_run``."""
-        grants: dict[tuple[str, bytes], tuple[str, ...] | None] = {}
-        built: dict[tuple[int, tuple[str, ...]], int] = {}  # -> row (-1: nothing to deliver)
-        rows: list[tuple[str, dict[str, Any], bytes]] = []
-        todo: list[tuple[int, int, tuple[str, ...]]] = []  # (position, row, sub ids)
-        row_of = self._delivered_row
-        profile = self.profile
-        # the last (link, type id, grant): a run's deliveries mostly go to one client
-        last: tuple[Any, Any, Any] = (None, None, None)
-        for i in at:
-            d, pe, ctx = items[i]
-            if pe.view is None:
-                out[i] = None
-                continue
-            ev = d.event
-            if ev.profile != profile:
-                out[i] = self._deliver(d, ctx, pe)
-                continue
-            link, tid = ctx.link, pe.type_id
-            if link is last[0] and tid is last[1]:
-                g = last[2]
-            else:
-                k2 = (link.link_id, tid)
-                g = grants.get(k2, False)
-                if g is False:
-                    g = grants[k2] = self._delivery_grant(k2[0], tid, ctx.now)
-                last = (link, tid, g)
-            if not g:
-                out[i] = None
-                continue
-            bk = (id(pe), g)
-            k = built.get(bk)
-            if k is None:
-                row = row_of(ev, pe, g)  # type: ignore[arg-type]
-                k = built[bk] = -1 if row is None else len(rows)
-                if row is not None:
-                    rows.append(row)
-            if k < 0:
-                out[i] = None
-            else:
-                todo.append((i, k, d.sub_ids))
+        caches: dict[tuple[int, frozenset[str]], Publish] = {}  # per event and grants
+        grants: dict[tuple[str, bytes], tuple[str, ...] | None] = {}  # per client and type
+        equals: dict[tuple[str | None, str | None, bytes], bool] = {}
+        # the link of the previous action, its context and kind (a run mostly takes one)
+        at: str | None = None
+        ctx: Any = None
+        link: Any = None
+        to_client = False
+        # the last grant asked for (link, type id): a run's deliveries mostly go to one client
+        g_link: Any = None
+        g_tid: Any = None
+        g: tuple[str, ...] | None = None
+        # the last delivered (event, grant) and its row: an event's deliveries are consecutive
+        s_pe: Any = None
+        s_g: Any = None
+        k = -1
+        for _, pe, acts in routed:
+            for a in acts:
+                lk, msg = a
+                if lk is not at:
+                    at = lk
+                    ctx = contexts[lk]
+                    link = ctx.link
+                    to_client = link.kind is client
+                m2: Any
+                if to_client:
+                    if type(msg) is not Deliver or msg.event.profile != profile:
+                        m2 = self._outgoing(msg, pe, ctx)  # the per-message path
+                    else:
+                        view = pe.view
+                        if view is None:
+                            continue
+                        tid = pe.type_id
+                        if link is not g_link or tid is not g_tid:
+                            g_link, g_tid = link, tid
+                            g = grants.get((lk, tid), False)  # type: ignore[arg-type]
+                            if g is False:
+                                g = grants[(lk, tid)] = self._delivery_grant(lk, tid, ctx.now)
+                        if not g:
+                            continue  # §4: no valid capability, or none of its hosting broker
+                        if pe is not s_pe or g is not s_g:  # ``_delivered_row``
+                            s_pe, s_g = pe, g
+                            plain = pe.plain
+                            if ALL not in g:  # §4: the attributes the grant covers
+                                plain = {n: v for n, v in plain.items() if n in g}
+                            if plain:
+                                k = len(rows)
+                                ev = msg.event
+                                routing = {TYPE_KEY: view.name, **plain}
+                                rows.append((pe.app_id or ev.event_id, routing, ev.body))
+                            else:
+                                k = -1  # nothing the grant covers was read here
+                        if k >= 0:
+                            dlv.append((len(out), k, a))
+                            out.append(None)
+                        continue
+                elif through and link.peer in through:
+                    out.append(a)  # §3.4 between equals: as it came
+                    continue
+                elif type(msg) is not Publish:
+                    m2 = self._outgoing(msg, pe, ctx)
+                elif pe.local:
+                    wid = pe.wire_id
+                    if wid is None or not pe.sealed or msg.profile != profile:
+                        m2 = self._outgoing(msg, pe, ctx)  # not sealed: fails as alone
+                    else:
+                        peer = link.peer
+                        table = tables.get(peer)
+                        if table is None:
+                            got = neighbours.get(peer) if peer is not None else None
+                            table = tables[peer] = _NO_GRANTS if got is None else got
+                        cut = table.get(pe.type_id)
+                        if not cut:  # sealed here: ``{"t", "s"}``, no cache
+                            r = bare.get(id(pe), -1)
+                            if r < 0:
+                                r = bare[id(pe)] = len(rows)
+                                rows.append((wid, pe.routing, msg.body))  # type: ignore[arg-type]
+                            fwd.append((len(out), r, a))
+                            out.append(None)
+                            continue
+                        m2 = caches.get((id(pe), cut))
+                        if m2 is None:
+                            m2 = caches[(id(pe), cut)] = self._with_cache(msg, pe, wid, cut)
+                else:
+                    key = (pe.src, link.peer, pe.type_id)
+                    eq = equals.get(key)
+                    if eq is None:
+                        eq = equals[key] = self._between_equals(key[0], key[1], key[2], ctx.now)
+                    # §3.4: between equals it passes on as it came, decided once per run
+                    m2 = msg if eq else self._outgoing(msg, pe, ctx)
+                if m2 is msg:
+                    out.append(a)
+                elif m2 is not None:
+                    out.append(new(type(a), (lk, m2)))
         if not rows:
-            return
+            return out
         pubs = Publish.trusted_run(profile, rows)
-        deliver = Deliver.trusted  # the core validated the sub ids
-        for i, k, sids in todo:
-            p = pubs[k]
+        for r, p in enumerate(pubs):
             if p is None:  # outside the common shape: the constructor decides
-                p = pubs[k] = Publish(rows[k][0], profile, rows[k][1], rows[k][2], {})
-            out[i] = deliver(p, sids)
+                pubs[r] = Publish(rows[r][0], profile, rows[r][1], rows[r][2], {})
+        for i, r, a in fwd:
+            out[i] = new(type(a), (a[0], pubs[r]))
+        if dlv:
+            pairs = [(pubs[r], a[1].sub_ids) for _, r, a in dlv]
+            ds = Deliver.trusted_run(pairs)  # type: ignore[arg-type]
+            for (i, _, a), d in zip(dlv, ds, strict=True):
+                out[i] = new(type(a), (a[0], d))
+        return out
+
+    def _with_cache(
+        self, msg: Publish, pe: HermesEvent, wire_id: str, grants: frozenset[str]
+    ) -> Publish:
+        """The PHB's sealed event with the plaintext cache a neighbour granted ``grants`` may
+        read (§3.4; in event mode all of the event or nothing)."""
+        view = pe.view
+        assert view is not None
+        routing = pe.routing
+        cache = {k: v for k, v in pe.plain.items() if k in grants}
+        if self.mode == "event" and set(cache) != set(view.ids):
+            cache = {}
+        if cache:
+            routing = {**routing, "k": pack_cache(cache, view, pe.app_id)}
+        return _publish(wire_id, self.profile, routing, msg.body)
 
     def _between_equals(
         self, src: str | None, peer: str | None, type_id: bytes, now: float
@@ -1073,7 +1063,7 @@ class HermesBroker(BrokerScheme):
         may carry at ``now`` (the client's capability's), or None: §4, an expired or revoked
         capability stops delivery, and so does the hosting broker's own (it proxies for the
         client). A function of its arguments and the revocations, so a run asks it once per
-        client and type (``outgoing_run``)."""
+        client and type (``outgoing_routed``)."""
         cap = self._clients.get((link_id, type_id))
         if cap is None or not cap.valid_at(now) or cap.serial in self.revoked:
             return None
