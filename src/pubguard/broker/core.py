@@ -581,7 +581,8 @@ class Broker:
         """The actions for an admitted publication whose matching keys are ``keys``: see the
         module docstring for why this is exactly once on a tree. ``rewrite`` False: the
         scheme's ``outgoing`` is left to the caller (``_route_run``: the scheme's
-        ``outgoing_routed``, and the core takes back from ``sent`` what it suppresses)."""
+        ``outgoing_routed``, and the core takes back from ``sent`` what it suppresses), and
+        a delivery's message is its sub ids, the scheme building the ``Deliver`` once."""
         out: list[Action] = []
         src = link.link_id
         delivered = 0
@@ -589,7 +590,9 @@ class Broker:
             ((lk, sid),) = keys
             if self.links[lk].kind is LinkKind.CLIENT:
                 if lk != src or self.echo:
-                    out.append(DeliverTo(lk, Deliver.trusted(msg, (sid,))))
+                    # (rewrite False: the scheme's ``outgoing_routed`` builds the Deliver)
+                    d: Any = Deliver.trusted(msg, (sid,)) if rewrite else (sid,)
+                    out.append(DeliverTo(lk, d))
                     delivered = 1
             elif lk != src:
                 out.append(Forward(lk, msg))
@@ -610,7 +613,9 @@ class Broker:
                         sids = by_link[lk]
                         if len(sids) > 1:
                             sids.sort()
-                        out.append(DeliverTo(lk, Deliver.trusted(msg, tuple(sids))))
+                        ids = tuple(sids)
+                        d = Deliver.trusted(msg, ids) if rewrite else ids
+                        out.append(DeliverTo(lk, d))
                         delivered += 1
                 elif lk != src:
                     out.append(Forward(lk, msg))

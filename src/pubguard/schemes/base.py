@@ -65,8 +65,9 @@ A scheme has two faces:
   with it. Default: one ``outgoing`` per message.
 - optional ``outgoing_routed(routed, through, contexts) -> list[action]`` with
   ``rewrites_in_runs``: the final actions of a run's publications, given the actions the
-  core routed them to, so a scheme builds each outgoing message and action once (hermes).
-  Default: ``outgoing_run`` of the actions not to ``through`` peers, each rebuilt.
+  core routed them to (a delivery's message: its sub ids), so a scheme builds each
+  outgoing message and action once (hermes). Default: each delivery's ``Deliver`` built,
+  then ``outgoing_run`` of the actions not to ``through`` peers, each rebuilt.
 - optional ``passes_through(link, now) -> frozenset[peer]``: the broker peers a run's
   publications from ``link`` leave to unchanged (hermes: neighbours of equal credentials,
   decided at the credential handshake); ``outgoing_routed`` leaves them as routed. Default:
@@ -110,6 +111,7 @@ from pubguard.errors import DropReason, ValidationError
 from pubguard.model.constraints import Op
 from pubguard.model.events import Event
 from pubguard.model.filters import Filter
+from pubguard.wire.messages import Deliver
 
 __all__ = [
     "LEASE_SLACK",
@@ -306,27 +308,31 @@ class BrokerScheme(Protocol):
         (``Broker.handle_batch``, when ``rewrites_in_runs``): ``routed`` holds each
         publication, its event as ``decode_event`` decoded it, and the actions the core
         routed it to, each a ``(link, message)`` named pair of the broker layer (a forward
-        on a broker link, a delivery on a client link). Each comes back as it is (a forward
+        on a broker link; a delivery on a client link, whose message is the matching sub
+        ids, the scheme building the ``Deliver`` once). Each comes back as it is (a forward
         to a peer in ``through``, see :meth:`passes_through`, or a message ``outgoing``
         leaves as it is), rebuilt around the message ``outgoing`` gives
         (``tuple.__new__(type(action), (link, message))``), or is left out (suppressed).
         ``contexts[link]``: the outgoing link's check context at the run's instant. A scheme
         that rewrites whole runs overrides it to build each outgoing message, and its action,
-        once (hermes). The default: :meth:`outgoing_run` of the actions not to ``through``."""
+        once (hermes). The default: each ``Deliver`` built, then :meth:`outgoing_run` of
+        the actions not to ``through``."""
         acts: list[Any] = []
         at: list[int] = []
         items: list[tuple[Any, Any, CheckContext]] = []
         client = LinkKind.CLIENT
-        for _, pe, routed_acts in routed:
+        new = tuple.__new__
+        for msg, pe, routed_acts in routed:
             for a in routed_acts:
                 ctx = contexts[a[0]]
+                if ctx.link.kind is client:  # its message: the sub ids
+                    a = new(type(a), (a[0], Deliver.trusted(msg, a[1])))
                 if ctx.link.kind is client or ctx.link.peer not in through:
                     at.append(len(acts))
                     items.append((a[1], pe, ctx))
                 acts.append(a)
         if not items:
             return acts
-        new = tuple.__new__
         for i, m2 in zip(at, self.outgoing_run(items), strict=True):
             a = acts[i]
             acts[i] = None if m2 is None else a if m2 is a[1] else new(type(a), (a[0], m2))

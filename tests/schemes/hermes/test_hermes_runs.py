@@ -236,3 +236,37 @@ def test_between_equals_a_run_leaves_without_the_per_message_hook(
             assert "k" not in a.message.routing  # no cache to the unauthorised root
     scheme.learn_neighbour("met2", [], now=NOW)  # met2's credentials gone: decided again
     assert scheme.passes_through(core.links["met1"], NOW) == frozenset()
+
+
+def test_an_shb_builds_each_delivery_once_from_the_routed_sub_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The core hands ``outgoing_routed`` each delivery as its link and matching sub ids
+    (no ``Deliver`` built to be dropped); every delivery that comes back is a ``Deliver``
+    of the event cut to the client's grant (§4), the same as one ``handle`` per message."""
+    from pubguard.broker.actions import DeliverTo
+    from pubguard.wire.messages import Deliver
+
+    w = _world("hermes-attribute")
+    scheme = w.brokers["met2"].scheme
+    routed_msgs: list[Any] = []
+    real = scheme.outgoing_routed
+
+    def spy(routed: Any, through: Any, contexts: Any) -> list[Any]:
+        routed_msgs.extend(a[1] for _, _, acts in routed for a in acts if a[0].startswith("c:"))
+        return real(routed, through, contexts)
+
+    monkeypatch.setattr(scheme, "outgoing_routed", spy)
+    frames = _broker_menu(w, "hermes-attribute")[:2]
+    acts = w.brokers["met2"].core.handle_batch(frames, "metgw", NOW)
+    assert routed_msgs and all(type(m) is tuple and m for m in routed_msgs)
+    delivered = [a for a in acts if isinstance(a, DeliverTo)]
+    assert len(delivered) == len(routed_msgs)
+    assert all(type(a.message) is Deliver and a.message.sub_ids for a in delivered)
+    one = _world("hermes-attribute")
+    want = [
+        a
+        for f in _broker_menu(one, "hermes-attribute")[:2]
+        for a in one.brokers["met2"].core.handle(f, "metgw", NOW)
+    ]
+    assert _shape(acts) == _shape(want)

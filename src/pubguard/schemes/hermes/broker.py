@@ -821,7 +821,7 @@ class HermesBroker(BrokerScheme):
         s_pe: Any = None
         s_g: Any = None
         k = -1
-        for _, pe, acts in routed:
+        for pub, pe, acts in routed:
             for a in acts:
                 lk, msg = a
                 if lk is not at:
@@ -830,8 +830,10 @@ class HermesBroker(BrokerScheme):
                     link = ctx.link
                     to_client = link.kind is client
                 m2: Any
-                if to_client:
-                    if type(msg) is not Deliver or msg.event.profile != profile:
+                if to_client:  # ``msg``: the matching sub ids (built into a Deliver here)
+                    if pub.profile != profile:
+                        msg = Deliver.trusted(pub, msg)
+                        a = new(type(a), (lk, msg))
                         m2 = self._outgoing(msg, pe, ctx)  # the per-message path
                     else:
                         view = pe.view
@@ -852,9 +854,8 @@ class HermesBroker(BrokerScheme):
                                 plain = {n: v for n, v in plain.items() if n in g}
                             if plain:
                                 k = len(rows)
-                                ev = msg.event
                                 routing = {TYPE_KEY: view.name, **plain}
-                                rows.append((pe.app_id or ev.event_id, routing, ev.body))
+                                rows.append((pe.app_id or pub.event_id, routing, pub.body))
                             else:
                                 k = -1  # nothing the grant covers was read here
                         if k >= 0:
@@ -908,7 +909,7 @@ class HermesBroker(BrokerScheme):
         for i, r, a in fwd:
             out[i] = new(type(a), (a[0], pubs[r]))
         if dlv:
-            pairs = [(pubs[r], a[1].sub_ids) for _, r, a in dlv]
+            pairs = [(pubs[r], a[1]) for _, r, a in dlv]
             ds = Deliver.trusted_run(pairs)  # type: ignore[arg-type]
             for (i, _, a), d in zip(dlv, ds, strict=True):
                 out[i] = new(type(a), (a[0], d))
