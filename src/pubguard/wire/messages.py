@@ -398,36 +398,12 @@ class Publish:
         ValidationError: the caller takes the constructor). The caller hands ``routing``
         over and never changes it; it is frozen by a read-only view, and the wire dict the
         frame is packed from (``wire``) is built here."""
-        if not (
-            type(event_id) is str
-            and 0 < len(event_id) <= MAX_ID_LEN
-            and type(profile) is str
-            and 0 < len(profile) <= MAX_ID_LEN
-            and type(routing) is dict
-            and type(body) is bytes
-            and len(body) <= MAX_BODY_BYTES
-        ):
-            raise ValidationError("not a publication of the common shape")
-        fast = native.NATIVE
-        if not (fast.flat_ok(routing) if fast is not None else _flat_ok(routing)):
-            raise ValidationError("routing is not a flat map of wire scalars")
-        wire: dict[str, Any] = {
-            "op": "publish",
-            "event_id": event_id,
-            "profile": profile,
-            "routing": routing,
-        }
-        if body:
-            wire["body"] = body
-        p = object.__new__(cls)  # ``_trusted``'s fields, set by their slots (``_PUB_SET``)
-        s_eid, s_profile, s_routing, s_body, s_meta, s_wire = _PUB_SET
-        s_eid(p, event_id)
-        s_profile(p, profile)
-        s_routing(p, MappingProxyType(routing))
-        s_body(p, body)
-        s_meta(p, _EMPTY_MAP)
-        s_wire(p, wire)
-        return p
+        got = cls.trusted_run(profile, [(event_id, routing, body)])[0]
+        if got is None:
+            raise ValidationError(
+                "not a publication of the common shape (ids, body, a flat routing of wire scalars)"
+            )
+        return got
 
     @classmethod
     def trusted_run(
@@ -439,21 +415,13 @@ class Publish:
         which words the error)."""
         if not (type(profile) is str and 0 < len(profile) <= MAX_ID_LEN):
             return [None] * len(rows)
-        if cls is not Publish:  # a subclass: built by :meth:`trusted`
-            out: list[Publish | None] = []
-            for event_id, routing, body in rows:
-                try:
-                    out.append(cls.trusted(event_id, profile, routing, body))
-                except ValidationError:
-                    out.append(None)
-            return out
         fast = native.NATIVE
         flat = fast.flat_ok if fast is not None else _flat_ok
         new = object.__new__
         proxy = MappingProxyType
         empty = _EMPTY_MAP
         fill = _PublishFill
-        out = []
+        out: list[Publish | None] = []
         for event_id, routing, body in rows:
             if not (
                 type(event_id) is str
@@ -473,14 +441,20 @@ class Publish:
             }
             if body:
                 wire["body"] = body
-            p: Any = new(fill)  # filled by plain slot stores, then made a (frozen) Publish
-            p.event_id = event_id
-            p.profile = profile
-            p.routing = proxy(routing)
-            p.body = body
-            p.meta = empty
-            p.wire = wire
-            p.__class__ = Publish
+            if cls is Publish:  # filled by plain slot stores, then made a (frozen) Publish
+                p: Any = new(fill)
+                p.event_id = event_id
+                p.profile = profile
+                p.routing = proxy(routing)
+                p.body = body
+                p.meta = empty
+                p.wire = wire
+                p.__class__ = Publish
+            else:  # a subclass: its slots' own setters
+                p = new(cls)
+                vals = (event_id, profile, proxy(routing), body, empty, wire)
+                for put, v in zip(_PUB_SET, vals, strict=True):
+                    put(p, v)
             out.append(p)
         return out
 
@@ -498,9 +472,8 @@ class Publish:
         return d
 
 
-#: the setters of a publication's slots, for ``Publish.trusted`` (a scheme builds one per
-#: event and link it rewrites): what ``object.__setattr__`` does on a new frozen instance,
-#: without its per-call name look-up
+#: the setters of a publication's slots, for ``Publish.trusted_run`` on a subclass: what
+#: ``object.__setattr__`` does on a new frozen instance, without its per-call name look-up
 _PUB_SET: Final = tuple(
     Publish.__dict__[k].__set__ for k in ("event_id", "profile", "routing", "body", "meta", "wire")
 )

@@ -14,24 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pubguard import native
-from pubguard.crypto.counter_aead import CounterAead, broker_subkey
 from pubguard.errors import ValidationError
 from pubguard.schemes.hermes import content
 from pubguard.schemes.hermes.content import Sealed, open_attribute_run, seal_attribute_run
 from tests.native_backends import requires_native
+from tests.schemes.hermes.sealing import attribute_keys
+from tests.schemes.hermes.sealing import values as attribute_values
 
-NAMES = [f"a{i}" for i in range(6)]
-CIPHERS = [CounterAead(broker_subkey(bytes([i + 1]) * 32, "met1")) for i in range(len(NAMES))]
-AIDS = [bytes([0xA0 + i]) * 32 for i in range(len(NAMES))]
-BY_NAME = {n: (a, c) for n, a, c in zip(NAMES, AIDS, CIPHERS, strict=True)}
-BY_AID = {a: (n, c) for n, a, c in zip(NAMES, AIDS, CIPHERS, strict=True)}
+NAMES, BY_NAME, BY_AID = attribute_keys(6)
 
-values = st.one_of(
-    st.text(max_size=70),
-    st.integers(-(2**63), 2**64 - 1),
-    st.floats(allow_nan=False),
-    st.booleans(),
-)
+values = attribute_values(70)
 events = st.tuples(
     st.binary(min_size=32, max_size=32),  # type id
     st.integers(-(2**63), 2**63 - 1),  # ts (ms)

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from pubguard import native
 from pubguard.crypto import SigningKey
-from pubguard.crypto.counter_aead import CounterAead, broker_subkey
 from pubguard.errors import ValidationError
 from pubguard.model.events import AttributeSpec, EventType
 from pubguard.schemes.hermes import (
@@ -33,21 +32,14 @@ from pubguard.schemes.hermes import (
 from pubguard.schemes.hermes.content import Sealed
 from pubguard.wire.messages import Deliver, Publish
 from tests.native_backends import BACKENDS, requires_native
+from tests.schemes.hermes.sealing import attribute_keys
+from tests.schemes.hermes.sealing import values as attribute_values
 
-NAMES = [f"a{i}" for i in range(4)]
-CIPHERS = [CounterAead(broker_subkey(bytes([i + 1]) * 32, "met1")) for i in range(len(NAMES))]
-AIDS = [bytes([0xA0 + i]) * 32 for i in range(len(NAMES))]
-BY_NAME = {n: (a, c) for n, a, c in zip(NAMES, AIDS, CIPHERS, strict=True)}
-BY_AID = {a: (n, c) for n, a, c in zip(NAMES, AIDS, CIPHERS, strict=True)}
+NAMES, BY_NAME, BY_AID = attribute_keys(4)
 TID = b"\x11" * 32
 SECRET = bytes(range(32))
 
-values = st.one_of(
-    st.text(max_size=40),
-    st.integers(-(2**63), 2**64 - 1),
-    st.floats(allow_nan=False),
-    st.booleans(),
-)
+values = attribute_values(40)
 #: a run's events: (attributes, the application's id)
 runs = st.lists(
     st.tuples(st.dictionaries(st.sampled_from(NAMES), values, max_size=4), st.text(max_size=20)),
