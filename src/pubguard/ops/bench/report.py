@@ -182,6 +182,7 @@ def _report(
                 "process_cpu_us_per_event": v.get("process_cpu_us_per_event"),
                 "frame_bytes": v.get("frame_bytes"),
                 "saturated_by": v.get("saturated_by"),
+                "saturations_unconfirmed": v.get("saturations_unconfirmed"),
                 "saturated_cpu_share": v.get("saturated_cpu_share"),
                 "io_per_publication": v.get("io_per_publication"),
                 "saturated_io_per_publication": v.get("saturated_io_per_publication"),
