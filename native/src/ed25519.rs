@@ -28,7 +28,7 @@
 //! (not decided here: the caller checks it alone with pyca). No input panics.
 
 use curve25519_dalek::edwards::CompressedEdwardsY;
-use ed25519_dalek::{Signature, VerifyingKey};
+use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::HashMap;
@@ -156,6 +156,38 @@ pub fn batch(pks: &[Vec<u8>], sigs: &[Vec<u8>], msgs: &[Vec<u8>]) -> Vec<bool> {
     out
 }
 
+/// One signature checked natively, for Rust callers (the guards' signatures that no batch
+/// covered: a Merkle root, a run's lone signature): `true` when OpenSSL would accept it too,
+/// `false` when it must be checked alone with pyca (rejected, or not decided here).
+///
+/// A single signature has none of the batch's three cases (module notes): `ed25519-dalek`'s
+/// `verify` is OpenSSL's equation, cofactorless and byte-exact (`s < L`, then
+/// `encode([s]B - [k]A) == R` with `k = SHA-512(R || A || M)` over the bytes as given), and
+/// torsion in `R` or `A` changes neither side's verdict. What is left is how a point is
+/// decoded, so only canonical encodings of `R` and `A` are decided here: a non-canonical one
+/// goes to pyca, which gives OpenSSL's verdict on it.
+pub fn single(pk: &[u8], sig: &[u8], msg: &[u8]) -> bool {
+    let (Ok(pk), Ok(sig)) = (<[u8; 32]>::try_from(pk), <[u8; 64]>::try_from(sig)) else {
+        return false;
+    };
+    let mut r = [0u8; 32];
+    r.copy_from_slice(&sig[..32]);
+    if !canonical_encoding(&pk) || !canonical_encoding(&r) {
+        return false;
+    }
+    let Ok(key) = VerifyingKey::from_bytes(&pk) else {
+        return false;
+    };
+    key.verify(msg, &Signature::from_bytes(&sig)).is_ok()
+}
+
+/// `single` for Python (the differential tests against pyca).
+#[pyfunction]
+fn ed25519_verify_single(py: Python<'_>, pk: &[u8], sig: &[u8], msg: &[u8]) -> bool {
+    py.allow_threads(|| single(pk, sig, msg))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(ed25519_verify_single, m)?)?;
     m.add_function(wrap_pyfunction!(ed25519_verify_batch, m)?)
 }

@@ -7,6 +7,7 @@ through pyca alone (RFC 8032 §5.1.7; the cases are listed in native/src/ed25519
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from hypothesis import given, settings
@@ -107,3 +108,48 @@ def test_python_backend_is_pyca() -> None:
         assert verify_batch(
             [(sk.public, sk.sign(b"a"), b"a"), (sk.public, sk.sign(b"a"), b"b")]
         ) == [True, False]
+
+
+def _single(pk: bytes, sig: bytes, msg: bytes) -> bool:
+    """The native lone verification (``ed25519.rs`` ``single``), whatever backend is active."""
+    ok: bool = importlib.import_module("pubguard._native").ed25519_verify_single(pk, sig, msg)
+    return ok
+
+
+def _pk_bytes(k: Any) -> bytes:
+    return k.to_bytes() if isinstance(k, VerifyKey) else bytes(k)
+
+
+def _pyca(k: Any, s: bytes, m: bytes) -> bool:
+    try:
+        return (k if isinstance(k, VerifyKey) else VerifyKey.from_bytes(k)).is_valid(s, m)
+    except Exception:
+        return False
+
+
+@requires_native
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from(KINDS), i=st.integers(0, 5), data=st.data())
+def test_a_lone_native_verification_never_accepts_what_pyca_rejects(
+    kind: str, i: int, data: st.DataObject
+) -> None:
+    """The guards' lone signatures (a Merkle root, a run's only one) are checked with
+    ``ed25519-dalek`` first: it may leave a signature to pyca, but what it accepts pyca
+    accepts, and every valid signature with canonical encodings it accepts itself."""
+    k, s, m = _mutate(kind, i, bytes([i]) * (i + 1), data)
+    got = _single(_pk_bytes(k), s, m)
+    ref = _pyca(k, s, m)
+    if got:
+        assert ref
+    if kind == "valid":
+        assert got and ref
+
+
+@requires_native
+def test_a_lone_verification_of_small_order_points_follows_pyca() -> None:
+    """(R, s = 0) under a small-order or non-canonical A: OpenSSL's verdict, whichever it is
+    (the batch's torsion cases do not arise for a single equation)."""
+    for a in ODD_POINTS:
+        for r in ODD_POINTS:
+            if _single(a, r + bytes(32), b"m"):
+                assert _pyca(a, r + bytes(32), b"m")

@@ -125,6 +125,9 @@ pub type NewNode = (u64, [u8; 32], Vec<u8>);
 /// Authenticated nodes of one verified tree: key -> (hash, packed path above it).
 pub type NodeMap = HashMap<u64, ([u8; 32], Vec<u8>)>;
 
+/// The most node slots a new tree's map is sized for up front (a batch of 512).
+const MAX_PRESIZE: usize = 1024;
+
 fn leaf_hash(leaf: &[u8], index: i64, size: i64) -> [u8; 32] {
     sha(&[
         b"\x00",
@@ -403,7 +406,9 @@ impl RootVerifier {
             size,
             expires: now + self.ttl,
             root,
-            nodes: HashMap::new(),
+            // a batch's leaves add up to 2 * size - 1 nodes: sized once, not rehashed as
+            // they arrive (bounded: the node budget, not this, limits what is kept)
+            nodes: NodeMap::with_capacity(2 * size.clamp(1, MAX_PRESIZE as i64 / 2) as usize),
             seq: self.seq,
         };
         self.order.insert(self.seq, tk.clone());
@@ -420,10 +425,13 @@ impl RootVerifier {
     /// oldest other trees dropped first.
     fn keep(&mut self, tk: &(Vec<u8>, Vec<u8>), new: Vec<NewNode>) {
         let add = {
+            // (a path's few nodes: counted without a set per call)
             let nodes = &self.trees[tk].nodes;
-            let mut seen = std::collections::HashSet::new();
             new.iter()
-                .filter(|(k, _, _)| !nodes.contains_key(k) && seen.insert(*k))
+                .enumerate()
+                .filter(|(i, (k, _, _))| {
+                    !nodes.contains_key(k) && !new[..*i].iter().any(|(j, _, _)| j == k)
+                })
                 .count()
         };
         if add == 0 {
