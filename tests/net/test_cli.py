@@ -182,3 +182,6 @@ def test_median_run_takes_the_middle_search_and_lists_all() -> None:
     assert m["tag"] == "c" and m["max_throughput_runs_eps"] == [300.0, 600.0, 900.0]
     assert "max_throughput_runs_eps" not in runs[2]  # the inputs are not modified
     assert _median_run([{"max_throughput_eps": None}])["max_throughput_runs_eps"] == [None]
+    # unconfirmed saturations are summed over the runs (a run without the count adds none)
+    runs[0]["saturations_unconfirmed"], runs[1]["saturations_unconfirmed"] = 2, 1
+    assert _median_run(runs)["saturations_unconfirmed"] == 3

@@ -205,13 +205,16 @@ def _report(
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median max throughput (the lower middle one for an even count), with
-    every run's figure, lowest first, in ``max_throughput_runs_eps``."""
+    every run's figure, lowest first, in ``max_throughput_runs_eps`` (and every run's
+    unconfirmed saturations summed in ``saturations_unconfirmed``)."""
     ranked = sorted(runs, key=lambda x: x["max_throughput_eps"] or 0.0)
     out = dict(ranked[(len(ranked) - 1) // 2])
     out["max_throughput_runs_eps"] = [x["max_throughput_eps"] for x in ranked]
     out["broker_cpu_runs_us"] = sorted(
         x["broker_cpu_us_per_event"] for x in ranked if x.get("broker_cpu_us_per_event") is not None
     )
+    # over every run: how often a second step at a rate did not confirm a saturated one
+    out["saturations_unconfirmed"] = sum(x.get("saturations_unconfirmed") or 0 for x in ranked)
     return out
 
 
