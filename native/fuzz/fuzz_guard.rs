@@ -12,7 +12,8 @@
 //! PSGuard's guard (`guard/psguard.rs`: records signed one by one and in Merkle batches) and
 //! narada's (`guard/narada.rs`: token, window, signature, replay) get the same treatment with
 //! their own generators, a fifth as many inputs each. The routing decoders (`guard/routing.rs`)
-//! take the raw bytes too, checked against their rules.
+//! take the raw bytes too, checked against their rules, and so does the frame walk that finds
+//! a broker's messages in their frame (`msgpack.rs`), with packed frame bodies mutated.
 //!
 //! Built with overflow checks and debug assertions; any panic aborts the run with the seed
 //! and input number, so a crash reproduces with `fuzz-guard <n> <seed>`. Unmutated
@@ -28,6 +29,8 @@ mod psguard;
 mod narada;
 #[path = "../src/guard/routing.rs"]
 mod routing;
+#[path = "../src/msgpack.rs"]
+mod msgpack;
 
 use core::{AdPermit, DfEnv, DfGuard, DfMeta, DfPermit, EgEnv, EgGuard, EgMeta, Reason, RecordMeta, RootVerifier, Val, Verdict};
 use narada::{NdEnv, NdMeta, NdToken};
@@ -262,6 +265,60 @@ fn leaf_of(p: &Pub) -> Option<[u8; 32]> {
 fn meta_of(p: &Pub) -> EgMeta<'_> {
     let v: Vec<Val<'_>> = p.fields.iter().map(|f| f.view()).collect();
     EgMeta { p: v[0], e: v[1], ts: v[2], sig: v[3], mi: v[4], mn: v[5], mp: v[6], wk: v[7], ad: v[8] }
+}
+
+/// A frame body of publications as the packer writes them (`{"t": "mb", "s": 1, "m": [..]}`).
+fn frame_body(rng: &mut Rng) -> Vec<u8> {
+    let n = 1 + rng.below(4) as u8;
+    let mut b = vec![0x83, 0xa1, b't', 0xa2, b'm', b'b', 0xa1, b's', 0x01, 0xa1, b'm', 0x90 | n];
+    for i in 0..n {
+        // {"op": "publish", "event_id": "e<i>", "n": <int>, "meta": {"sig": bin 8 of 64}}
+        b.extend_from_slice(&[0x84, 0xa2, b'o', b'p', 0xa7]);
+        b.extend_from_slice(b"publish");
+        b.extend_from_slice(&[0xa8]);
+        b.extend_from_slice(b"event_id");
+        let lo = rng.below(256) as u8;
+        b.extend_from_slice(&[0xa2, b'e', b'0' + i, 0xa1, b'n', 0xcd, 0x01, lo]);
+        b.extend_from_slice(&[0xa4, b'm', b'e', b't', b'a', 0x81, 0xa3, b's', b'i', b'g', 0xc4, 64]);
+        let sig = rng.bytes(64);
+        b.extend(sig);
+    }
+    b
+}
+
+/// The frame walk (`msgpack.rs`) on a body: every span it gives lies in the body, in order,
+/// and an unmutated body's messages are all found.
+fn fuzz_msgpack(rng: &mut Rng, raw: &[u8]) {
+    let check = |body: &[u8]| {
+        if let Some(spans) = msgpack::message_spans(body) {
+            let mut last = 0;
+            for (a, b) in spans.into_iter().flatten() {
+                assert!(last <= a && a < b && b <= body.len(), "span out of order or bounds");
+                last = b;
+            }
+        }
+    };
+    check(raw);
+    let mut body = frame_body(rng);
+    let spans = msgpack::message_spans(&body).expect("a packed frame body is walked");
+    assert!(spans.iter().all(Option::is_some), "a packed publication is canonical");
+    for _ in 0..1 + rng.below(4) {
+        let i = rng.below(body.len() as u64) as usize;
+        match rng.below(4) {
+            0 => body[i] ^= 1 << rng.below(8),
+            1 => body[i] = [0xc0, 0xca, 0xcc, 0xd0, 0xd9, 0xdc, 0xde, 0xdf, 0xdd][rng.below(9) as usize],
+            2 => body.truncate(i),
+            _ => {
+                let k = 1 + rng.below(3) as usize;
+                let extra = rng.bytes(k);
+                body.splice(i..i, extra).for_each(drop);
+            }
+        }
+        if body.is_empty() {
+            break;
+        }
+    }
+    check(&body);
 }
 
 /// The routing decoders (`guard/routing.rs`) on raw bytes, against their rules stated
@@ -812,6 +869,7 @@ fn main() {
             let (i, s) = (rng.below(70_000) as i64 - 3, rng.below(70_000) as i64 - 3);
             let _ = core::climb(&raw[..raw.len().min(40)], i, s, &raw, None);
             fuzz_routing(&mut rng, &raw);
+            fuzz_msgpack(&mut rng, &raw);
             done += 1;
         }
         if done % 1_000_000 < 1100 {

@@ -15,6 +15,7 @@ mod guard;
 mod hermes;
 mod keycache;
 mod keys;
+mod msgpack;
 mod tokens;
 mod vcaps;
 mod wire;

@@ -43,6 +43,20 @@ fn flat_ok(d: &Bound<'_, PyDict>) -> bool {
     true
 }
 
+/// framing.py `message_raws`: each message's bytes in a frame body when they are canonical
+/// (`crate::msgpack`), else None for it; None for a body the walk does not take.
+#[pyfunction]
+fn message_raws<'py>(py: Python<'py>, body: &[u8]) -> Option<Vec<Option<Bound<'py, PyBytes>>>> {
+    let spans = crate::msgpack::message_spans(body)?;
+    Some(
+        spans
+            .into_iter()
+            .map(|s| s.map(|(a, b)| PyBytes::new(py, &body[a..b])))
+            .collect(),
+    )
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(flat_ok, m)?)
+    m.add_function(wrap_pyfunction!(flat_ok, m)?)?;
+    m.add_function(wrap_pyfunction!(message_raws, m)?)
 }

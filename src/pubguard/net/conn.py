@@ -47,10 +47,13 @@ class PeerClosed(ConnectionError):
 class FrameConnection(asyncio.Protocol):
     """One TCP / TLS connection carrying frames (see the module docstring)."""
 
-    def __init__(self, on_made: Callable[[FrameConnection], None] | None = None) -> None:
+    def __init__(
+        self, on_made: Callable[[FrameConnection], None] | None = None, *, raw: bool = False
+    ) -> None:
         self._on_made = on_made  # a server's hook: start serving this connection
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder()
+        # raw: a broker's connection keeps each message's bytes (``FrameDecoder``)
+        self.decoder = FrameDecoder(raw=raw)
         self.last_rx = time.monotonic()
         self._pending: list[dict[str, Any]] = []
         self._on_frames: FramesHandler | None = None
@@ -207,8 +210,11 @@ class FrameConnection(asyncio.Protocol):
             await asyncio.shield(self._closed)
 
 
-async def open_frame_connection(host: str, port: int, *, ssl: Any) -> FrameConnection:
-    """Dial ``host:port`` (TLS when ``ssl`` is a context) and return the connection."""
+async def open_frame_connection(
+    host: str, port: int, *, ssl: Any, raw: bool = False
+) -> FrameConnection:
+    """Dial ``host:port`` (TLS when ``ssl`` is a context) and return the connection
+    (``raw``: see :class:`FrameConnection`)."""
     loop = asyncio.get_running_loop()
-    _, conn = await loop.create_connection(FrameConnection, host, port, ssl=ssl)
+    _, conn = await loop.create_connection(lambda: FrameConnection(raw=raw), host, port, ssl=ssl)
     return conn

@@ -20,6 +20,13 @@ logged and keeps serving the others.
 decoded maps out; it never blocks and buffers at most one frame. A batch frame (``mb``,
 ``envelope.py``) is checked strictly and handed out as the ``m`` envelopes of its messages, so
 everything above the decoder (and any tap on it) sees one envelope per message.
+
+A broker passes most messages on unchanged, so its decoder (``FrameDecoder(raw=True)``) also
+keeps the bytes each message arrived as, when they are exactly what :func:`pack` makes of it
+(:func:`message_raws`): the envelope is then a :class:`RawMessage`, and the broker splices those
+bytes into what it sends instead of packing the message again (``net/server/batching.py``).
+The walk that finds them is native (``native/src/msgpack.rs``); on the Python backend no bytes
+are kept, and the broker packs, with the same result byte for byte.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any, Final
 
 import msgpack
 
+from pubguard import native
 from pubguard.errors import FrameError
 
 __all__ = [
@@ -38,6 +46,7 @@ __all__ = [
     "MAX_FRAME_SIZE",
     "WIRE_VERSION",
     "FrameDecoder",
+    "RawMessage",
     "check_wire",
     "coalesce_frames",
     "decode_body",
@@ -45,6 +54,7 @@ __all__ = [
     "encode_batch_frame",
     "encode_message_frame",
     "encode_run",
+    "message_raws",
     "pack",
 ]
 
@@ -250,12 +260,84 @@ def decode_body(frame_body: bytes | memoryview) -> dict[str, Any]:
     return obj
 
 
-def _unbatch(env: dict[str, Any]) -> list[dict[str, Any]]:
-    """A batch frame's messages as ``m`` envelopes (envelope.py), after a strict check."""
+class RawMessage(dict):  # type: ignore[type-arg]
+    """An ``m`` envelope (``{"t": "m", "s": seq, "m": msg}``) from a decoder that keeps raw
+    bytes: ``raw`` is ``msg`` as it arrived, when that is exactly ``pack(msg)``, else None.
+    Only the decoder makes one (the wire cannot: it carries plain maps), so ``raw`` is always
+    the bytes ``msg`` was decoded from."""
+
+    __slots__ = ("raw",)
+
+    raw: bytes | None
+
+
+def message_raws(body: bytes) -> list[bytes | None] | None:
+    """The bytes of each message in a frame body (the msgpack map after the version byte):
+    one for an ``m`` envelope, one per message of an ``mb`` batch, in order; an entry is None
+    unless ``pack(unpackb(raw)) == raw`` with string map keys only. None when the body holds
+    no ``m``. The reference of the native walk (``native/src/msgpack.rs``), which the decoder
+    uses; this one is for tests and costs a pack per message."""
+    u = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=_no_ext, max_ext_len=0)
+    u.feed(body)
+    spans: list[tuple[int, int]] | None = None
+    try:
+        msgpack.unpackb(body, raw=False, strict_map_key=False, ext_hook=_no_ext, max_ext_len=0)
+        for _ in range(u.read_map_header()):
+            key = u.unpack()
+            if key != "m" or type(key) is not str:
+                u.skip()
+                continue
+            spans = []
+            first = body[u.tell()] if u.tell() < len(body) else None
+            count = None
+            if first is not None and (0x90 <= first <= 0x9F or first in (0xDC, 0xDD)):
+                count = u.read_array_header()
+            for _ in range(1 if count is None else count):
+                a = u.tell()
+                u.skip()
+                spans.append((a, u.tell()))
+        if u.tell() != len(body):
+            return None
+    except Exception:  # noqa: BLE001 - any msgpack error: not a body the walk takes
+        return None
+    if spans is None:
+        return None
+    return [_canonical(body[a:b]) for a, b in spans]
+
+
+def _canonical(raw: bytes) -> bytes | None:
+    try:
+        obj = msgpack.unpackb(raw, raw=False, strict_map_key=False, ext_hook=_no_ext)
+    except Exception:  # noqa: BLE001
+        return None
+    if type(obj) is not dict or not _str_keys(obj):
+        return None
+    return raw if pack(obj) == raw else None
+
+
+def _str_keys(obj: Any) -> bool:
+    if type(obj) is dict:
+        return all(type(k) is str and _str_keys(v) for k, v in obj.items())
+    if type(obj) is list:
+        return all(_str_keys(x) for x in obj)
+    return True
+
+
+def _unbatch(env: dict[str, Any], raws: list[bytes | None] | None = None) -> list[dict[str, Any]]:
+    """A batch frame's messages as ``m`` envelopes (envelope.py), after a strict check;
+    :class:`RawMessage` envelopes when ``raws`` (:func:`message_raws`) matches them."""
     from pubguard.wire import envelope  # envelopes sit above frames; imported on first batch
 
     envelope.check_envelope(env)
-    return [envelope.message(s, m) for s, m in envelope.reliable(env)]
+    items = envelope.reliable(env)
+    if raws is None or len(raws) != len(items):
+        return [envelope.message(s, m) for s, m in items]
+    out: list[dict[str, Any]] = []
+    for (s, m), r in zip(items, raws, strict=True):
+        e = RawMessage(t="m", s=s, m=m)
+        e.raw = r
+        out.append(e)
+    return out
 
 
 class FrameDecoder:
@@ -267,12 +349,16 @@ class FrameDecoder:
     the next ``feed``.
     """
 
-    __slots__ = ("_buf", "error", "max_frame_size")
+    __slots__ = ("_buf", "_raws", "error", "max_frame_size")
 
-    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE, *, raw: bool = False) -> None:
+        """``raw``: hand messages out as :class:`RawMessage` envelopes with their bytes (a
+        broker's decoder; native backend only, see the module docstring)."""
         self._buf = bytearray()
         self.error: FrameError | None = None
         self.max_frame_size = max_frame_size
+        fast = native.NATIVE
+        self._raws: Any = fast.message_raws if raw and fast is not None else None
 
     @property
     def buffered(self) -> int:
@@ -283,6 +369,7 @@ class FrameDecoder:
             raise self.error
         buf = self._buf
         buf += data
+        raws = self._raws
         out: list[dict[str, Any]] = []
         pos = 0
         size = len(buf)
@@ -298,7 +385,18 @@ class FrameDecoder:
                 if size < end:
                     break
                 obj = decode_body(view[pos + HEADER_SIZE : end])
-                if obj.get("t") == "mb":
+                t = obj.get("t")
+                if raws is not None and (t == "mb" or t == "m"):
+                    got = raws(bytes(view[pos + HEADER_SIZE + 1 : end]))
+                    if t == "mb":
+                        out += _unbatch(obj, got)
+                    elif got is not None and len(got) == 1 and len(obj) == 3:
+                        e = RawMessage(obj)
+                        e.raw = got[0]
+                        out.append(e)
+                    else:
+                        out.append(obj)
+                elif t == "mb":
                     out += _unbatch(obj)
                 else:
                     out.append(obj)

@@ -43,7 +43,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import msgpack
 
@@ -53,10 +53,10 @@ from pubguard.errors import DropReason, FrameError
 from pubguard.net.server.links import Link
 from pubguard.store.broker_state import BrokerStore
 from pubguard.wire import envelope
-from pubguard.wire.framing import pack
+from pubguard.wire.framing import RawMessage, pack
 from pubguard.wire.messages import Ack, Deliver, Publish
 
-__all__ = ["BATCH", "CHUNK", "BatchProcessor", "pack_message"]
+__all__ = ["BATCH", "CHUNK", "BatchProcessor", "Raws", "pack_message"]
 
 log = logging.getLogger("pubguard.net.server")
 
@@ -200,11 +200,14 @@ class BatchProcessor:
                 bad: FrameError | None = None
                 while bad is None and link.inbox and n < BATCH and self._allowed(link):
                     msgs: list[Any] = []
+                    raws: Raws = {}  # each message's bytes as it arrived, when kept
                     while link.inbox and n < BATCH and len(msgs) < CHUNK:
                         env = link.inbox.popleft()
                         n += 1
                         seq = env["s"]
                         m = env["m"]
+                        if type(env) is RawMessage and env.raw is not None:
+                            raws[id(m)] = (m, env.raw)
                         try:
                             fresh = link.accept(seq)
                         except FrameError as exc:
@@ -221,7 +224,7 @@ class BatchProcessor:
                         # (status: messages per core call, what per-call costs are spread over)
                         self.stats["core_calls"] += 1
                         self.stats["core_messages"] += len(msgs)
-                        self.apply(self.core.handle_batch(msgs, link.link_id, now))
+                        self.apply(self.core.handle_batch(msgs, link.link_id, now), raws)
                 if bad is not None:
                     self._reject(link, bad)
                 if n:
@@ -243,8 +246,9 @@ class BatchProcessor:
             self._record.write(msgpack.packb([link_id, m], use_bin_type=True))
             self._record.flush()
 
-    def apply(self, actions: Sequence[Action]) -> None:
-        """Queue the core's send actions on their links; log drops."""
+    def apply(self, actions: Sequence[Action], raws: Raws | None = None) -> None:
+        """Queue the core's send actions on their links; log drops. ``raws``: the bytes the
+        messages behind these actions arrived as (:func:`pack_message`)."""
         if self._transform is not None:
             actions = self._transform(actions)
         if self._observe is not None:
@@ -275,7 +279,7 @@ class BatchProcessor:
                     # hung up from the event loop, after this batch of actions is applied
                     asyncio.get_running_loop().call_soon(self._hang_up, link, "slow consumer")
                 continue
-            link.enqueue_packed(pack_message(a.message, events))
+            link.enqueue_packed(pack_message(a.message, events, raws))
             if isinstance(a, Forward) and link.depth > self.max_queue:
                 self._congested.add(link.link_id)
 
@@ -322,31 +326,45 @@ class BatchProcessor:
 
 
 _PUBLISH_HEAD: Final = pack("op") + pack("publish")
+_OP_END: Final = 1 + len(_PUBLISH_HEAD)  # a fixmap's count, then its "op": "publish" entry
 _DELIVER_HEAD: Final = b"\x83" + pack("op") + pack("deliver") + pack("sub_ids")
 _EVENT_KEY: Final = pack("event")
 
+#: by ``id`` of a message's wire dict: that dict and the bytes it arrived as, exactly
+#: ``pack`` of it (``wire/framing.py`` ``RawMessage``); the dict is kept so the ``id`` stays its
+Raws: TypeAlias = dict[int, tuple[dict[str, Any], bytes]]
 
-def _event_fields(ev: Publish) -> bytes:
+
+def _event_fields(ev: Publish, raws: Raws | None = None) -> bytes:
     """The packed map of a publication's fields without ``op`` (a delivery's ``event``): from
-    the wire dict it arrived as when it is passed on unchanged, else thawed once."""
+    the wire dict it arrived as when it is passed on unchanged (its bytes as they arrived when
+    ``raws`` has them and ``op`` comes first, else the dict packed), else thawed once."""
     w = ev.wire
     if w is None:
         return pack(ev._fields())
+    if raws:
+        got = raws.get(id(w))
+        if got is not None and got[0] is w:
+            raw = got[1]
+            if 0x81 <= raw[0] <= 0x8F and raw[1:_OP_END] == _PUBLISH_HEAD:
+                return bytes((raw[0] - 1,)) + raw[_OP_END:]  # one entry fewer: no "op"
     if "op" in w:
         w = {k: v for k, v in w.items() if k != "op"}
     return pack(w)
 
 
-def pack_message(m: Any, events: dict[int, bytes]) -> bytes:
+def pack_message(m: Any, events: dict[int, bytes], raws: Raws | None = None) -> bytes:
     """``pack(m.to_wire())`` byte for byte (up to the empty ``body`` / ``meta`` a received
     publication may carry), packing each publication's fields once per batch of actions and
     splicing them into its forwards and deliveries (a msgpack map is a count followed by its
-    entries, so ``{"op": .., **fields}`` is the fields' entries after a new count)."""
+    entries, so ``{"op": .., **fields}`` is the fields' entries after a new count). A
+    publication passed on unchanged whose bytes are in ``raws`` is not packed at all: the
+    bytes it arrived as are ``pack`` of its wire dict (``FrameDecoder(raw=True)``)."""
     if isinstance(m, Deliver | Publish):
         ev = m.event if isinstance(m, Deliver) else m
         f = events.get(id(ev))
         if f is None:
-            f = events[id(ev)] = _event_fields(ev)
+            f = events[id(ev)] = _event_fields(ev, raws)
         if isinstance(m, Deliver):
             return b"".join((_DELIVER_HEAD, pack(list(m.sub_ids)), _EVENT_KEY, f))
         n = f[0] & 0x0F  # a publication has at most five fields: always a fixmap

@@ -119,7 +119,7 @@ class ParentConnector:
         while not self._stopped:
             try:
                 conn = await asyncio.wait_for(
-                    open_frame_connection(p.host, self._port(), ssl=self.ssl),
+                    open_frame_connection(p.host, self._port(), ssl=self.ssl, raw=True),
                     HANDSHAKE_TIMEOUT,
                 )
             except (TimeoutError, OSError, _ssl.SSLError, TransportError) as exc:

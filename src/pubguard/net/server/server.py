@@ -420,7 +420,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
-                lambda: FrameConnection(self._on_connection),
+                lambda: FrameConnection(self._on_connection, raw=True),
                 cfg.host,
                 port,
                 ssl=self.ssl_server,

@@ -505,13 +505,15 @@ def wire_costs(
     """What a broker process spends per publication on its bytes, outside the core, in
     process, for plain and ``profile`` (Merkle-batched by ``merkle_batch`` when it signs):
     ``publish_bytes``, a publication's share of the publisher's batch frames (``run``
-    messages each, as a link coalesces them); ``decode_us``, decoding those frames
-    (``FrameDecoder.feed``: msgpack into the wire maps the core takes); ``deliver_bytes`` and
-    ``pack_us``, a delivery's packed message and packing it from the publication as the
-    server does (``pack_message``). CPU time, best slice of each, round-robin."""
+    messages each, as a link coalesces them); ``decode_us``, decoding those frames as a
+    broker does (``FrameDecoder(raw=True).feed``: msgpack into the wire maps the core takes,
+    and on the native backend each message's bytes); ``deliver_bytes`` and ``pack_us``, a
+    delivery's packed message and making it from the publication as the server does
+    (``pack_message``: the bytes it arrived as spliced in, when kept). CPU time, best slice of
+    each, round-robin."""
     from pubguard.broker import DeliverTo
     from pubguard.net.server.batching import pack_message
-    from pubguard.wire.framing import FrameDecoder, encode_run, pack
+    from pubguard.wire.framing import FrameDecoder, RawMessage, encode_run, pack
 
     plan = [("plain", "plain", 1)]
     if profile != "plain":
@@ -534,16 +536,22 @@ def wire_costs(
             ]
             if len(acts) != len(wires):
                 raise RuntimeError(f"{tag}: not every publication was delivered once")
-            setups.append((tag, frames, [a.message for a in acts]))
+            envs = [e for f in frames for e in FrameDecoder(raw=True).feed(f)]
+            raws = {
+                id(w): (w, e.raw)
+                for w, e in zip(wires, envs, strict=True)
+                if type(e) is RawMessage and e.raw is not None
+            }
+            setups.append((tag, frames, [a.message for a in acts], raws))
         for _ in range(slices):
-            for tag, frames, delivers in setups:
+            for tag, frames, delivers, raws in setups:
                 k = len(delivers)
                 t0 = time.process_time()
-                dec = FrameDecoder()
+                dec = FrameDecoder(raw=True)
                 for f in frames:
                     dec.feed(f)
                 t1 = time.process_time()
-                packed = [pack_message(d, {}) for d in delivers]
+                packed = [pack_message(d, {}, raws) for d in delivers]
                 t2 = time.process_time()
                 e = out.setdefault(tag, {})
                 e["publish_bytes"] = round(sum(map(len, frames)) / k, 1)
