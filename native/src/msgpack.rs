@@ -152,12 +152,18 @@ fn value(r: &mut Reader<'_>, depth: usize) -> Option<bool> {
             Some(c)
         }
         Head::Map(n, mut c) => {
-            let mut keys: Vec<&[u8]> = Vec::with_capacity(n.min(64));
-            for _ in 0..n {
+            // the keys, on the stack for the usual handful
+            let mut small: [&[u8]; 16] = [&[]; 16];
+            let mut large: Vec<&[u8]> = Vec::new();
+            for i in 0..n {
                 match head(r)? {
                     Head::Str(k, kc) => {
                         c &= kc && std::str::from_utf8(k).is_ok();
-                        keys.push(k);
+                        if n <= small.len() {
+                            small[i] = k;
+                        } else {
+                            large.push(k);
+                        }
                     }
                     other => {
                         c = false;
@@ -166,15 +172,38 @@ fn value(r: &mut Reader<'_>, depth: usize) -> Option<bool> {
                 }
                 c &= value(r, depth + 1)?;
             }
-            Some(c && distinct(&mut keys))
+            Some(
+                c && if n <= small.len() {
+                    distinct(&mut small[..n])
+                } else {
+                    distinct(&mut large)
+                },
+            )
         }
     }
 }
 
-/// No key twice (pairwise for the usual handful, sorted for a large map).
+/// No key twice (pairwise for the usual handful, by a fingerprint of length, first and last
+/// byte before the bytes themselves; sorted for a large map).
 fn distinct(keys: &mut [&[u8]]) -> bool {
     if keys.len() <= 16 {
-        return keys.iter().enumerate().all(|(i, k)| !keys[..i].contains(k));
+        let fp = |k: &[u8]| match k {
+            [] => 0u32,
+            [a, .., z] | [a @ z] => ((k.len() as u32) << 16) | (u32::from(*a) << 8) | u32::from(*z),
+        };
+        let mut fps = [0u32; 16];
+        for (i, k) in keys.iter().enumerate() {
+            let f = fp(k);
+            if fps[..i]
+                .iter()
+                .zip(keys.iter())
+                .any(|(&g, other)| g == f && other == k)
+            {
+                return false;
+            }
+            fps[i] = f;
+        }
+        return true;
     }
     keys.sort_unstable();
     keys.windows(2).all(|w| w[0] != w[1])
@@ -200,6 +229,21 @@ fn skip_rest(r: &mut Reader<'_>, h: Head<'_>, depth: usize) -> Option<()> {
             Some(())
         }
     }
+}
+
+/// A publication's packed map starts with this entry (`"op": "publish"`).
+pub const PUBLISH_OP: &[u8] = b"\xa2op\xa7publish";
+
+/// The packed fields of a canonical publication without its `op` (what a delivery's `event`
+/// and a forward carry): its map's count less one, then its entries after `"op": "publish"`
+/// when that is the first (a publication has at most six fields: a fixmap). None otherwise.
+pub fn publication_fields(raw: &[u8]) -> Option<(u8, &[u8])> {
+    let (&count, rest) = raw.split_first()?;
+    if !(0x81..=0x8f).contains(&count) {
+        return None;
+    }
+    let entries = rest.strip_prefix(PUBLISH_OP)?;
+    Some((count - 1, entries))
 }
 
 /// A message's span `(start, end)` in the body when it is a map encoded canonically.

@@ -43,6 +43,32 @@ fn flat_ok(d: &Bound<'_, PyDict>) -> bool {
     true
 }
 
+/// framing.py `publication_fields`: for each message of a frame body, the packed fields of
+/// a publication passed on unchanged (`crate::msgpack::publication_fields`) when its bytes are
+/// canonical (`crate::msgpack`), else None for it; None for a body the walk does not take.
+#[pyfunction]
+fn publication_fields<'py>(
+    py: Python<'py>,
+    body: &[u8],
+) -> PyResult<Option<Vec<Option<Bound<'py, PyBytes>>>>> {
+    let Some(spans) = crate::msgpack::message_spans(body) else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(spans.len());
+    for span in spans {
+        let fields = span.and_then(|(a, b)| crate::msgpack::publication_fields(&body[a..b]));
+        out.push(match fields {
+            Some((count, entries)) => Some(PyBytes::new_with(py, 1 + entries.len(), |buf| {
+                buf[0] = count;
+                buf[1..].copy_from_slice(entries);
+                Ok(())
+            })?),
+            None => None,
+        });
+    }
+    Ok(Some(out))
+}
+
 /// framing.py `message_raws`: each message's bytes in a frame body when they are canonical
 /// (`crate::msgpack`), else None for it; None for a body the walk does not take.
 #[pyfunction]
@@ -58,5 +84,6 @@ fn message_raws<'py>(py: Python<'py>, body: &[u8]) -> Option<Vec<Option<Bound<'p
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flat_ok, m)?)?;
-    m.add_function(wrap_pyfunction!(message_raws, m)?)
+    m.add_function(wrap_pyfunction!(message_raws, m)?)?;
+    m.add_function(wrap_pyfunction!(publication_fields, m)?)
 }

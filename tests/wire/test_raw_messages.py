@@ -1,10 +1,11 @@
-"""A broker's decoder keeps the bytes each message arrived as when they are exactly ``pack`` of
-it (``FrameDecoder(raw=True)``, the native walk ``native/src/msgpack.rs``), and the broker
-splices them into its deliveries and forwards instead of packing again.
+"""A broker's decoder keeps a publication's packed fields as they arrived when its bytes are
+exactly ``pack`` of it (``FrameDecoder(raw=True)``, the native walk ``native/src/msgpack.rs``),
+and the broker splices them into its deliveries and forwards instead of packing again.
 
-- The native walk agrees with the reference :func:`pubguard.wire.framing.message_raws`
-  (``pack(unpackb(raw)) == raw``, string keys) on generated messages, on non-canonical
-  encodings of each kind, and on mutations of real frames the decoder accepts.
+- The native walk agrees with the references :func:`pubguard.wire.framing.message_raws`
+  (``pack(unpackb(raw)) == raw``, string keys) and :func:`publication_fields` on generated
+  messages, on non-canonical encodings of each kind, and on mutations of real frames the
+  decoder accepts.
 - A spliced delivery or forward is the packed one, byte for byte.
 - The Python backend keeps no bytes, and the broker packs as before.
 """
@@ -32,6 +33,7 @@ from pubguard.wire.framing import (
     encode_message_frame,
     message_raws,
     pack,
+    publication_fields,
 )
 from pubguard.wire.messages import Deliver, decode_publish
 from tests.native_backends import requires_native
@@ -86,6 +88,13 @@ def test_native_walk_finds_every_message_of_the_packer(m: dict[str, Any]) -> Non
     batch = _body(encode_batch_frame(1, [pack(m), pack({"k": 1}), pack(m)]))
     want = [pack(m), pack({"k": 1}), pack(m)]
     assert native.NATIVE.message_raws(batch) == want == message_raws(batch)
+    assert native.NATIVE.publication_fields(batch) == [None] * 3 == publication_fields(batch)
+    pub = {"op": "publish", **{k: v for k, v in m.items() if k != "op"}}
+    body = _body(encode_batch_frame(1, [pack(pub), pack(m)]))
+    fields = pack({k: v for k, v in pub.items() if k != "op"})
+    got = native.NATIVE.publication_fields(body)
+    assert got == publication_fields(body)
+    assert got is not None and got[0] == (fields if len(pub) <= 15 else None)
 
 
 #: each a message map as bytes that decode to a valid message but are not ``pack`` of it
@@ -116,6 +125,7 @@ def test_a_message_not_as_packed_gets_no_bytes(raw: bytes) -> None:
     body = head + raw + pack({"ok": 1})
     decode_body(b"\x01" + body)  # the decoder accepts the frame
     assert native.NATIVE.message_raws(body) == [None, pack({"ok": 1})] == message_raws(body)
+    assert native.NATIVE.publication_fields(body) == [None, None] == publication_fields(body)
 
 
 @requires_native
@@ -132,6 +142,7 @@ def test_bodies_the_walk_does_not_take() -> None:
     ]:
         assert native.NATIVE.message_raws(body) is None
         assert message_raws(body) is None
+        assert native.NATIVE.publication_fields(body) is None
 
 
 def _mutations(frame: bytes, data: st.DataObject) -> bytes:
@@ -162,6 +173,7 @@ def test_native_walk_agrees_on_mutated_frames_the_decoder_accepts(data: st.DataO
     except FrameError:
         return  # the walk only ever sees bodies the decoder took
     assert native.NATIVE.message_raws(body) == message_raws(body)
+    assert native.NATIVE.publication_fields(body) == publication_fields(body)
 
 
 @requires_native
@@ -171,6 +183,8 @@ def test_native_walk_never_fails_on_random_bytes(body: bytes) -> None:
     assert native.NATIVE is not None
     got = native.NATIVE.message_raws(body)
     assert got is None or all(r is None or r in body for r in got)
+    fields = native.NATIVE.publication_fields(body)
+    assert (fields is None) == (got is None)
 
 
 @requires_native
@@ -183,7 +197,9 @@ def test_broker_decoder_hands_out_raw_envelopes() -> None:
     assert [type(e) for e in envs] == [RawMessage] * 4
     assert [e["s"] for e in envs] == [1, 2, 3, 4]
     assert [e["m"] for e in envs] == msgs
-    assert [e.raw for e in envs] == [pack(m) for m in msgs]
+    assert [e.fields for e in envs] == [
+        pack({k: v for k, v in m.items() if k != "op"}) for m in msgs
+    ]
     # a control envelope stays a plain map, and a client's decoder keeps no bytes
     assert type(FrameDecoder(raw=True).feed(encode_frame({"t": "a", "u": 1}))[0]) is dict
     assert all(type(e) is dict for e in FrameDecoder().feed(frames))
@@ -209,8 +225,8 @@ def test_spliced_deliveries_and_forwards_are_the_packed_ones(
     if op_last:  # "op" not first: nothing to splice, packed instead
         msgs[0] = {k: msgs[0][k] for k in reversed(list(msgs[0]))}
     envs = FrameDecoder(raw=True).feed(encode_batch_frame(1, [pack(m) for m in msgs]))
-    raws: Raws = {id(e["m"]): (e["m"], e.raw) for e in envs if e.raw is not None}
-    assert len(raws) == len(msgs)
+    raws: Raws = {id(e["m"]): (e["m"], e.fields) for e in envs if e.fields is not None}
+    assert len(raws) == len(msgs) - op_last  # "op" not first: no fields kept
     for e in envs:
         pub = decode_publish(e["m"])
         assert pub is not None and pub.wire is e["m"]

@@ -21,12 +21,13 @@ decoded maps out; it never blocks and buffers at most one frame. A batch frame (
 ``envelope.py``) is checked strictly and handed out as the ``m`` envelopes of its messages, so
 everything above the decoder (and any tap on it) sees one envelope per message.
 
-A broker passes most messages on unchanged, so its decoder (``FrameDecoder(raw=True)``) also
-keeps the bytes each message arrived as, when they are exactly what :func:`pack` makes of it
-(:func:`message_raws`): the envelope is then a :class:`RawMessage`, and the broker splices those
-bytes into what it sends instead of packing the message again (``net/server/batching.py``).
-The walk that finds them is native (``native/src/msgpack.rs``); on the Python backend no bytes
-are kept, and the broker packs, with the same result byte for byte.
+A broker passes most publications on unchanged, so its decoder (``FrameDecoder(raw=True)``)
+also keeps, for each publication whose bytes are exactly what :func:`pack` makes of it, its
+packed fields without ``op`` as they arrived (:func:`publication_fields`): the envelope is then
+a :class:`RawMessage`, and the broker splices those bytes into its deliveries and forwards
+instead of packing the publication again (``net/server/batching.py``). The walk that finds
+them is native (``native/src/msgpack.rs``); on the Python backend nothing is kept, and the
+broker packs, with the same result byte for byte.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "encode_run",
     "message_raws",
     "pack",
+    "publication_fields",
 ]
 
 WIRE_VERSION: Final = 1
@@ -261,14 +263,35 @@ def decode_body(frame_body: bytes | memoryview) -> dict[str, Any]:
 
 
 class RawMessage(dict):  # type: ignore[type-arg]
-    """An ``m`` envelope (``{"t": "m", "s": seq, "m": msg}``) from a decoder that keeps raw
-    bytes: ``raw`` is ``msg`` as it arrived, when that is exactly ``pack(msg)``, else None.
-    Only the decoder makes one (the wire cannot: it carries plain maps), so ``raw`` is always
-    the bytes ``msg`` was decoded from."""
+    """An ``m`` envelope (``{"t": "m", "s": seq, "m": msg}``) from a decoder that keeps bytes:
+    ``fields`` is ``pack`` of the publication ``msg`` without its ``op`` (what a delivery's
+    ``event`` carries), sliced from the bytes it arrived as, when those are exactly
+    ``pack(msg)`` with ``op`` first (:func:`publication_fields`); else None. Only the decoder
+    makes one (the wire carries plain maps), so ``fields`` always comes from ``msg``'s bytes."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("fields",)
 
-    raw: bytes | None
+    fields: bytes | None
+
+
+_PUBLISH_OP: Final = pack("op") + pack("publish")
+
+
+def publication_fields(body: bytes) -> list[bytes | None] | None:
+    """For each message of a frame body (:func:`message_raws`), ``pack`` of the publication
+    without its ``op`` when its bytes are canonical and ``"op": "publish"`` is their first
+    entry, else None; None for a body :func:`message_raws` does not take. The reference of
+    the native walk the decoder uses."""
+    raws = message_raws(body)
+    if raws is None:
+        return None
+    out: list[bytes | None] = []
+    for raw in raws:
+        if raw is not None and 0x81 <= raw[0] <= 0x8F and raw[1:].startswith(_PUBLISH_OP):
+            out.append(bytes((raw[0] - 1,)) + raw[1 + len(_PUBLISH_OP) :])
+        else:
+            out.append(None)
+    return out
 
 
 def message_raws(body: bytes) -> list[bytes | None] | None:
@@ -323,19 +346,19 @@ def _str_keys(obj: Any) -> bool:
     return True
 
 
-def _unbatch(env: dict[str, Any], raws: list[bytes | None] | None = None) -> list[dict[str, Any]]:
+def _unbatch(env: dict[str, Any], fields: list[bytes | None] | None = None) -> list[dict[str, Any]]:
     """A batch frame's messages as ``m`` envelopes (envelope.py), after a strict check;
-    :class:`RawMessage` envelopes when ``raws`` (:func:`message_raws`) matches them."""
+    :class:`RawMessage` envelopes when ``fields`` (:func:`publication_fields`) matches them."""
     from pubguard.wire import envelope  # envelopes sit above frames; imported on first batch
 
     envelope.check_envelope(env)
     items = envelope.reliable(env)
-    if raws is None or len(raws) != len(items):
+    if fields is None or len(fields) != len(items):
         return [envelope.message(s, m) for s, m in items]
     out: list[dict[str, Any]] = []
-    for (s, m), r in zip(items, raws, strict=True):
+    for (s, m), f in zip(items, fields, strict=True):
         e = RawMessage(t="m", s=s, m=m)
-        e.raw = r
+        e.fields = f
         out.append(e)
     return out
 
@@ -349,16 +372,16 @@ class FrameDecoder:
     the next ``feed``.
     """
 
-    __slots__ = ("_buf", "_raws", "error", "max_frame_size")
+    __slots__ = ("_buf", "_fields", "error", "max_frame_size")
 
     def __init__(self, max_frame_size: int = MAX_FRAME_SIZE, *, raw: bool = False) -> None:
-        """``raw``: hand messages out as :class:`RawMessage` envelopes with their bytes (a
-        broker's decoder; native backend only, see the module docstring)."""
+        """``raw``: hand messages out as :class:`RawMessage` envelopes with the bytes of the
+        publications (a broker's decoder; native backend only, see the module docstring)."""
         self._buf = bytearray()
         self.error: FrameError | None = None
         self.max_frame_size = max_frame_size
         fast = native.NATIVE
-        self._raws: Any = fast.message_raws if raw and fast is not None else None
+        self._fields: Any = fast.publication_fields if raw and fast is not None else None
 
     @property
     def buffered(self) -> int:
@@ -369,7 +392,7 @@ class FrameDecoder:
             raise self.error
         buf = self._buf
         buf += data
-        raws = self._raws
+        fields = self._fields
         out: list[dict[str, Any]] = []
         pos = 0
         size = len(buf)
@@ -386,13 +409,13 @@ class FrameDecoder:
                     break
                 obj = decode_body(view[pos + HEADER_SIZE : end])
                 t = obj.get("t")
-                if raws is not None and (t == "mb" or t == "m"):
-                    got = raws(bytes(view[pos + HEADER_SIZE + 1 : end]))
+                if fields is not None and (t == "mb" or t == "m"):
+                    got = fields(bytes(view[pos + HEADER_SIZE + 1 : end]))
                     if t == "mb":
                         out += _unbatch(obj, got)
                     elif got is not None and len(got) == 1 and len(obj) == 3:
                         e = RawMessage(obj)
-                        e.raw = got[0]
+                        e.fields = got[0]
                         out.append(e)
                     else:
                         out.append(obj)

@@ -200,14 +200,14 @@ class BatchProcessor:
                 bad: FrameError | None = None
                 while bad is None and link.inbox and n < BATCH and self._allowed(link):
                     msgs: list[Any] = []
-                    raws: Raws = {}  # each message's bytes as it arrived, when kept
+                    raws: Raws = {}  # the publications' fields as they arrived, when kept
                     while link.inbox and n < BATCH and len(msgs) < CHUNK:
                         env = link.inbox.popleft()
                         n += 1
                         seq = env["s"]
                         m = env["m"]
-                        if type(env) is RawMessage and env.raw is not None:
-                            raws[id(m)] = (m, env.raw)
+                        if type(env) is RawMessage and env.fields is not None:
+                            raws[id(m)] = (m, env.fields)
                         try:
                             fresh = link.accept(seq)
                         except FrameError as exc:
@@ -247,8 +247,8 @@ class BatchProcessor:
             self._record.flush()
 
     def apply(self, actions: Sequence[Action], raws: Raws | None = None) -> None:
-        """Queue the core's send actions on their links; log drops. ``raws``: the bytes the
-        messages behind these actions arrived as (:func:`pack_message`)."""
+        """Queue the core's send actions on their links; log drops. ``raws``: the packed
+        fields of the publications behind these actions, as they arrived (:func:`pack_message`)."""
         if self._transform is not None:
             actions = self._transform(actions)
         if self._observe is not None:
@@ -326,28 +326,25 @@ class BatchProcessor:
 
 
 _PUBLISH_HEAD: Final = pack("op") + pack("publish")
-_OP_END: Final = 1 + len(_PUBLISH_HEAD)  # a fixmap's count, then its "op": "publish" entry
 _DELIVER_HEAD: Final = b"\x83" + pack("op") + pack("deliver") + pack("sub_ids")
 _EVENT_KEY: Final = pack("event")
 
-#: by ``id`` of a message's wire dict: that dict and the bytes it arrived as, exactly
-#: ``pack`` of it (``wire/framing.py`` ``RawMessage``); the dict is kept so the ``id`` stays its
+#: by ``id`` of a publication's wire dict: that dict and its packed fields without ``op`` as
+#: they arrived (``wire/framing.py`` ``RawMessage``); the dict is kept so the ``id`` stays its
 Raws: TypeAlias = dict[int, tuple[dict[str, Any], bytes]]
 
 
 def _event_fields(ev: Publish, raws: Raws | None = None) -> bytes:
     """The packed map of a publication's fields without ``op`` (a delivery's ``event``): from
-    the wire dict it arrived as when it is passed on unchanged (its bytes as they arrived when
-    ``raws`` has them and ``op`` comes first, else the dict packed), else thawed once."""
+    the wire dict it arrived as when it is passed on unchanged (those bytes as they arrived
+    when ``raws`` has them, else the dict packed), else thawed once."""
     w = ev.wire
     if w is None:
         return pack(ev._fields())
     if raws:
         got = raws.get(id(w))
         if got is not None and got[0] is w:
-            raw = got[1]
-            if 0x81 <= raw[0] <= 0x8F and raw[1:_OP_END] == _PUBLISH_HEAD:
-                return bytes((raw[0] - 1,)) + raw[_OP_END:]  # one entry fewer: no "op"
+            return got[1]
     if "op" in w:
         w = {k: v for k, v in w.items() if k != "op"}
     return pack(w)
@@ -358,8 +355,9 @@ def pack_message(m: Any, events: dict[int, bytes], raws: Raws | None = None) -> 
     publication may carry), packing each publication's fields once per batch of actions and
     splicing them into its forwards and deliveries (a msgpack map is a count followed by its
     entries, so ``{"op": .., **fields}`` is the fields' entries after a new count). A
-    publication passed on unchanged whose bytes are in ``raws`` is not packed at all: the
-    bytes it arrived as are ``pack`` of its wire dict (``FrameDecoder(raw=True)``)."""
+    publication passed on unchanged whose fields are in ``raws`` is not packed at all: they
+    are ``pack`` of its wire dict's fields, sliced from the bytes it arrived as
+    (``FrameDecoder(raw=True)``)."""
     if isinstance(m, Deliver | Publish):
         ev = m.event if isinstance(m, Deliver) else m
         f = events.get(id(ev))

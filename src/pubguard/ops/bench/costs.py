@@ -538,9 +538,9 @@ def wire_costs(
                 raise RuntimeError(f"{tag}: not every publication was delivered once")
             envs = [e for f in frames for e in FrameDecoder(raw=True).feed(f)]
             raws = {
-                id(w): (w, e.raw)
+                id(w): (w, e.fields)
                 for w, e in zip(wires, envs, strict=True)
-                if type(e) is RawMessage and e.raw is not None
+                if type(e) is RawMessage and e.fields is not None
             }
             setups.append((tag, frames, [a.message for a in acts], raws))
         for _ in range(slices):
