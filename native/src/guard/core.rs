@@ -875,7 +875,7 @@ pub struct DfMeta<'a> {
 }
 
 /// The authority publish permit's fields the guard reads (default/broker.py `AuthorityPermit`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct DfPermit {
     pub publish: bool,
     pub subject: String,
@@ -984,6 +984,10 @@ pub fn df_leaf(signed: &[u8], seq: i64, permit_digest: &[u8; 32]) -> [u8; 32] {
 pub struct DfGuard {
     pub max_delay: f64,
     hot: HashMap<Vec<u8>, DfPermit>,
+    /// the last permit blob checked (empty: none yet) and its entry of `hot`: a publisher's
+    /// run carries one permit, compared rather than hashed for each publication
+    last_blob: Vec<u8>,
+    last: DfPermit,
 }
 
 impl DfGuard {
@@ -991,7 +995,30 @@ impl DfGuard {
         DfGuard {
             max_delay,
             hot: HashMap::new(),
+            last_blob: Vec::new(),
+            last: DfPermit::default(),
         }
+    }
+
+    /// The verified permit behind a non-empty `blob` (asked of `env` once, then kept in
+    /// `hot`).
+    fn permit<E: DfEnv>(&mut self, env: &mut E, blob: &[u8]) -> Result<&DfPermit, E::Err> {
+        if self.last_blob.is_empty() || self.last_blob != blob {
+            let p = match self.hot.get(blob) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = env.permit(blob)?;
+                    if self.hot.len() >= HOT_CAPACITY {
+                        self.hot.clear();
+                    }
+                    self.hot.insert(blob.to_vec(), p.clone());
+                    p
+                }
+            };
+            self.last = p;
+            self.last_blob = blob.to_vec();
+        }
+        Ok(&self.last)
     }
 
     /// The signature `check` would verify on this publication, as `EgGuard::batch_item`
@@ -1093,19 +1120,13 @@ impl DfGuard {
         if blob.is_empty() {
             return Ok(Verdict::Drop(Reason::Unauthorised));
         }
-        if !self.hot.contains_key(blob) {
-            let p = env.permit(blob)?;
-            if self.hot.len() >= HOT_CAPACITY {
-                self.hot.clear();
-            }
-            self.hot.insert(blob.to_vec(), p);
-        }
-        let p = &self.hot[blob];
+        let max_delay = self.max_delay;
+        let p = self.permit(env, blob)?;
         let t = ts as f64 / 1000.0;
-        if (now - t).abs() > self.max_delay {
+        if (now - t).abs() > max_delay {
             return Ok(Verdict::Drop(Reason::Stale));
         }
-        if !(p.publish && p.not_before - self.max_delay <= t && t <= p.not_after + 0.0) {
+        if !(p.publish && p.not_before - max_delay <= t && t <= p.not_after + 0.0) {
             return Ok(Verdict::Drop(Reason::Unauthorised));
         }
         if env.revoked(blob)? {
@@ -1115,15 +1136,15 @@ impl DfGuard {
             return Ok(Verdict::Drop(Reason::Unauthorised));
         }
         let leaf = df_leaf(&rec.signed, seq, &p.digest);
-        let key = p.key.clone();
-        match roots.verify(&key, &leaf, sig, now, index, size, path, |msg| {
+        let key = &p.key;
+        match roots.verify(key, &leaf, sig, now, index, size, path, |msg| {
             env.verify(blob, sig, msg)
         }) {
             Ok(_) => {}
             Err(VerifyError::Forged) => return Ok(Verdict::Drop(Reason::Forged)),
             Err(VerifyError::Sig(e)) => return Err(e),
         }
-        if env.replayed(&key, ts, seq)? {
+        if env.replayed(key, ts, seq)? {
             return Ok(Verdict::Drop(Reason::Replayed));
         }
         Ok(Verdict::Pass)

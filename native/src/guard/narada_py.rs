@@ -210,7 +210,7 @@ impl PyNdGuard {
             let Some(vals) = meta_items(py, &items[3], &keys, missing) else {
                 continue;
             };
-            let v: Vec<_> = vals.iter().map(|x| classify(x, missing)).collect();
+            let v = vals.each_ref().map(|x| classify(x, missing));
             let (Val::Bytes(tok), Val::Int(kv), Val::Int(ts), Val::Int(seq), Val::Bytes(sig)) =
                 (v[0], v[1], v[2], v[3], v[4])
             else {
@@ -256,7 +256,7 @@ impl PyNdGuard {
         let Some(vals) = meta_items(py, &items[3], &keys, missing) else {
             return Ok("fallback");
         };
-        let v: Vec<_> = vals.iter().map(|x| classify(x, missing)).collect();
+        let v = vals.each_ref().map(|x| classify(x, missing));
         let m = NdMeta {
             tok: v[0],
             cert: v[1],

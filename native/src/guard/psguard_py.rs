@@ -9,7 +9,7 @@ use super::py::{
 use super::routing_py::token_items;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::PyBytes;
 
 /// The scheme's callbacks, seen by the core as a `PsEnv`: its live `publishers` dict and
 /// `revoked` names set, and the current publisher's `VerifyKey`.
@@ -169,15 +169,11 @@ impl PyPsGuard {
         now: f64,
     ) -> PyResult<&'static str> {
         let missing = self.missing.bind(py);
-        let keys = record_keys(
-            py,
-            &[intern!(py, "mi"), intern!(py, "mn"), intern!(py, "mp")],
-        );
-        let keys: Vec<&Bound<'_, PyString>> = keys.iter().collect();
+        let keys = record_keys!(py, "mi", "mn", "mp");
         let Some(vals) = meta_items(py, &items[5], &keys, missing) else {
             return Ok("fallback");
         };
-        let Some(f) = token_frame(items, &vals, missing) else {
+        let Some(f) = token_frame::<3>(items, &vals, missing) else {
             return Ok("fallback");
         };
         let m = PsMeta {

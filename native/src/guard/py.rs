@@ -55,16 +55,16 @@ pub(super) fn run_frames<'py>(
 }
 
 /// `run_frames` over frames whose items were read already (`routing_py.rs`, `check_msgs`).
-pub(super) fn run_items<'py>(
+pub(super) fn run_items<'py, T: AsRef<[Bound<'py, PyAny>]>>(
     py: Python<'py>,
-    frames: impl Iterator<Item = PyResult<Vec<Bound<'py, PyAny>>>>,
+    frames: impl Iterator<Item = PyResult<T>>,
     stop_on_strike: bool,
     mut one: impl FnMut(&[Bound<'py, PyAny>]) -> PyResult<&'static str>,
 ) -> PyResult<(Vec<&'static str>, Option<PyObject>)> {
     let mut out = Vec::new();
     for items in frames {
         let items = items?;
-        match one(&items) {
+        match one(items.as_ref()) {
             Ok("fallback") => break,
             Ok(v) => {
                 out.push(v);
@@ -99,62 +99,69 @@ pub(super) fn frame_items<'py>(
 
 /// The values of `keys` in a publication's `meta` (a mapping: the core's frozen wire map),
 /// `missing` where a key is absent; None when the lookup fails otherwise (the Python guard
-/// then decides).
-pub(super) fn meta_items<'py>(
+/// then decides). On the stack: one publication's handful of fields.
+pub(super) fn meta_items<'py, const N: usize>(
     py: Python<'py>,
     meta: &Bound<'py, PyAny>,
-    keys: &[&Bound<'py, PyString>],
+    keys: &[&Bound<'py, PyString>; N],
     missing: &Bound<'py, PyAny>,
-) -> Option<Vec<Bound<'py, PyAny>>> {
-    let mut vals = Vec::with_capacity(keys.len());
-    for k in keys {
-        match meta.get_item(*k) {
-            Ok(v) => vals.push(v),
-            Err(e) if e.is_instance_of::<PyKeyError>(py) => vals.push(missing.clone()),
-            Err(_) => return None,
+) -> Option<[Bound<'py, PyAny>; N]> {
+    let mut failed = false;
+    let vals = std::array::from_fn(|i| {
+        if failed {
+            return missing.clone(); // no lookup after a failed one
         }
-    }
-    Some(vals)
+        match meta.get_item(keys[i]) {
+            Ok(v) => v,
+            Err(e) if e.is_instance_of::<PyKeyError>(py) => missing.clone(),
+            Err(_) => {
+                failed = true;
+                missing.clone()
+            }
+        }
+    });
+    (!failed).then_some(vals)
 }
 
 /// The `meta` keys of a signed psguard record, in `RecordMeta` order, then `more`.
-pub(super) fn record_keys<'py>(
-    py: Python<'py>,
-    more: &[&Bound<'py, PyString>],
-) -> Vec<Bound<'py, PyString>> {
-    let rec = [
-        intern!(py, "p"),
-        intern!(py, "ts"),
-        intern!(py, "e"),
-        intern!(py, "h"),
-        intern!(py, "s"),
-        intern!(py, "sig"),
-    ];
-    rec.iter()
-        .chain(more.iter())
-        .map(|k| (*k).clone())
-        .collect()
+macro_rules! record_keys {
+    ($py:expr, $($more:literal),*) => {
+        [
+            pyo3::intern!($py, "p"),
+            pyo3::intern!($py, "ts"),
+            pyo3::intern!($py, "e"),
+            pyo3::intern!($py, "h"),
+            pyo3::intern!($py, "s"),
+            pyo3::intern!($py, "sig"),
+            $(pyo3::intern!($py, $more)),*
+        ]
+    };
 }
+pub(super) use record_keys;
 
 /// A token profile's frame `(event_id, mode, nonce, toks, body, meta)` (default, psguard),
 /// read for the core: the exact-typed parts, the record fields and the `more` keys' values
 /// (`more.len()` of them), or None to fall back.
-pub(super) struct TokenFrame<'a> {
+pub(super) struct TokenFrame<'a, const M: usize> {
     pub event_id: &'a str,
     pub mode: &'a str,
     pub nonce: &'a [u8],
     pub body: &'a [u8],
     pub toks: Val<'a>,
     pub rec: RecordMeta<'a>,
-    pub more: Vec<Val<'a>>,
+    pub more: [Val<'a>; M],
 }
 
-/// The items of a `TokenFrame` whose `meta` values were looked up (`meta_items`).
-pub(super) fn token_frame<'a>(
+/// The items of a `TokenFrame` whose `meta` values were looked up (`meta_items`: the six
+/// record fields, then `M` more).
+pub(super) fn token_frame<'a, const M: usize>(
     items: &'a [Bound<'_, PyAny>],
     vals: &'a [Bound<'_, PyAny>],
     missing: &Bound<'_, PyAny>,
-) -> Option<TokenFrame<'a>> {
+) -> Option<TokenFrame<'a, M>> {
+    if items.len() < 5 || vals.len() != 6 + M {
+        return None;
+    }
     let (Some(event_id), Some(mode), Some(nonce), Some(body)) = (
         exact_str(&items[0]),
         exact_str(&items[1]),
@@ -163,7 +170,7 @@ pub(super) fn token_frame<'a>(
     ) else {
         return None;
     };
-    let v: Vec<Val<'a>> = vals.iter().map(|x| classify(x, missing)).collect();
+    let v = |i: usize| classify(&vals[i], missing);
     Some(TokenFrame {
         event_id,
         mode,
@@ -171,14 +178,14 @@ pub(super) fn token_frame<'a>(
         body,
         toks: classify(&items[3], missing),
         rec: RecordMeta {
-            p: v[0],
-            ts: v[1],
-            e: v[2],
-            h: v[3],
-            s: v[4],
-            sig: v[5],
+            p: v(0),
+            ts: v(1),
+            e: v(2),
+            h: v(3),
+            s: v(4),
+            sig: v(5),
         },
-        more: v[6..].to_vec(),
+        more: std::array::from_fn(|i| v(6 + i)),
     })
 }
 
@@ -505,7 +512,7 @@ fn with_eg_frame<R>(
         intern!(py, "ad"),
     ];
     let vals = meta_items(py, meta, &keys, missing)?;
-    let v: Vec<Val<'_>> = vals.iter().map(|x| classify(x, missing)).collect();
+    let v = vals.each_ref().map(|x| classify(x, missing));
     let m = EgMeta {
         p: v[0],
         e: v[1],
@@ -541,7 +548,7 @@ fn prepass<'py>(
     missing: &Bound<'py, PyAny>,
     item: impl FnMut(&[Bound<'py, PyAny>]) -> Option<SigItem>,
 ) -> PyResult<()> {
-    let mut parts = Vec::new();
+    let mut parts: Vec<Vec<Bound<'py, PyAny>>> = Vec::new();
     for f in frames.try_iter()? {
         let Ok(t) = f?.downcast_into::<PyTuple>() else {
             break;
@@ -555,10 +562,10 @@ fn prepass<'py>(
 }
 
 /// `prepass` over frames whose items were read already (`check_msgs`).
-pub(super) fn prepass_items<'py>(
+pub(super) fn prepass_items<'py, T: AsRef<[Bound<'py, PyAny>]>>(
     py: Python<'py>,
     batches: &mut SigBatches,
-    frames: &[Vec<Bound<'py, PyAny>>],
+    frames: &[T],
     meta_at: usize,
     missing: &Bound<'py, PyAny>,
     mut item: impl FnMut(&[Bound<'py, PyAny>]) -> Option<SigItem>,
@@ -566,7 +573,8 @@ pub(super) fn prepass_items<'py>(
     let mut items = Vec::new();
     let mut seen = HashSet::new();
     for parts in frames {
-        if !single_signature(py, &parts[meta_at], missing) {
+        let parts = parts.as_ref();
+        if parts.len() <= meta_at || !single_signature(py, &parts[meta_at], missing) {
             continue;
         }
         if let Some(it) = item(parts) {
@@ -638,7 +646,7 @@ impl PyEgGuard {
     fn batch_items(
         &mut self,
         py: Python<'_>,
-        frames: &[Vec<Bound<'_, PyAny>>],
+        frames: &[[Bound<'_, PyAny>; 5]],
         now: f64,
     ) -> PyResult<()> {
         let missing = self.missing.clone_ref(py).into_bound(py);
@@ -782,7 +790,16 @@ struct PyDfEnv<'a, 'py> {
     run: Option<&'a RunReplay<'py>>,
     /// permit blob -> its Python objects
     objs: &'a mut HashMap<Vec<u8>, DfObjs>,
+    /// the last permit blob `revoked` was asked about, with its key and serial objects
+    last: &'a mut Option<LastPermit>,
     batches: &'a SigBatches,
+}
+
+/// The objects `revoked` reads of the last permit it was asked about.
+struct LastPermit {
+    blob: Vec<u8>,
+    key: PyObject,
+    serial: PyObject,
 }
 
 /// A verified permit's Python objects: its parsed key, the key's bytes (raw, and as the
@@ -826,26 +843,40 @@ impl DfEnv for PyDfEnv<'_, '_> {
         Ok(p)
     }
 
-    /// `p.key in revoked or p.serial in revoked_serials`, on the scheme's live sets.
+    /// `p.key in revoked or p.serial in revoked_serials`, on the scheme's live sets (a
+    /// run's one permit compared, not hashed, for each publication).
     fn revoked(&mut self, blob: &[u8]) -> PyResult<bool> {
-        self.ensure(blob)?;
-        let o = &self.objs[blob];
-        Ok(self.revoked_keys.contains(o.key.bind(self.py))?
-            || self.revoked_serials.contains(o.serial.bind(self.py))?)
+        if !matches!(&*self.last, Some(l) if l.blob.as_slice() == blob) {
+            let py = self.py;
+            let o = self.objs_of(blob)?;
+            let (key, serial) = (o.key.clone_ref(py), o.serial.clone_ref(py));
+            *self.last = Some(LastPermit {
+                blob: blob.to_vec(),
+                key,
+                serial,
+            });
+        }
+        let Some(l) = &*self.last else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "permit objects missing",
+            ));
+        };
+        Ok(self.revoked_keys.contains(l.key.bind(self.py))?
+            || self.revoked_serials.contains(l.serial.bind(self.py))?)
     }
 
     fn verify(&mut self, blob: &[u8], sig: &[u8], message: &[u8]) -> PyResult<()> {
-        self.ensure(blob)?;
-        let o = &self.objs[blob];
-        if self.batches.verified(&o.raw, sig, message) {
+        let (py, batches) = (self.py, self.batches);
+        let o = self.objs_of(blob)?;
+        if batches.verified(&o.raw, sig, message) {
             return Ok(()); // verified in its run's batch (batch.rs)
         }
-        if self.batches.enabled && crate::ed25519::single(&o.raw, sig, message) {
+        if batches.enabled && crate::ed25519::single(&o.raw, sig, message) {
             return Ok(()); // a lone signature (a Merkle root), natively (ed25519.rs)
         }
-        o.verify_key.bind(self.py).call_method1(
-            intern!(self.py, "verify"),
-            (PyBytes::new(self.py, sig), PyBytes::new(self.py, message)),
+        o.verify_key.bind(py).call_method1(
+            intern!(py, "verify"),
+            (PyBytes::new(py, sig), PyBytes::new(py, message)),
         )?;
         Ok(())
     }
@@ -890,13 +921,15 @@ impl DfEnv for PyDfEnv<'_, '_> {
 type RunReplay<'py> = (Bound<'py, PyDict>, Option<Bound<'py, PySet>>);
 
 impl PyDfEnv<'_, '_> {
-    /// The permit's objects are in `objs` (asked again if dropped with the bounded map:
-    /// the scheme's cache answers).
-    fn ensure(&mut self, blob: &[u8]) -> PyResult<()> {
+    /// The permit's objects (asked again if dropped with the bounded map: the scheme's
+    /// cache answers), found with one lookup when present.
+    fn objs_of(&mut self, blob: &[u8]) -> PyResult<&DfObjs> {
         if !self.objs.contains_key(blob) {
             self.permit(blob)?;
         }
-        Ok(())
+        self.objs
+            .get(blob)
+            .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("permit objects missing"))
     }
 }
 
@@ -912,6 +945,7 @@ pub struct PyDfGuard {
     replay: PyObject,
     replay_state: Option<PyObject>,
     objs: HashMap<Vec<u8>, DfObjs>,
+    last: Option<LastPermit>,
     missing: PyObject,
     batches: SigBatches,
 }
@@ -950,6 +984,7 @@ impl PyDfGuard {
             replay,
             replay_state,
             objs: HashMap::new(),
+            last: None,
             missing,
             batches: SigBatches::new(batch_verify),
         })
@@ -1040,19 +1075,11 @@ fn with_df_frame<R>(
     py: Python<'_>,
     missing: &Bound<'_, PyAny>,
     items: &[Bound<'_, PyAny>],
-    f: impl FnOnce(&TokenFrame<'_>, &DfMeta<'_>) -> R,
+    f: impl FnOnce(&TokenFrame<'_, 5>, &DfMeta<'_>) -> R,
 ) -> Option<R> {
-    let more = [
-        intern!(py, "pm"),
-        intern!(py, "q"),
-        intern!(py, "mi"),
-        intern!(py, "mn"),
-        intern!(py, "mp"),
-    ];
-    let keys = record_keys(py, &more);
-    let keys: Vec<&Bound<'_, PyString>> = keys.iter().collect();
+    let keys = record_keys!(py, "pm", "q", "mi", "mn", "mp");
     let vals = meta_items(py, items.get(5)?, &keys, missing)?;
-    let fr = token_frame(items, &vals, missing)?;
+    let fr = token_frame::<5>(items, &vals, missing)?;
     let m = DfMeta {
         rec: fr.rec,
         pm: fr.more[0],
@@ -1103,6 +1130,7 @@ impl PyDfGuard {
             replay: self.replay.bind(py),
             run,
             objs: &mut self.objs,
+            last: &mut self.last,
             batches: &self.batches,
         };
         let mut roots = self.roots.bind(py).borrow_mut();
@@ -1145,7 +1173,7 @@ impl PyDfGuard {
     fn batch_items(
         &mut self,
         py: Python<'_>,
-        frames: &[Vec<Bound<'_, PyAny>>],
+        frames: &[[Bound<'_, PyAny>; 6]],
         now: f64,
     ) -> PyResult<()> {
         let missing = self.missing.clone_ref(py).into_bound(py);

@@ -93,8 +93,8 @@ pub(super) fn token_items<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
     events: &Bound<'py, PyAny>,
-) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
-    let mut out = Vec::new();
+) -> PyResult<Vec<[Bound<'py, PyAny>; 6]>> {
+    let mut out = Vec::with_capacity(messages.len().unwrap_or(0));
     let mut evs = events.try_iter()?;
     for m in messages.try_iter()? {
         let m = m?;
@@ -117,7 +117,7 @@ pub(super) fn token_items<'py>(
             Err(e) if e.is_instance_of::<PyKeyError>(py) => py.None().into_bound(py),
             Err(e) => return Err(e),
         };
-        out.push(vec![
+        out.push([
             m.getattr(intern!(py, "event_id"))?,
             mode,
             nonce,
@@ -139,11 +139,11 @@ pub(super) fn token_items<'py>(
 pub(super) fn eg_items<'py>(
     py: Python<'py>,
     messages: &Bound<'py, PyAny>,
-) -> PyResult<Vec<Vec<Bound<'py, PyAny>>>> {
-    let mut out = Vec::new();
+) -> PyResult<Vec<[Bound<'py, PyAny>; 5]>> {
+    let mut out = Vec::with_capacity(messages.len().unwrap_or(0));
     for m in messages.try_iter()? {
         let m = m?;
-        out.push(vec![
+        out.push([
             m.getattr(intern!(py, "event_id"))?,
             m.getattr(intern!(py, "profile"))?,
             m.getattr(intern!(py, "routing"))?,
