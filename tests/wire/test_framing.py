@@ -17,6 +17,7 @@ from pubguard.wire.framing import (
     FrameDecoder,
     check_wire,
     coalesce_frames,
+    coalesce_pieces,
     decode_body,
     encode_frame,
     encode_message_frame,
@@ -166,6 +167,8 @@ def test_coalesced_frames_carry_exactly_the_same_messages(
     ]
     frames = coalesce_frames(items, max_count)
     assert len(frames) <= len(items)
+    # a link writes the pieces joined once: the same bytes
+    assert b"".join(coalesce_pieces(items, max_count)) == b"".join(frames)
     for f in frames:  # each frame is one message or a batch within the limit
         (n,) = struct.unpack(">I", f[:4])
         env = msgpack.unpackb(f[5:], raw=False)

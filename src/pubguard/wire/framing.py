@@ -50,6 +50,7 @@ __all__ = [
     "RawMessage",
     "check_wire",
     "coalesce_frames",
+    "coalesce_pieces",
     "decode_body",
     "encode_frame",
     "encode_batch_frame",
@@ -117,11 +118,11 @@ def encode_message_frame(seq: int, packed_msg: bytes) -> bytes:
     """``encode_frame({"t": "m", "s": seq, "m": msg})`` from ``packed_msg = pack(msg)``,
     byte for byte, without packing ``msg`` again: a broker packs a publication once and
     frames it for every link it goes to (a msgpack map is its entries concatenated)."""
-    body = b"".join((_MSG_HEAD, pack(seq), _MSG_KEY, packed_msg))
-    n = len(body) + 1
+    s = pack(seq)
+    n = len(_MSG_HEAD) + len(s) + len(_MSG_KEY) + len(packed_msg) + 1
     if n > MAX_FRAME_SIZE:
         raise FrameError(f"frame of {n} bytes exceeds MAX_FRAME_SIZE={MAX_FRAME_SIZE}")
-    return _HEAD.pack(n, WIRE_VERSION) + body
+    return b"".join((_HEAD.pack(n, WIRE_VERSION), _MSG_HEAD, s, _MSG_KEY, packed_msg))
 
 
 _BATCH_HEAD: Final = b"\x83" + pack("t") + pack("mb") + pack("s")  # {"t": "mb", "s": ..
@@ -130,6 +131,12 @@ _BATCH_HEAD: Final = b"\x83" + pack("t") + pack("mb") + pack("s")  # {"t": "mb",
 def encode_batch_frame(first: int, packed_msgs: list[bytes]) -> bytes:
     """``encode_frame({"t": "mb", "s": first, "m": msgs})`` from ``pack(msg)`` of each,
     byte for byte (an array is its length header and its items concatenated)."""
+    return b"".join(_batch_pieces(first, packed_msgs))
+
+
+def _batch_pieces(first: int, packed_msgs: list[Any]) -> list[Any]:
+    """The pieces :func:`encode_batch_frame` joins: the frame's head, then the messages as
+    given (``bytes`` or views of them), so a writer joins many frames' messages once."""
     n_msgs = len(packed_msgs)
     if n_msgs < 16:
         head = bytes((0x90 | n_msgs,))
@@ -137,11 +144,11 @@ def encode_batch_frame(first: int, packed_msgs: list[bytes]) -> bytes:
         head = b"\xdc" + n_msgs.to_bytes(2, "big")
     else:
         head = b"\xdd" + n_msgs.to_bytes(4, "big")
-    body = b"".join((_BATCH_HEAD, pack(first), _MSG_KEY, head, *packed_msgs))
-    n = len(body) + 1
+    f = pack(first)
+    n = len(_BATCH_HEAD) + len(f) + len(_MSG_KEY) + len(head) + sum(map(len, packed_msgs)) + 1
     if n > MAX_FRAME_SIZE:
         raise FrameError(f"frame of {n} bytes exceeds MAX_FRAME_SIZE={MAX_FRAME_SIZE}")
-    return _HEAD.pack(n, WIRE_VERSION) + body
+    return [b"".join((_HEAD.pack(n, WIRE_VERSION), _BATCH_HEAD, f, _MSG_KEY, head)), *packed_msgs]
 
 
 BATCH_BYTES: Final = 256 * 1024  # message bytes coalesced into one batch frame at most
@@ -171,10 +178,22 @@ def coalesce_frames(items: list[tuple[int, bytes]], max_count: int = 4096) -> li
     frames: each run of consecutive sequence numbers becomes one batch frame (at most
     ``max_count`` messages and about ``BATCH_BYTES``), equal to ``encode_batch_frame``; a
     lone message, or a frame of another layout, is kept as it is."""
+    return [p[0] if len(p) == 1 else b"".join(p) for p in _coalesced(items, max_count)]
+
+
+def coalesce_pieces(items: list[tuple[int, bytes]], max_count: int = 4096) -> list[Any]:
+    """``b"".join`` of these is ``b"".join(coalesce_frames(items, max_count))``: the frames'
+    pieces, the messages as views of their frames, so a link writes a burst with one copy
+    of each message instead of three."""
+    return [x for p in _coalesced(items, max_count) for x in p]
+
+
+def _coalesced(items: list[tuple[int, bytes]], max_count: int) -> list[list[Any]]:
+    """:func:`coalesce_frames`' frames, each as the pieces that join to it."""
     if len(items) < 2:
-        return [f for _, f in items]
-    out: list[bytes] = []
-    run: list[bytes] = []  # packed messages of the current run
+        return [[f] for _, f in items]
+    out: list[list[Any]] = []
+    run: list[Any] = []  # the current run's packed messages, as views of their frames
     lone = b""  # the current run's frame while it has one message
     first = nxt = 0
     size = 0
@@ -182,9 +201,9 @@ def coalesce_frames(items: list[tuple[int, bytes]], max_count: int = 4096) -> li
     def flush() -> None:
         nonlocal run, size
         if len(run) == 1:
-            out.append(lone)
+            out.append([lone])
         elif run:
-            out.append(encode_batch_frame(first, run))
+            out.append(_batch_pieces(first, run))
         run, size = [], 0
 
     base = HEADER_SIZE + 1 + len(_MSG_HEAD)
@@ -193,9 +212,9 @@ def coalesce_frames(items: list[tuple[int, bytes]], max_count: int = 4096) -> li
         ok = frame[HEADER_SIZE + 1 : base] == _MSG_HEAD and frame[base : base + len(tail)] == tail
         if not ok:
             flush()
-            out.append(frame)
+            out.append([frame])
             continue
-        packed = frame[base + len(tail) :]
+        packed = memoryview(frame)[base + len(tail) :]
         if run and (seq != nxt or len(run) >= max_count or size + len(packed) > BATCH_BYTES):
             flush()
         if not run:

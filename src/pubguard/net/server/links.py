@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from pubguard.net.conn import FrameConnection
 from pubguard.wire import envelope
-from pubguard.wire.framing import coalesce_frames, encode_frame, encode_message_frame
+from pubguard.wire.framing import coalesce_pieces, encode_frame, encode_message_frame
 from pubguard.wire.reliable import ReliableChannel
 
 __all__ = ["BROKER_WINDOW", "Link"]
@@ -137,7 +137,7 @@ class Link:
             return 0
         # a run of messages goes as batch frames (envelope.py, ``mb``): one decode per
         # burst at the peer; the stored frames stay one per message (resends, outbox)
-        data = b"".join(coalesce_frames(items, envelope.MAX_BATCH))
+        data = b"".join(coalesce_pieces(items, envelope.MAX_BATCH))
         w.write(data)
         self.last_tx = time.monotonic()
         return len(data)
